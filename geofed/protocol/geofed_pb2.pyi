@@ -1,0 +1,273 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PushStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PUSH_STATUS_UNSPECIFIED: _ClassVar[PushStatus]
+    ACCEPTED: _ClassVar[PushStatus]
+    APPLIED: _ClassVar[PushStatus]
+    DUPLICATE: _ClassVar[PushStatus]
+PUSH_STATUS_UNSPECIFIED: PushStatus
+ACCEPTED: PushStatus
+APPLIED: PushStatus
+DUPLICATE: PushStatus
+
+class JoinRequest(_message.Message):
+    __slots__ = ("token", "client_id")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    client_id: str
+    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class JoinResponse(_message.Message):
+    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_JSON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    SERVER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    session_ttl_s: float
+    federation_json: str
+    version: int
+    master: bool
+    server_instance: str
+    manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
+
+class TensorSpec(_message.Message):
+    __slots__ = ("name", "shape", "dtype")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
+
+class StreamModelRequest(_message.Message):
+    __slots__ = ("have_version", "resume_version", "resume_offset")
+    HAVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESUME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESUME_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    have_version: int
+    resume_version: int
+    resume_offset: int
+    def __init__(self, have_version: _Optional[int] = ..., resume_version: _Optional[int] = ..., resume_offset: _Optional[int] = ...) -> None: ...
+
+class ModelChunk(_message.Message):
+    __slots__ = ("version", "offset", "total_bytes", "data", "manifest", "sha256")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    offset: int
+    total_bytes: int
+    data: bytes
+    manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    sha256: bytes
+    def __init__(self, version: _Optional[int] = ..., offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class DeltaHeader(_message.Message):
+    __slots__ = ("base_version", "upload_id", "codec_header", "payload_bytes", "num_tokens", "num_samples", "local_steps", "init", "manifest", "report")
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    CODEC_HEADER_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    INIT_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    base_version: int
+    upload_id: str
+    codec_header: bytes
+    payload_bytes: int
+    num_tokens: int
+    num_samples: int
+    local_steps: int
+    init: bool
+    manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    report: ClientReport
+    def __init__(self, base_version: _Optional[int] = ..., upload_id: _Optional[str] = ..., codec_header: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ..., num_tokens: _Optional[int] = ..., num_samples: _Optional[int] = ..., local_steps: _Optional[int] = ..., init: _Optional[bool] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., report: _Optional[_Union[ClientReport, _Mapping]] = ...) -> None: ...
+
+class DeltaPayload(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class DeltaTrailer(_message.Message):
+    __slots__ = ("sha256",)
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: bytes
+    def __init__(self, sha256: _Optional[bytes] = ...) -> None: ...
+
+class DeltaChunk(_message.Message):
+    __slots__ = ("header", "payload", "trailer")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    TRAILER_FIELD_NUMBER: _ClassVar[int]
+    header: DeltaHeader
+    payload: DeltaPayload
+    trailer: DeltaTrailer
+    def __init__(self, header: _Optional[_Union[DeltaHeader, _Mapping]] = ..., payload: _Optional[_Union[DeltaPayload, _Mapping]] = ..., trailer: _Optional[_Union[DeltaTrailer, _Mapping]] = ...) -> None: ...
+
+class PushResult(_message.Message):
+    __slots__ = ("status", "version", "staleness", "weight", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: PushStatus
+    version: int
+    staleness: int
+    weight: float
+    message: str
+    def __init__(self, status: _Optional[_Union[PushStatus, str]] = ..., version: _Optional[int] = ..., staleness: _Optional[int] = ..., weight: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ClientReport(_message.Message):
+    __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s")
+    TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    EVAL_LOSS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    IDLE_S_FIELD_NUMBER: _ClassVar[int]
+    train_loss: float
+    eval_loss: float
+    tokens_per_s: float
+    bytes_sent: int
+    step: int
+    idle_s: float
+    def __init__(self, train_loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., step: _Optional[int] = ..., idle_s: _Optional[float] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("report",)
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    report: ClientReport
+    def __init__(self, report: _Optional[_Union[ClientReport, _Mapping]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("session_ttl_s", "version")
+    SESSION_TTL_S_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    session_ttl_s: float
+    version: int
+    def __init__(self, session_ttl_s: _Optional[float] = ..., version: _Optional[int] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("client_id", "site", "ttl_s", "master")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    site: str
+    ttl_s: float
+    master: bool
+    def __init__(self, client_id: _Optional[str] = ..., site: _Optional[str] = ..., ttl_s: _Optional[float] = ..., master: _Optional[bool] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token", "expires_at")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expires_at: float
+    def __init__(self, token: _Optional[str] = ..., expires_at: _Optional[float] = ...) -> None: ...
+
+class SiteRequest(_message.Message):
+    __slots__ = ("site",)
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    def __init__(self, site: _Optional[str] = ...) -> None: ...
+
+class SiteCredentialResponse(_message.Message):
+    __slots__ = ("credential",)
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    credential: str
+    def __init__(self, credential: _Optional[str] = ...) -> None: ...
+
+class RevokeSiteResponse(_message.Message):
+    __slots__ = ("revoked",)
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    revoked: bool
+    def __init__(self, revoked: _Optional[bool] = ...) -> None: ...
+
+class ListClientsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClientInfo(_message.Message):
+    __slots__ = ("client_id", "site", "connected", "last_seen", "pushes", "bytes_in", "bytes_out", "report", "contribution")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    site: str
+    connected: bool
+    last_seen: float
+    pushes: int
+    bytes_in: int
+    bytes_out: int
+    report: ClientReport
+    contribution: float
+    def __init__(self, client_id: _Optional[str] = ..., site: _Optional[str] = ..., connected: _Optional[bool] = ..., last_seen: _Optional[float] = ..., pushes: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., report: _Optional[_Union[ClientReport, _Mapping]] = ..., contribution: _Optional[float] = ...) -> None: ...
+
+class ListClientsResponse(_message.Message):
+    __slots__ = ("clients",)
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    clients: _containers.RepeatedCompositeFieldContainer[ClientInfo]
+    def __init__(self, clients: _Optional[_Iterable[_Union[ClientInfo, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    LAST_TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVAL_LOSS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    HAS_MODEL_FIELD_NUMBER: _ClassVar[int]
+    NUM_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    connected_clients: int
+    known_clients: int
+    mode: str
+    buffered_deltas: int
+    last_train_loss: float
+    last_eval_loss: float
+    server_instance: str
+    has_model: bool
+    num_parameters: int
+    federation: str
+    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ...) -> None: ...
