@@ -146,7 +146,9 @@ class ServerConfig(_Section):
     """The parameter server process: network, security, durability, limits."""
 
     host: str = Field("0.0.0.0", description="Address to bind.")
-    port: int = Field(7443, ge=1, le=65535, description="The one fixed gRPC port clients dial out to.")
+    port: int = Field(
+        7443, ge=0, le=65535, description="The one fixed gRPC port clients dial out to (0: any free port, for tests)."
+    )
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics HTTP port; 0 disables.")
     insecure: bool = Field(False, description="Serve plaintext gRPC; for local use only.")
     tls_cert: str | None = Field(None, description="PEM server certificate file.")
@@ -168,3 +170,25 @@ class ServerConfig(_Section):
         180.0, gt=0, description="A client silent this long counts as gone for sync-round quorum."
     )
     rate_limit_per_s: float = Field(20.0, gt=0, description="Requests per second allowed per client (burst 2x).")
+
+
+class ClientConfig(_Section):
+    """One client agent process (a site's Job, or one process of `geofed local`)."""
+
+    ps: str = Field("127.0.0.1:7443", description="Parameter server address host:port (dialled out to).")
+    client_id: str = Field(..., min_length=1, max_length=253, description="Stable id, e.g. '<site>.<name>'.")
+    token_file: str | None = Field(
+        None, description="File holding the one-time join token; else the GEOFED_TOKEN environment variable."
+    )
+    data: str = Field(..., description="Private data: a directory of .txt/.jsonl/.bin files, or a .list file.")
+    tokenizer: str | None = Field(None, description="Local Hugging Face tokenizer directory; default byte-level.")
+    work_dir: str = Field("./geofed-client", description="Checkpoints, metrics.jsonl and the rejoin token.")
+    insecure: bool = Field(False, description="Plaintext gRPC; for local use only.")
+    ca: str | None = Field(None, description="PEM CA of the PS certificate (default: system roots).")
+    cert: str | None = Field(None, description="PEM client certificate for mTLS.")
+    key: str | None = Field(None, description="PEM client key for mTLS.")
+    device: str = Field("auto", description="torch device: auto, cpu, cuda, cuda:N.")
+    slowdown: float = Field(1.0, ge=1.0, le=100.0, description="Emulate a slower GPU by this factor (demos).")
+    max_rounds: int = Field(0, ge=0, description="Stop after this many syncs; 0 = no limit.")
+    duration_s: float = Field(0.0, ge=0, description="Stop after this many seconds; 0 = no limit.")
+    seed: int = Field(0, description="Seed of this client's data order.")

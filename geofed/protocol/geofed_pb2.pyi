@@ -27,7 +27,7 @@ class JoinRequest(_message.Message):
     def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
-    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest")
+    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_TTL_S_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,8 @@ class JoinResponse(_message.Message):
     MASTER_FIELD_NUMBER: _ClassVar[int]
     SERVER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     session: str
     session_ttl_s: float
     federation_json: str
@@ -42,7 +44,9 @@ class JoinResponse(_message.Message):
     master: bool
     server_instance: str
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
-    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
+    rejoin_token: str
+    rejoin_expires_at: float
+    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ...) -> None: ...
 
 class TensorSpec(_message.Message):
     __slots__ = ("name", "shape", "dtype")

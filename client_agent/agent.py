@@ -1,0 +1,262 @@
+"""The client agent's sync loop (Algorithm 1, client side; paper Fig. 1 steps 1-6).
+
+Join with a one-time token; the master bootstraps Θ0; then repeat: adopt the newest global model,
+train H steps or T seconds, push δ = θ_local − θ_base compressed, checkpoint. A relaunched client
+resumes its optimizer state and data position from its own checkpoint and the model from the PS.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from geofed.codec import ErrorFeedback, choose_codec, make_codec
+from geofed.config import ClientConfig, FederationConfig
+
+from .checkpoint import CheckpointManager, ClientCheckpoint
+from .corpus import read_file_list
+from .data import TokenStream, load_tokens
+from .flat import delta_, flatten, load_flat_, manifest
+from .model import build_model
+from .ps_client import GlobalVersion, PSClient, StaleDeltaError
+from .tokenizer import load_tokenizer
+from .trainer import LocalTrainer
+
+log = logging.getLogger("geofed.client")
+
+
+class Preempted(Exception):
+    """SIGTERM arrived: stop at once; the last sync's checkpoint is the resume point."""
+
+
+@dataclass
+class RoundRecord:
+    """One line of metrics.jsonl."""
+
+    t: float
+    client: str
+    round: int
+    step: int
+    base_version: int
+    version: int
+    status: str
+    staleness: int
+    train_loss: float
+    eval_loss: float | None
+    tokens_per_s: float
+    payload_bytes: int
+    ratio: float
+    codec: str
+    push_s: float
+    idle_s: float
+    train_s: float
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def read_token(cfg: ClientConfig) -> str:
+    """The one-time token from --token-file or GEOFED_TOKEN (read lazily: it may be rotated by the operator)."""
+    if cfg.token_file:
+        return Path(cfg.token_file).read_text().strip()
+    return os.environ.get("GEOFED_TOKEN", "").strip()
+
+
+class ClientAgent:
+    """One site's client; `run()` returns when a stop condition is met."""
+
+    def __init__(self, cfg: ClientConfig) -> None:
+        self.cfg = cfg
+        self.work = Path(cfg.work_dir)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.t_start = time.monotonic()
+        self.metrics_path = self.work / "metrics.jsonl"
+        self.first_step_at: float | None = None
+
+    def _ps_client(self) -> PSClient:
+        cfg = self.cfg
+
+        def read(p: str | None) -> bytes | None:
+            return Path(p).read_bytes() if p else None
+
+        return PSClient(cfg.ps, cfg.client_id, lambda: read_token(cfg), insecure=cfg.insecure, ca_cert=read(cfg.ca),
+                        client_cert=read(cfg.cert), client_key=read(cfg.key), state_dir=self.work)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, _raise_preempted)
+        ps = self._ps_client()
+        try:
+            return self._run(ps)
+        except Preempted:
+            log.info("event=preempted client=%s", self.cfg.client_id)
+            return 143
+        finally:
+            ps.close()
+
+    def _run(self, ps: PSClient) -> int:
+        cfg = self.cfg
+        ps.join()
+        fed: FederationConfig = ps.federation
+        device = pick_device(cfg.device)
+        torch.manual_seed(fed.model.seed)
+        model = build_model(fed.model)
+        tokenizer = load_tokenizer(cfg.tokenizer)
+        tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=self.work / "tokens.npy")
+        if report.skipped:
+            log.warning("event=data_skipped files=%d", report.skipped)
+        stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed)
+        trainer = LocalTrainer(model, fed.training, stream, device, slowdown=cfg.slowdown)
+        ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
+        numel = sum(int(np.prod(s)) for _, s, _ in manifest(model))
+        ef = ErrorFeedback(numel) if fed.codec.error_feedback else None
+        resumed = ckpts.load_latest()
+        if resumed is not None:
+            trainer.load_state_dict(resumed.trainer_state())
+            if ef is not None and resumed.residual:
+                ef.load_state_dict(resumed.residual)
+            log.info("event=resumed client=%s step=%d base_version=%d", cfg.client_id, resumed.step,
+                     resumed.base_version)
+        ps.start()
+        if ps.master and ps.join_version == 0:
+            self._bootstrap(ps, model, resumed)
+
+        delta = torch.empty(numel, dtype=torch.float32)
+        rounds = 0
+        global_model = self._await(ps, 0, timeout=None)
+        while True:
+            load_flat_(trainer.model, torch.from_numpy(global_model.flat))
+            if self.first_step_at is None:
+                self.first_step_at = time.monotonic() - self.t_start
+                log.info("event=first_step client=%s seconds_since_start=%.2f", cfg.client_id, self.first_step_at)
+            deadline = time.monotonic() + fed.training.sync_interval_s
+            if cfg.duration_s:
+                deadline = min(deadline, self.t_start + cfg.duration_s)
+            remaining = fed.training.max_steps - trainer.step if fed.training.max_steps else fed.training.local_steps
+            stats = trainer.train(min(fed.training.local_steps, remaining), deadline=deadline)
+            eval_loss = None
+            if trainer.step // fed.training.eval_every != (trainer.step - stats.steps) // fed.training.eval_every:
+                eval_loss = trainer.evaluate(fed.training.eval_batches)
+            delta_(delta, trainer.model, torch.from_numpy(global_model.flat))
+            codec_name = self._codec_name(fed, ps, numel)
+            codec = make_codec(codec_name, fed.codec.entropy, fed.codec.block_scales)
+            values = delta.numpy()
+            header, frames = ef.encode(codec, values) if ef is not None else codec.encode(values)
+            ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
+                         "tokens_per_s": stats.tokens_per_s, "bytes_sent": ps.bytes_sent, "step": trainer.step}
+            try:
+                receipt = ps.push(base_version=global_model.version, codec_header=header, frames=frames,
+                                  num_tokens=stats.tokens, num_samples=stats.samples, local_steps=max(1, stats.steps))
+                status, version, staleness, sent, push_s = (receipt.status, receipt.version, receipt.staleness,
+                                                            receipt.payload_bytes, receipt.seconds)
+            except StaleDeltaError as exc:
+                log.warning("event=delta_stale client=%s detail=%r", cfg.client_id, str(exc))
+                status, version, staleness, sent, push_s = "STALE", ps.latest().version, 0, 0, 0.0
+            rounds += 1
+            self._checkpoint(ckpts, trainer, global_model.version, ef, eval_loss)
+            t_idle = time.monotonic()
+            done = self._should_stop(rounds, trainer.step, fed)
+            if not done:
+                global_model = self._next_model(ps, fed, global_model, status, version)
+            idle = time.monotonic() - t_idle
+            self._record(RoundRecord(
+                time.time(), cfg.client_id, rounds, trainer.step, global_model.version, version, status, staleness,
+                stats.mean_loss, eval_loss, stats.tokens_per_s, sent, sent / max(1, 4 * numel), codec.name, push_s,
+                idle, stats.seconds,
+            ))
+            if done:
+                return 0
+
+    def _bootstrap(self, ps: PSClient, model: torch.nn.Module, resumed: ClientCheckpoint | None) -> None:
+        """Fig. 1 step 2: stream Θ0 to the PS; after a total PS loss, re-seed from our own checkpoint (§III-B4)."""
+        base = 0
+        if resumed is not None and isinstance(resumed.model, torch.Tensor) and resumed.model.numel():
+            load_flat_(model, resumed.model)
+            base = resumed.base_version
+        flat = flatten(model).numpy()
+        header, frames = make_codec("fp32").encode(flat)
+        receipt = ps.push(base_version=base, codec_header=header, frames=frames, init=True, manifest=manifest(model))
+        log.info("event=bootstrapped client=%s version=%d reseed=%s", self.cfg.client_id, receipt.version, base > 0)
+
+    @staticmethod
+    def _await(ps: PSClient, newer_than: int, timeout: float | None) -> GlobalVersion:
+        while True:
+            got = ps.wait_for_version(newer_than, timeout=timeout or 30.0)
+            if got is not None:
+                return got
+            if timeout is not None:
+                latest = ps.latest()
+                if latest is not None:
+                    return latest
+            log.info("event=waiting_for_model newer_than=%d", newer_than)
+
+    def _next_model(self, ps: PSClient, fed: FederationConfig, current: GlobalVersion, status: str,
+                    version: int) -> GlobalVersion:
+        """sync: wait for the round to close; async: adopt the newest version (ours, if it was applied)."""
+        if fed.aggregation.mode == "sync":
+            return self._await(ps, current.version, timeout=None)
+        if status == "APPLIED":
+            got = ps.wait_for_version(version - 1, timeout=30.0)
+            if got is not None:
+                return got
+        latest = ps.latest()
+        return latest if latest is not None and latest.version >= current.version else current
+
+    @staticmethod
+    def _codec_name(fed: FederationConfig, ps: PSClient, numel: int) -> str:
+        """'auto' picks int16 when the measured link allows it within the per-sync budget, else int8 (§III-B3)."""
+        if fed.codec.name != "auto":
+            return fed.codec.name
+        if ps.link_bytes_per_s is None:
+            return "int8"
+        return choose_codec(ps.link_bytes_per_s, numel, fed.codec.sync_time_budget_s)
+
+    def _checkpoint(self, ckpts: CheckpointManager, trainer: LocalTrainer, base_version: int,
+                    ef: ErrorFeedback | None, eval_loss: float | None) -> None:
+        state = trainer.state_dict()
+        ckpt = ClientCheckpoint(
+            model=flatten(trainer.model), optimizer=state["optimizer"], step=state["step"],
+            data_position=state["data_position"], base_version=base_version,
+            residual=ef.state_dict() if ef is not None else {}, scaler=state.get("scaler", {}), eval_loss=eval_loss,
+        )
+        ckpts.save_latest(ckpt)
+        if eval_loss is not None:
+            ckpts.consider(eval_loss, trainer.step, ckpt)
+
+    def _should_stop(self, rounds: int, step: int, fed: FederationConfig) -> bool:
+        cfg = self.cfg
+        if cfg.max_rounds and rounds >= cfg.max_rounds:
+            return True
+        if fed.training.max_steps and step >= fed.training.max_steps:
+            return True
+        return bool(cfg.duration_s and time.monotonic() - self.t_start >= cfg.duration_s)
+
+    def _record(self, rec: RoundRecord) -> None:
+        line = json.dumps(rec.__dict__)
+        with open(self.metrics_path, "a") as f:
+            f.write(line + "\n")
+        log.info("event=sync client=%s round=%d step=%d version=%d status=%s loss=%.4f bytes=%d ratio=%.3f",
+                 rec.client, rec.round, rec.step, rec.version, rec.status, rec.train_loss, rec.payload_bytes,
+                 rec.ratio)
+
+
+def _raise_preempted(signum, frame):
+    raise Preempted()
+
+
+def _data_source(data: str):
+    """A directory, or a `.list` file naming one file per line (how `geofed local` splits a corpus)."""
+    p = Path(data)
+    if p.suffix == ".list":
+        return read_file_list(p)
+    return p

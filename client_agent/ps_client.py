@@ -1,0 +1,372 @@
+"""The client's side of the wire: Join, a resumable StreamModel receiver, idempotent PushDelta, heartbeats.
+
+Only outbound connections (paper §III-B2). A broken model download resumes at the byte it reached;
+a failed push is retransmitted with the same upload id, so the PS applies it at most once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from geofed.config import FederationConfig
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol import geofed_pb2_grpc as pb_grpc
+from geofed.protocol.auth import bearer
+from geofed.protocol.channel import open_channel
+from geofed.protocol.messages import ManifestEntry, manifest_from_proto, manifest_to_proto, report_to_proto
+
+from .backoff import Backoff
+
+log = logging.getLogger("geofed.client")
+
+PAYLOAD_CHUNK = 1 << 20  # bytes per PushDelta payload message (well under gRPC's 4 MiB default)
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.DATA_LOSS,
+}
+
+
+class JoinError(Exception):
+    """Could not join: bad/used/expired token or unreachable PS; the message says which."""
+
+
+class StaleDeltaError(Exception):
+    """The PS refused the delta as too stale: fetch the current model and train again."""
+
+
+class PushError(Exception):
+    """The PS refused the push for a reason retrying cannot fix."""
+
+
+@dataclass
+class GlobalVersion:
+    """One fully received, checksum-verified global model."""
+
+    version: int
+    flat: np.ndarray
+    manifest: list[ManifestEntry]
+    received_at: float = field(default_factory=time.monotonic)
+    seconds: float = 0.0  # wall time of the transfer
+
+    @property
+    def nbytes(self) -> int:
+        return self.flat.nbytes
+
+
+@dataclass
+class PushReceipt:
+    status: str
+    version: int
+    staleness: int
+    weight: float
+    payload_bytes: int
+    seconds: float
+    attempts: int
+
+
+class PSClient:
+    """Connection to one PS for one client id; thread-safe for one pusher + background threads."""
+
+    def __init__(
+        self, address: str, client_id: str, token_source: Callable[[], str], *, insecure: bool = False,
+        ca_cert: bytes | None = None, client_cert: bytes | None = None, client_key: bytes | None = None,
+        state_dir: str | Path | None = None, rpc_timeout_s: float = 30.0, push_timeout_s: float = 3600.0,
+        join_deadline_s: float = 60.0,
+    ) -> None:
+        self.address, self.client_id = address, client_id
+        self.token_source = token_source
+        self.channel = open_channel(address, insecure=insecure, ca_cert=ca_cert, client_cert=client_cert,
+                                    client_key=client_key)
+        self.stub = pb_grpc.ParameterServerStub(self.channel)
+        self.state_dir = Path(state_dir) if state_dir else None
+        self.rpc_timeout_s, self.push_timeout_s, self.join_deadline_s = rpc_timeout_s, push_timeout_s, join_deadline_s
+        self.session: str | None = None
+        self.session_ttl_s = 60.0
+        self.federation: FederationConfig | None = None
+        self.master = False
+        self.server_instance = ""
+        self.join_version = 0
+        self.manifest: list[ManifestEntry] = []
+        self._rejoin_token: str | None = self._load_rejoin()
+        self._join_lock = threading.Lock()
+        self._latest: GlobalVersion | None = None
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.report: dict = {}
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.link_bytes_per_s: float | None = None  # measured upload throughput (for codec choice)
+        self.model_resumes = 0
+        self._call = None
+
+    # ---- Join ---------------------------------------------------------------------------------------
+
+    def _rejoin_path(self) -> Path | None:
+        return self.state_dir / "rejoin.token" if self.state_dir else None
+
+    def _load_rejoin(self) -> str | None:
+        path = self._rejoin_path()
+        if path and path.exists():
+            return path.read_text().strip() or None
+        return None
+
+    def _save_rejoin(self, token: str) -> None:
+        path = self._rejoin_path()
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        os.replace(tmp, path)
+
+    def join(self) -> None:
+        """Join with the freshest credential we have: the given token first, then the rejoin token."""
+        with self._join_lock:
+            errors = []
+            backoff = Backoff()
+            deadline = time.monotonic() + self.join_deadline_s
+            candidates = self._token_candidates()
+            while True:
+                for source, token in candidates:
+                    try:
+                        r = self.stub.Join(pb.JoinRequest(token=token, client_id=self.client_id),
+                                           timeout=self.rpc_timeout_s)
+                    except grpc.RpcError as exc:
+                        if exc.code() in RETRYABLE:
+                            errors.append(f"{source}: {exc.code().name}")
+                            break  # PS unreachable: back off, then try the same candidates again
+                        errors.append(f"{source} token refused ({exc.details()})")
+                        continue
+                    self._adopt_join(r)
+                    log.info("event=joined client=%s via=%s version=%d master=%s", self.client_id, source,
+                             r.version, r.master)
+                    return
+                else:
+                    raise JoinError("; ".join(errors) or "no token available (give --token-file or GEOFED_TOKEN)")
+                if time.monotonic() > deadline:
+                    raise JoinError(f"parameter server {self.address} unreachable: " + "; ".join(errors[-3:]))
+                time.sleep(backoff.next_delay())
+
+    def _token_candidates(self) -> list[tuple[str, str]]:
+        out = []
+        try:
+            token = self.token_source()
+        except (OSError, KeyError, ValueError) as exc:
+            log.warning("event=token_unavailable error=%r", str(exc))
+            token = ""
+        if token:
+            out.append(("one-time", token))
+        if self._rejoin_token:
+            out.append(("rejoin", self._rejoin_token))
+        return out
+
+    def _adopt_join(self, r: pb.JoinResponse) -> None:
+        self.session = r.session
+        self.session_ttl_s = r.session_ttl_s
+        self.federation = FederationConfig.model_validate_json(r.federation_json)
+        self.master = r.master
+        self.server_instance = r.server_instance
+        self.join_version = r.version
+        self.manifest = manifest_from_proto(r.manifest)
+        self._rejoin_token = r.rejoin_token
+        self._save_rejoin(r.rejoin_token)
+
+    def _metadata(self):
+        if self.session is None:
+            raise JoinError("not joined")
+        return bearer(self.session)
+
+    def _rejoin_after(self, exc: grpc.RpcError) -> None:
+        log.warning("event=session_refused client=%s detail=%r", self.client_id, exc.details())
+        self.join()
+
+    # ---- background: model stream + heartbeat ------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the long-lived model stream and the heartbeat loop."""
+        for target, name in ((self._stream_loop, "model-stream"), (self._heartbeat_loop, "heartbeat")):
+            t = threading.Thread(target=target, name=f"geofed-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def latest(self) -> GlobalVersion | None:
+        return self._latest
+
+    def wait_for_version(self, newer_than: int, timeout: float | None = None) -> GlobalVersion | None:
+        """Block until a global version > `newer_than` has been fully received."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._stop.is_set() or (self._latest is not None and self._latest.version > newer_than),
+                timeout,
+            )
+            latest = self._latest
+        return latest if latest is not None and latest.version > newer_than else None
+
+    def _stream_loop(self) -> None:
+        backoff = Backoff()
+        partial: tuple[int, np.ndarray, int, list[ManifestEntry], float] | None = None  # version, buf, bytes, mf, t0
+        while not self._stop.is_set():
+            have = self._latest.version if self._latest else 0
+            req = pb.StreamModelRequest(have_version=have)
+            if partial is not None:
+                req.resume_version, req.resume_offset = partial[0], partial[2]
+                self.model_resumes += 1
+            call = None
+            try:
+                call = self.stub.StreamModel(req, metadata=self._metadata())
+                self._call = call
+                for chunk in call:
+                    if self._stop.is_set():
+                        break
+                    partial = self._take_chunk(chunk, partial)
+                    backoff.reset()
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    try:
+                        self._rejoin_after(exc)
+                    except JoinError as err:
+                        log.error("event=rejoin_failed error=%r", str(err))
+                        time.sleep(backoff.next_delay())
+                    continue
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    partial = None  # our resume point is unusable: start the transfer over
+                log.warning("event=stream_broken code=%s resume_bytes=%d", exc.code().name,
+                            partial[2] if partial else 0)
+                time.sleep(backoff.next_delay())
+            except JoinError:
+                time.sleep(backoff.next_delay())
+
+    def _take_chunk(self, chunk: pb.ModelChunk, partial):
+        """Assemble chunks into a buffer; publish it when complete and its digest matches."""
+        if partial is None or partial[0] != chunk.version:
+            if chunk.offset != 0:
+                log.error("event=model_chunk_unexpected version=%d offset=%d", chunk.version, chunk.offset)
+                return None
+            if chunk.total_bytes % 4:
+                raise ValueError("model size is not a whole number of fp32 values")
+            partial = (chunk.version, np.empty(chunk.total_bytes // 4, dtype=np.float32), 0,
+                       manifest_from_proto(chunk.manifest), time.monotonic())
+        version, buf, received, manifest, t0 = partial
+        if chunk.offset != received:
+            return (version, buf, received, manifest, t0) if chunk.offset < received else None
+        view = buf.view(np.uint8)
+        view[received : received + len(chunk.data)] = np.frombuffer(chunk.data, dtype=np.uint8)
+        received += len(chunk.data)
+        self.bytes_received += len(chunk.data)
+        if received < buf.nbytes:
+            return (version, buf, received, manifest, t0)
+        if hashlib.sha256(memoryview(view)).digest() != chunk.sha256:
+            log.error("event=model_checksum_mismatch version=%d", version)
+            return None
+        gv = GlobalVersion(version, buf, manifest or self.manifest, seconds=time.monotonic() - t0)
+        if manifest:
+            self.manifest = manifest
+        with self._cond:
+            self._latest = gv
+            self._cond.notify_all()
+        log.info("event=model_received version=%d bytes=%d seconds=%.2f", version, buf.nbytes, gv.seconds)
+        return None
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(max(1.0, self.session_ttl_s / 3)):
+            try:
+                self.stub.Heartbeat(pb.HeartbeatRequest(report=report_to_proto(self.report)),
+                                    metadata=self._metadata(), timeout=self.rpc_timeout_s)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    try:
+                        self._rejoin_after(exc)
+                    except JoinError as err:
+                        log.error("event=rejoin_failed error=%r", str(err))
+            except JoinError:
+                pass
+
+    # ---- PushDelta ----------------------------------------------------------------------------------
+
+    def push(
+        self, *, base_version: int, codec_header: bytes, frames: Iterable[bytes], num_tokens: int = 0,
+        num_samples: int = 0, local_steps: int = 1, init: bool = False, manifest: list[ManifestEntry] | None = None,
+        max_attempts: int = 8,
+    ) -> PushReceipt:
+        """Spool the encoded payload, then send it; retransmit with the same upload id on failure."""
+        upload_id = uuid.uuid4().hex
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            sha = hashlib.sha256()
+            for frame in frames:
+                sha.update(frame)
+                spool.write(frame)
+            size = spool.tell()
+            digest = sha.digest()
+            header = pb.DeltaHeader(
+                base_version=base_version, upload_id=upload_id, codec_header=codec_header, payload_bytes=size,
+                num_tokens=num_tokens, num_samples=num_samples, local_steps=local_steps, init=init,
+                report=report_to_proto(self.report),
+            )
+            if manifest:
+                header.manifest.extend(manifest_to_proto(manifest))
+            backoff = Backoff()
+            t0 = time.monotonic()
+            for attempt in range(1, max_attempts + 1):
+                try:
+                    t_send = time.monotonic()
+                    result = self.stub.PushDelta(self._messages(header, spool, digest), metadata=self._metadata(),
+                                                 timeout=self.push_timeout_s)
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                    if code == grpc.StatusCode.FAILED_PRECONDITION and "behind" in (exc.details() or ""):
+                        raise StaleDeltaError(exc.details()) from None
+                    if code == grpc.StatusCode.UNAUTHENTICATED:
+                        self._rejoin_after(exc)
+                        continue
+                    if code not in RETRYABLE or attempt == max_attempts:
+                        raise PushError(f"{code.name}: {exc.details()}") from None
+                    log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
+                    time.sleep(backoff.next_delay())
+                    continue
+                elapsed = time.monotonic() - t_send
+                self.bytes_sent += size
+                if size > (256 << 10) and elapsed > 0:
+                    rate = size / elapsed
+                    prev = self.link_bytes_per_s
+                    self.link_bytes_per_s = rate if prev is None else 0.5 * (prev + rate)
+                return PushReceipt(pb.PushStatus.Name(result.status), result.version, result.staleness, result.weight,
+                                   size, time.monotonic() - t0, attempt)
+        raise PushError("push failed after retries")
+
+    @staticmethod
+    def _messages(header: pb.DeltaHeader, spool, digest: bytes):
+        yield pb.DeltaChunk(header=header)
+        spool.seek(0)
+        offset = 0
+        while data := spool.read(PAYLOAD_CHUNK):
+            yield pb.DeltaChunk(payload=pb.DeltaPayload(offset=offset, data=data))
+            offset += len(data)
+        yield pb.DeltaChunk(trailer=pb.DeltaTrailer(sha256=digest))
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._call is not None:
+            self._call.cancel()
+        with self._cond:
+            self._cond.notify_all()
+        self.channel.close()
+        for t in self._threads:
+            t.join(timeout=5)

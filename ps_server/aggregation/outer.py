@@ -1,0 +1,126 @@
+"""Outer optimizers: the PS's step on the averaged client delta (Algorithm 1, step 13, and better).
+
+The averaged delta Δ is a pseudo-gradient g = -Δ (DiLoCo). FedAvg applies θ += η·Δ; Nesterov is
+DiLoCo's outer step (torch SGD, nesterov=True); Adam is FedOpt's FedAdam. Everything runs in place on
+flat fp32 numpy buffers, slice by slice, so temporaries stay O(slice), never O(model): each
+optimizer turns the averaged delta *in place* into the increment u, and the PS builds θ + u in that
+same buffer, so an outer step needs no model-sized allocation beyond the optimizer's own state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from geofed.config import AggregationConfig
+
+_SLICE = 1 << 22  # elements per in-place slice: bounds temporaries to ~16 MiB
+
+
+def _slices(n: int):
+    for start in range(0, n, _SLICE):
+        yield slice(start, min(n, start + _SLICE))
+
+
+class OuterOptimizer(ABC):
+    """Applies an averaged delta to the flat global parameters, in place."""
+
+    name: str = ""
+
+    @abstractmethod
+    def increment_(self, delta: np.ndarray) -> None:
+        """Overwrite the averaged delta Δ with the increment u, so that θ_new = θ + u."""
+
+    def state_dict(self) -> dict[str, np.ndarray | float | int]:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027 - stateless default
+        """Restore optimizer state saved by `state_dict`."""
+
+
+class FedAvg(OuterOptimizer):
+    """θ ← θ + η·Δ; η = 1 is plain federated averaging."""
+
+    name = "fedavg"
+
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+    def increment_(self, delta: np.ndarray) -> None:
+        delta *= np.float32(self.lr)
+
+
+class Nesterov(OuterOptimizer):
+    """DiLoCo's outer step: SGD with Nesterov momentum on g = -Δ (buf ← μ·buf + g; θ ← θ - η(g + μ·buf))."""
+
+    name = "nesterov"
+
+    def __init__(self, lr: float, momentum: float, numel: int) -> None:
+        self.lr, self.momentum = lr, momentum
+        self.buf = np.zeros(numel, dtype=np.float32)
+
+    def increment_(self, delta: np.ndarray) -> None:
+        mu, lr = np.float32(self.momentum), np.float32(self.lr)
+        for s in _slices(delta.size):
+            d = delta[s]  # view; g = -d
+            b = self.buf[s]
+            b *= mu
+            b -= d  # buf ← μ·buf + g
+            d -= mu * b  # -(g + μ·buf)
+            d *= lr
+
+    def state_dict(self) -> dict:
+        return {"buf": self.buf}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buf = np.asarray(state["buf"], dtype=np.float32).copy()
+
+
+class Adam(OuterOptimizer):
+    """FedAdam (Reddi et al., FedOpt) with bias correction; ε plays FedOpt's τ."""
+
+    name = "adam"
+
+    def __init__(self, lr: float, beta1: float, beta2: float, eps: float, numel: int) -> None:
+        self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
+        self.m = np.zeros(numel, dtype=np.float32)
+        self.v = np.zeros(numel, dtype=np.float32)
+        self.t = 0
+
+    def increment_(self, delta: np.ndarray) -> None:
+        self.t += 1
+        b1, b2 = np.float32(self.beta1), np.float32(self.beta2)
+        c1 = 1.0 - self.beta1**self.t
+        c2 = 1.0 - self.beta2**self.t
+        step_size = np.float32(self.lr / c1)
+        for s in _slices(delta.size):
+            d = delta[s]  # view; g = -d
+            m, v = self.m[s], self.v[s]
+            m *= b1
+            m -= (1 - b1) * d
+            v *= b2
+            v += (1 - b2) * d * d
+            denom = np.sqrt(v / np.float32(c2))
+            denom += np.float32(self.eps)
+            np.divide(m, denom, out=d)
+            d *= -step_size
+
+    def state_dict(self) -> dict:
+        return {"m": self.m, "v": self.v, "t": self.t}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.m = np.asarray(state["m"], dtype=np.float32).copy()
+        self.v = np.asarray(state["v"], dtype=np.float32).copy()
+        self.t = int(state["t"])
+
+
+def build_outer_optimizer(cfg: AggregationConfig, numel: int) -> OuterOptimizer:
+    """The outer optimizer named in the federation's aggregation settings."""
+    if cfg.outer_optimizer == "fedavg":
+        return FedAvg(cfg.global_lr)
+    if cfg.outer_optimizer == "nesterov":
+        return Nesterov(cfg.global_lr, cfg.momentum, numel)
+    if cfg.outer_optimizer == "adam":
+        return Adam(cfg.global_lr, cfg.beta1, cfg.beta2, cfg.adam_eps, numel)
+    raise ValueError(f"unknown outer optimizer {cfg.outer_optimizer!r}")

@@ -1,0 +1,49 @@
+"""When a round closes: synchronous quorum + straggler timeout, or asynchronous buffer of K deltas."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from geofed.config import AggregationConfig
+
+from .weighting import staleness_factor
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How an arriving delta is admitted: its staleness and the factor it is weighted by."""
+
+    staleness: int
+    factor: float
+
+
+class StaleDelta(Exception):
+    """The delta is too old to use; the client must fetch the current model and start again."""
+
+
+def admit(cfg: AggregationConfig, base_version: int, current_version: int) -> Admission:
+    """Decide staleness weighting for a delta computed against `base_version`."""
+    if base_version > current_version:
+        raise ValueError(f"base version {base_version} is ahead of the global version {current_version}")
+    staleness = current_version - base_version
+    if staleness > cfg.max_staleness:
+        raise StaleDelta(
+            f"delta is {staleness} versions behind (max_staleness={cfg.max_staleness}): resync and retrain"
+        )
+    if cfg.mode == "sync" and cfg.late_policy == "accept":
+        return Admission(staleness, 1.0)
+    return Admission(staleness, staleness_factor(staleness, cfg.staleness_exponent))
+
+
+def should_close(
+    cfg: AggregationConfig, *, buffered: int, clients_in_round: int, active_clients: int, first_at: float | None,
+    now: float,
+) -> bool:
+    """True when the buffered deltas should become a new global version."""
+    if buffered == 0 or first_at is None:
+        return False
+    if cfg.mode == "async":
+        return buffered >= cfg.buffer_size or now - first_at >= cfg.buffer_timeout_s
+    needed = max(1, math.ceil(cfg.quorum * max(1, active_clients)))
+    return clients_in_round >= needed or now - first_at >= cfg.straggler_timeout_s

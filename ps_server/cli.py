@@ -1,0 +1,98 @@
+"""`geofed ps`, `geofed token create` and `geofed status`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    from geofed.cli_flags import add_model_flags
+    from geofed.config import ServerConfig
+
+    ps = sub.add_parser("ps", help="run the parameter server", description="Run the geofed parameter server.")
+    ps.add_argument("--federation", help="federation settings file (YAML/JSON of geofed.config.FederationConfig)")
+    ps.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a federation setting, e.g. "
+                    "aggregation.mode=sync (repeatable)")
+    ps.add_argument("--ready-file", help="write the bound port here once listening (for scripts and tests)")
+    ps.add_argument("--log-level", default="INFO")
+    add_model_flags(ps, ServerConfig)
+    ps.set_defaults(func=run_ps)
+
+    token = sub.add_parser("token", help="manage one-time tokens")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", help="mint a one-time join token through the admin surface")
+    create.add_argument("--client-id", required=True)
+    create.add_argument("--site", default="")
+    create.add_argument("--ttl", type=float, default=0.0, help="seconds; 0 = server default")
+    create.add_argument("--master", action="store_true", help="the client bootstraps the model")
+    _add_admin_flags(create)
+    create.set_defaults(func=run_token_create)
+
+    status = sub.add_parser("status", help="print the PS status as JSON")
+    _add_admin_flags(status)
+    status.add_argument("--clients", action="store_true", help="also list clients")
+    status.set_defaults(func=run_status)
+
+
+def _add_admin_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ps", default="127.0.0.1:7443", help="PS address host:port")
+    p.add_argument("--admin-token-file", required=True, help="file holding the admin (or site) credential")
+    p.add_argument("--ca", help="PEM CA of the PS certificate")
+    p.add_argument("--insecure", action="store_true", help="plaintext (local use only)")
+
+
+def _admin_client(args):
+    from geofed.protocol.admin_client import AdminClient
+
+    credential = Path(args.admin_token_file).read_text().strip()
+    ca = Path(args.ca).read_bytes() if args.ca else None
+    return AdminClient(args.ps, credential, insecure=args.insecure, ca_cert=ca)
+
+
+def run_ps(args) -> int:
+    from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, model_from_flags, validate_settings
+    from geofed.config import FederationConfig, ServerConfig
+    from geofed.logs import setup_logging
+
+    from .server import ConfigError, serve
+
+    setup_logging(args.log_level)
+    try:
+        fed = validate_settings(FederationConfig, apply_overrides(load_settings_file(args.federation), args.set))
+        cfg = model_from_flags(ServerConfig, args)
+        return serve(fed, cfg, ready_file=args.ready_file)
+    except (SettingsError, ConfigError) as exc:
+        print(f"geofed ps: {exc}", file=sys.stderr)
+        return 2
+
+
+def run_token_create(args) -> int:
+    from geofed.protocol.admin_client import AdminError
+
+    try:
+        with _admin_client(args) as admin:
+            token, expires = admin.create_token(args.client_id, args.site, args.ttl, args.master)
+    except (AdminError, OSError) as exc:
+        print(f"geofed token create: {exc}", file=sys.stderr)
+        return 1
+    print(token)
+    return 0
+
+
+def run_status(args) -> int:
+    from geofed.protocol.admin_client import AdminError
+
+    try:
+        with _admin_client(args) as admin:
+            out = {"status": admin.status()}
+            if args.clients:
+                out["clients"] = admin.list_clients()
+    except (AdminError, OSError) as exc:
+        print(f"geofed status: {exc}", file=sys.stderr)
+        return 1
+    json.dump(out, sys.stdout, indent=2)
+    print()
+    return 0

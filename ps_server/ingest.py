@@ -1,0 +1,181 @@
+"""Receiving one PushDelta: a pure state machine over header, ordered payload chunks and trailer.
+
+The encoded payload is spooled (RAM up to a threshold, then a temp file), checksummed and decoded
+*while it arrives* to validate it (shape, finiteness, norm); only a fully valid push reaches the
+aggregator, which decodes the spool once more into the running sum. Nothing touches the global
+model before the trailer's checksum matches, so a broken push can never corrupt it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tempfile
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+
+from geofed.codec import CodecError, decoder_for
+
+from .global_model import TensorEntry, validate_manifest
+
+_SPOOL_IN_RAM = 32 << 20  # encoded bytes kept in RAM before spilling to a temp file
+_READ = 1 << 20
+
+
+class PushRejected(Exception):
+    """A push that must be refused; `code` is a grpc.StatusCode name, `reason` a metrics label."""
+
+    def __init__(self, code: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class PushHeader:
+    """Protocol-neutral copy of DeltaHeader."""
+
+    base_version: int
+    upload_id: str
+    codec_header: bytes
+    payload_bytes: int
+    num_tokens: int = 0
+    num_samples: int = 0
+    local_steps: int = 1
+    init: bool = False
+    manifest: tuple[TensorEntry, ...] = ()
+    report: dict = field(default_factory=dict)
+
+
+@dataclass
+class ReceivedPush:
+    """A fully received, checksum-verified, validated push whose payload sits in a spool."""
+
+    client_id: str
+    header: PushHeader
+    codec_name: str
+    numel: int
+    norm: float
+    spool: BinaryIO
+
+    def iter_values(self, max_numel: int):
+        """Decode the spooled payload again, yielding (offset, float32 values)."""
+        self.spool.seek(0)
+        decoder = decoder_for(self.header.codec_header, max_numel=max_numel)
+        while chunk := self.spool.read(_READ):
+            yield from decoder.feed(chunk)
+        decoder.finish()
+
+    def close(self) -> None:
+        self.spool.close()
+
+
+class PushReceiver:
+    """Validates one push as its parts arrive; raises PushRejected on the first problem."""
+
+    def __init__(self, *, client_id: str, model_numel: int | None, max_upload_bytes: int, max_init_numel: int):
+        self.client_id = client_id
+        self.model_numel = model_numel
+        self.max_upload_bytes = max_upload_bytes
+        self.max_init_numel = max_init_numel
+        self.header: PushHeader | None = None
+        self.received = 0
+        self._sha = hashlib.sha256()
+        self._spool: BinaryIO | None = None
+        self._decoder = None
+        self._decoded = 0
+        self._sq_norm = 0.0
+        self._done = False
+
+    def on_header(self, header: PushHeader) -> None:
+        if self.header is not None:
+            raise PushRejected("INVALID_ARGUMENT", "protocol", "a second header arrived in one push")
+        if not header.upload_id or len(header.upload_id) > 128:
+            raise PushRejected("INVALID_ARGUMENT", "protocol", "upload_id must be 1..128 characters")
+        if header.payload_bytes > self.max_upload_bytes:
+            raise PushRejected(
+                "RESOURCE_EXHAUSTED", "oversized",
+                f"payload of {header.payload_bytes} bytes exceeds the cap of {self.max_upload_bytes} bytes",
+            )
+        if header.init:
+            try:
+                expected = validate_manifest(header.manifest, max_numel=self.max_init_numel)
+            except ValueError as exc:
+                raise PushRejected("INVALID_ARGUMENT", "manifest", f"init manifest: {exc}") from exc
+        else:
+            if self.model_numel is None:
+                raise PushRejected("FAILED_PRECONDITION", "no_model", "the PS has no model yet: the master must init")
+            expected = self.model_numel
+        try:
+            # A generous bound here so a wrong shape is reported as such; the exact check follows, and
+            # nothing is decoded (or allocated) before it passes.
+            self._decoder = decoder_for(header.codec_header, max_numel=max(expected, self.max_init_numel))
+        except CodecError as exc:
+            raise PushRejected("INVALID_ARGUMENT", "codec", f"codec header: {exc}") from exc
+        if self._decoder.numel != expected:
+            raise PushRejected(
+                "INVALID_ARGUMENT", "shape",
+                f"delta has {self._decoder.numel} elements but the model has {expected}",
+            )
+        if header.init and not self._decoder.codec_name.startswith("fp32"):
+            raise PushRejected("INVALID_ARGUMENT", "codec", "the initial model must be sent with the fp32 codec")
+        self.header = header
+        self._spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_RAM)
+
+    def on_payload(self, offset: int, data: bytes) -> None:
+        if self.header is None or self._spool is None:
+            raise PushRejected("INVALID_ARGUMENT", "protocol", "payload before header")
+        if self._done:
+            raise PushRejected("INVALID_ARGUMENT", "protocol", "payload after trailer")
+        if offset != self.received:
+            raise PushRejected(
+                "INVALID_ARGUMENT", "order", f"chunk at offset {offset}, expected offset {self.received}"
+            )
+        if self.received + len(data) > self.header.payload_bytes:
+            raise PushRejected(
+                "INVALID_ARGUMENT", "size",
+                f"payload exceeds the declared {self.header.payload_bytes} bytes",
+            )
+        self.received += len(data)
+        self._sha.update(data)
+        self._spool.write(data)
+        try:
+            for off, values in self._decoder.feed(data):
+                if not np.isfinite(values).all():
+                    bad = int(np.flatnonzero(~np.isfinite(values))[0]) + off
+                    raise PushRejected("INVALID_ARGUMENT", "nonfinite", f"non-finite value (NaN/Inf) at element {bad}")
+                self._sq_norm += float(np.dot(values, values))
+                self._decoded = off + values.size
+        except CodecError as exc:
+            raise PushRejected("INVALID_ARGUMENT", "codec", f"payload: {exc}") from exc
+
+    def on_trailer(self, sha256: bytes) -> ReceivedPush:
+        if self.header is None or self._spool is None:
+            raise PushRejected("INVALID_ARGUMENT", "protocol", "trailer before header")
+        self._done = True
+        if self.received != self.header.payload_bytes:
+            raise PushRejected(
+                "INVALID_ARGUMENT", "truncated",
+                f"payload truncated: received {self.received} of {self.header.payload_bytes} bytes",
+            )
+        if sha256 != self._sha.digest():
+            raise PushRejected("DATA_LOSS", "checksum", "payload checksum mismatch")
+        try:
+            self._decoder.finish()
+        except CodecError as exc:
+            raise PushRejected("INVALID_ARGUMENT", "codec", f"payload: {exc}") from exc
+        norm = math.sqrt(self._sq_norm)
+        if not math.isfinite(norm):
+            raise PushRejected("INVALID_ARGUMENT", "nonfinite", "delta norm overflows float")
+        push = ReceivedPush(
+            self.client_id, self.header, self._decoder.codec_name, self._decoder.numel, norm, self._spool
+        )
+        self._spool = None
+        return push
+
+    def abort(self) -> None:
+        """Drop whatever was spooled (stream broke or was rejected)."""
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None

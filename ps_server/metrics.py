@@ -1,0 +1,44 @@
+"""Prometheus metrics of the PS (what the paper's dashboard shows, and what an operator would graph)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class PSMetrics:
+    """All PS metrics in one private registry (so several PS instances can live in one test process)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.bytes_in = Counter("geofed_bytes_in", "Bytes received from a client", ["client"], registry=r)
+        self.bytes_out = Counter("geofed_bytes_out", "Bytes of model sent to a client", ["client"], registry=r)
+        self.compression_ratio = Gauge(
+            "geofed_compression_ratio", "Encoded bytes / fp32 bytes of the client's last delta", ["client"], registry=r
+        )
+        self.push_seconds = Histogram(
+            "geofed_push_seconds", "Wall time of one PushDelta (a sync's RTT)", ["client"], registry=r,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+        )
+        self.decode_seconds = Histogram("geofed_decode_seconds", "Validation decode of one push", registry=r)
+        self.aggregate_seconds = Histogram("geofed_aggregate_seconds", "Folding one push into the sum", registry=r)
+        self.global_version = Gauge("geofed_global_version", "Current global model version", registry=r)
+        self.connected_clients = Gauge("geofed_connected_clients", "Clients with an open model stream", registry=r)
+        self.staleness = Histogram(
+            "geofed_staleness", "Versions between a delta's base and the global version", registry=r,
+            buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
+        )
+        self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
+        self.auth_failures = Counter("geofed_auth_failures", "Refused credentials by RPC", ["rpc"], registry=r)
+        self.train_loss = Gauge("geofed_client_train_loss", "Client's reported train loss", ["client"], registry=r)
+        self.eval_loss = Gauge("geofed_client_eval_loss", "Client's reported eval loss", ["client"], registry=r)
+        self.tokens_per_s = Gauge(
+            "geofed_client_tokens_per_second", "Client's reported training throughput", ["client"], registry=r
+        )
+        self.contribution = Gauge(
+            "geofed_client_contribution", "Summed weight of the client's applied deltas", ["client"], registry=r
+        )
+        self.checkpoint_failures = Counter("geofed_checkpoint_failures", "Failed PS checkpoints", registry=r)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        """Expose /metrics over HTTP on its own port."""
+        start_http_server(port, addr=host, registry=self.registry)

@@ -1,0 +1,220 @@
+"""Credentials of a federation: one-time tokens, rejoin tokens, site credentials, sessions.
+
+Secrets are random (`secrets.token_urlsafe`), stored only as SHA-256 hashes, bound to a client id,
+expire, and are consumed atomically under one lock (paper §III-B4: rejoin with a one-time token).
+Sessions are short-lived and deliberately not persisted: after a PS restart clients re-Join.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+
+class AuthError(Exception):
+    """A credential was missing, unknown, expired, already used, or used outside its scope."""
+
+    def __init__(self, message: str, *, permission: bool = False) -> None:
+        super().__init__(message)
+        self.permission = permission  # True: authenticated but not allowed (PERMISSION_DENIED)
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _check_site_scope(site: str, client_id: str) -> None:
+    """A site may only mint ids of the form `<site>.<name>` (or exactly `<site>`)."""
+    if client_id != site and not client_id.startswith(site + "."):
+        raise AuthError(f"site {site!r} may not mint tokens for client {client_id!r}", permission=True)
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """What a one-time (or rejoin) token grants; keyed by the token's hash."""
+
+    client_id: str
+    site: str
+    expires_at: float
+    master: bool = False
+    kind: str = "join"  # "join" (minted by admin/site) or "rejoin" (handed out at Join)
+
+
+@dataclass
+class Session:
+    """A live client session; `expires_at` moves forward on every heartbeat."""
+
+    client_id: str
+    site: str
+    master: bool
+    expires_at: float
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling an admin RPC: the admin, or one site (scoped to its own client ids)."""
+
+    site: str | None  # None = the federation admin
+
+    @property
+    def is_admin(self) -> bool:
+        return self.site is None
+
+
+class Registry:
+    """Thread-safe store of every credential the PS knows; only hashes are kept."""
+
+    def __init__(self, admin_credential: str, *, session_ttl_s: float = 300.0, rejoin_ttl_s: float = 7 * 86400):
+        if len(admin_credential) < 16:
+            raise ValueError("admin credential must be at least 16 characters")
+        self._admin_hash = _hash(admin_credential)
+        self._lock = threading.Lock()
+        self._tokens: dict[str, TokenRecord] = {}
+        self._sites: dict[str, str] = {}  # site -> credential hash
+        self._revoked_sites: set[str] = set()
+        self._sessions: dict[str, Session] = {}
+        self.session_ttl_s = session_ttl_s
+        self.rejoin_ttl_s = rejoin_ttl_s
+
+    # ---- admin surface --------------------------------------------------------------------------
+
+    def authenticate_admin(self, credential: str) -> Principal:
+        """Map an admin-surface credential to a principal, or raise AuthError."""
+        digest = _hash(credential)
+        if hmac.compare_digest(digest, self._admin_hash):
+            return Principal(site=None)
+        with self._lock:
+            for site, site_hash in self._sites.items():
+                if hmac.compare_digest(digest, site_hash):
+                    return Principal(site=site)
+        raise AuthError("unknown or revoked admin/site credential")
+
+    def mint_token(
+        self, principal: Principal, client_id: str, site: str, ttl_s: float, *, master: bool = False
+    ) -> tuple[str, float]:
+        """Mint a one-time join token bound to `client_id`; sites only for their own clients."""
+        if not client_id or len(client_id) > 253:
+            raise ValueError("client_id must be 1..253 characters")
+        if ttl_s <= 0:
+            raise ValueError("token ttl must be positive")
+        if not principal.is_admin:
+            assert principal.site is not None
+            _check_site_scope(principal.site, client_id)
+            if master:
+                raise AuthError("only the federation admin may mint a master token", permission=True)
+            site = principal.site
+        token = secrets.token_urlsafe(32)
+        expires_at = time.time() + ttl_s
+        with self._lock:
+            self._tokens[_hash(token)] = TokenRecord(client_id, site, expires_at, master)
+        return token, expires_at
+
+    def create_site(self, principal: Principal, site: str) -> str:
+        """Issue (or rotate) the credential of `site`; admin only."""
+        if not principal.is_admin:
+            raise AuthError("only the federation admin may enrol sites", permission=True)
+        if not site or len(site) > 63:
+            raise ValueError("site name must be 1..63 characters")
+        credential = "site-" + secrets.token_urlsafe(32)
+        with self._lock:
+            self._sites[site] = _hash(credential)
+            self._revoked_sites.discard(site)
+        return credential
+
+    def revoke_site(self, principal: Principal, site: str) -> bool:
+        """Revoke a site: its credential, unused tokens and live sessions stop working."""
+        if not principal.is_admin:
+            raise AuthError("only the federation admin may revoke sites", permission=True)
+        with self._lock:
+            existed = self._sites.pop(site, None) is not None
+            self._revoked_sites.add(site)
+            self._tokens = {h: r for h, r in self._tokens.items() if r.site != site}
+            self._sessions = {h: s for h, s in self._sessions.items() if s.site != site}
+        return existed
+
+    # ---- client surface -------------------------------------------------------------------------
+
+    def join(self, token: str, client_id: str) -> tuple[str, Session, str]:
+        """Consume a token atomically; return (session credential, session, fresh rejoin token)."""
+        digest = _hash(token)
+        now = time.time()
+        with self._lock:
+            record = self._tokens.get(digest)
+            if record is None:
+                raise AuthError("token unknown or already used")
+            if record.expires_at < now:
+                del self._tokens[digest]
+                raise AuthError("token expired")
+            if record.client_id != client_id:
+                # Not consumed: a foreign client must not be able to burn someone else's token.
+                raise AuthError(f"token was minted for another client id, not {client_id!r}")
+            if record.site in self._revoked_sites:
+                raise AuthError(f"site {record.site!r} is revoked")
+            del self._tokens[digest]
+            session_secret = secrets.token_urlsafe(32)
+            session = Session(client_id, record.site, record.master, now + self.session_ttl_s)
+            self._sessions[_hash(session_secret)] = session
+            rejoin = secrets.token_urlsafe(32)
+            self._tokens[_hash(rejoin)] = TokenRecord(
+                client_id, record.site, now + self.rejoin_ttl_s, record.master, kind="rejoin"
+            )
+            # Only the newest rejoin token of a client stays valid.
+            self._tokens = {
+                h: r
+                for h, r in self._tokens.items()
+                if not (r.kind == "rejoin" and r.client_id == client_id and h != _hash(rejoin))
+            }
+        return session_secret, session, rejoin
+
+    def session(self, credential: str) -> Session:
+        """Look up a live session or raise AuthError telling the client to re-Join."""
+        with self._lock:
+            session = self._sessions.get(_hash(credential))
+            if session is None:
+                raise AuthError("unknown session (the PS may have restarted): re-join with a token")
+            if session.expires_at < time.time():
+                del self._sessions[_hash(credential)]
+                raise AuthError("session expired: re-join with a token")
+            return session
+
+    def renew(self, credential: str) -> Session:
+        """Extend a live session by the session TTL (heartbeat)."""
+        session = self.session(credential)
+        with self._lock:
+            session.expires_at = time.time() + self.session_ttl_s
+        return session
+
+    def live_sessions(self) -> list[Session]:
+        """Sessions that have not expired, one per client (the newest)."""
+        now = time.time()
+        with self._lock:
+            newest: dict[str, Session] = {}
+            for s in self._sessions.values():
+                if s.expires_at >= now and (s.client_id not in newest or s.created_at > newest[s.client_id].created_at):
+                    newest[s.client_id] = s
+        return list(newest.values())
+
+    # ---- durability (hashes only) ---------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Everything except sessions, as plain JSON-able data (hashes, never secrets)."""
+        now = time.time()
+        with self._lock:
+            return {
+                "tokens": {h: asdict(r) for h, r in self._tokens.items() if r.expires_at >= now},
+                "sites": dict(self._sites),
+                "revoked_sites": sorted(self._revoked_sites),
+            }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore tokens and sites from a checkpoint; sessions start empty."""
+        with self._lock:
+            self._tokens = {h: TokenRecord(**r) for h, r in state.get("tokens", {}).items()}
+            self._sites = dict(state.get("sites", {}))
+            self._revoked_sites = set(state.get("revoked_sites", []))
+            self._sessions = {}

@@ -1,0 +1,130 @@
+"""Build, bind and run the PS: one gRPC port (TLS by default), a metrics port, signal handling."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from geofed.config import FederationConfig, ServerConfig
+from geofed.protocol import geofed_pb2_grpc as pb_grpc
+
+from .service import ParameterServerCore
+from .servicer import AdminServicer, ParameterServerServicer
+
+log = logging.getLogger("geofed.ps")
+
+# Accept client keepalives (NAT-friendly long streams) and ping idle clients to notice dead ones.
+SERVER_OPTIONS = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.max_receive_message_length", 8 << 20),
+    ("grpc.so_reuseport", 0),
+)
+
+
+class ConfigError(ValueError):
+    """The server cannot start with these settings; the message says which one and why."""
+
+
+def load_admin_credential(path: str | None) -> str:
+    """Read the admin credential, creating it (mode 0600) when the file does not exist."""
+    if path is None:
+        raise ConfigError("--admin-token-file is required")
+    p = Path(path)
+    if p.exists():
+        credential = p.read_text().strip()
+        if len(credential) < 16:
+            raise ConfigError(f"admin credential in {p} is shorter than 16 characters")
+        return credential
+    p.parent.mkdir(parents=True, exist_ok=True)
+    credential = "admin-" + secrets.token_urlsafe(32)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(credential + "\n")
+    log.info("event=admin_credential_created path=%s", p)
+    return credential
+
+
+def server_credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:
+    """TLS (mTLS when a client CA is set) or None for --insecure."""
+    if cfg.insecure:
+        return None
+    if not (cfg.tls_cert and cfg.tls_key):
+        raise ConfigError("TLS needs --tls-cert and --tls-key (or pass --insecure for local use only)")
+    try:
+        cert, key = Path(cfg.tls_cert).read_bytes(), Path(cfg.tls_key).read_bytes()
+        ca = Path(cfg.client_ca).read_bytes() if cfg.client_ca else None
+    except OSError as exc:
+        raise ConfigError(f"cannot read TLS file: {exc}") from exc
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+
+class RunningServer:
+    """A started PS; `port` is the bound port (useful with port 0 in tests)."""
+
+    def __init__(self, core: ParameterServerCore, server: grpc.Server, port: int, health: health.HealthServicer):
+        self.core, self.server, self.port, self.health = core, server, port, health
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Graceful stop: refuse new RPCs, checkpoint, then close streams."""
+        self.health.enter_graceful_shutdown()
+        self.core.stop()
+        self.server.stop(grace).wait()
+
+
+def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: bool = True) -> RunningServer:
+    """Resume from the newest checkpoint, then listen on the one fixed port."""
+    credentials = server_credentials(cfg)
+    core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file))
+    core.resume()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=512), options=SERVER_OPTIONS,
+                         maximum_concurrent_rpcs=1024)
+    pb_grpc.add_ParameterServerServicer_to_server(ParameterServerServicer(core), server)
+    pb_grpc.add_AdminServicer_to_server(AdminServicer(core), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"{cfg.host}:{cfg.port}"
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    if port == 0:
+        raise ConfigError(f"cannot bind {address}")
+    server.start()
+    core.start_timer()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_servicer.set("geofed.v1.ParameterServer", health_pb2.HealthCheckResponse.SERVING)
+    if serve_metrics and cfg.metrics_port:
+        core.metrics.serve(cfg.metrics_port, cfg.host)
+    log.info(
+        "event=listening port=%d tls=%s mtls=%s metrics_port=%d version=%d", port, credentials is not None,
+        bool(cfg.client_ca), cfg.metrics_port, core.model.version,
+    )
+    return RunningServer(core, server, port, health_servicer)
+
+
+def serve(fed: FederationConfig, cfg: ServerConfig, ready_file: str | None = None) -> int:
+    """Run until SIGTERM/SIGINT; checkpoint on the way out (paper §III-B4)."""
+    running = start_server(fed, cfg)
+    if ready_file:
+        Path(ready_file).write_text(str(running.port))
+    done = threading.Event()
+
+    def on_signal(signum, _frame):
+        log.info("event=signal signal=%s", signal.Signals(signum).name)
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    done.wait()
+    running.stop()
+    log.info("event=stopped version=%d", running.core.model.version)
+    return 0

@@ -1,0 +1,284 @@
+"""The parameter server's core, free of gRPC: sessions, clients, pushes, checkpoints, status.
+
+The gRPC servicers (`servicer.py`) translate messages to these calls and domain errors to status
+codes; everything here can be driven directly from tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+from geofed.config import FederationConfig, ServerConfig
+
+from .aggregator import Aggregator, PushOutcome
+from .checkpoint import CheckpointStore, PSCheckpoint
+from .global_model import GlobalModel, Snapshot
+from .ingest import PushHeader, PushReceiver, PushRejected, ReceivedPush
+from .metrics import PSMetrics
+from .registry import AuthError, Principal, Registry, Session
+
+log = logging.getLogger("geofed.ps")
+
+MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may install
+
+
+@dataclass
+class ClientState:
+    """What the PS knows about one client id (across its sessions)."""
+
+    client_id: str
+    site: str
+    last_seen: float = 0.0
+    streams: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    report: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    session: str
+    session_ttl_s: float
+    master: bool
+    version: int
+    rejoin_token: str
+    rejoin_expires_at: float
+    snapshot: Snapshot | None
+
+
+class ParameterServerCore:
+    """Composes registry, global model, aggregator, checkpoints and metrics."""
+
+    def __init__(
+        self, fed: FederationConfig, server: ServerConfig, admin_credential: str, metrics: PSMetrics | None = None
+    ) -> None:
+        self.fed, self.server = fed, server
+        self.metrics = metrics or PSMetrics()
+        self.instance = secrets.token_hex(8)
+        self.registry = Registry(admin_credential, session_ttl_s=server.session_ttl_s)
+        self.model = GlobalModel()
+        self.clients: dict[str, ClientState] = {}
+        self._clients_lock = threading.Lock()
+        self.store = CheckpointStore(server.checkpoint_dir, keep=server.keep_checkpoints)
+        self._versions_since_ckpt = 0
+        self._ckpt_lock = threading.Lock()
+        self.aggregator = Aggregator(
+            fed, self.model, active_clients=self.active_client_count, on_apply=self._on_apply,
+            on_staleness=self.metrics.staleness.observe,
+        )
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+
+    def resume(self) -> bool:
+        """Load the newest valid checkpoint, if any; sessions start empty (clients re-Join)."""
+        ckpt = self.store.load_latest()
+        if ckpt is None:
+            log.info("event=start checkpoint=none")
+            return False
+        self.registry.load_state_dict(ckpt.registry)
+        self.aggregator.restore(ckpt.version, ckpt.flat, ckpt.manifest, ckpt.aggregator)
+        self.metrics.global_version.set(ckpt.version)
+        log.info("event=resume version=%d numel=%d", ckpt.version, ckpt.flat.size)
+        return True
+
+    def start_timer(self, period_s: float = 0.25) -> None:
+        """Fire straggler / buffer timeouts without waiting for traffic."""
+
+        def run() -> None:
+            while not self._stop.wait(period_s):
+                try:
+                    self.aggregator.tick()
+                except Exception:  # keep the timer alive; the error is logged with its traceback
+                    log.exception("event=tick_failed")
+
+        self._timer = threading.Thread(target=run, name="geofed-round-timer", daemon=True)
+        self._timer.start()
+
+    def stop(self) -> None:
+        """Stop the timer, release streams and write a final checkpoint (SIGTERM path)."""
+        self._stop.set()
+        self.model.close()
+        self.checkpoint()
+
+    def checkpoint(self) -> bool:
+        """Write a checkpoint of the current version now; False (and a metric) if the disk refuses."""
+        with self._ckpt_lock, self.aggregator.lock:
+            snap = self.model.current()
+            if snap is None:
+                return False
+            ckpt = PSCheckpoint(
+                snap.version, snap.flat, snap.manifest, self.aggregator.state_dict(), self.registry.state_dict()
+            )
+            try:
+                path = self.store.save(ckpt)
+            except OSError as exc:
+                self.metrics.checkpoint_failures.inc()
+                log.error("event=checkpoint_failed version=%d error=%s", snap.version, exc)
+                return False
+            self._versions_since_ckpt = 0
+        log.info("event=checkpoint version=%d path=%s", snap.version, path)
+        return True
+
+    def _on_apply(self, snap: Snapshot) -> None:
+        self.metrics.global_version.set(snap.version)
+        for client_id, ledger in self.aggregator.ledger.items():
+            self.metrics.contribution.labels(client_id).set(ledger.contribution)
+        self._versions_since_ckpt += 1
+        if self._versions_since_ckpt >= self.server.checkpoint_every:
+            self.checkpoint()
+
+    # ---- clients ----------------------------------------------------------------------------------
+
+    def _client(self, session: Session) -> ClientState:
+        with self._clients_lock:
+            state = self.clients.get(session.client_id)
+            if state is None:
+                state = self.clients[session.client_id] = ClientState(session.client_id, session.site)
+            state.last_seen = time.time()
+            return state
+
+    def active_client_count(self) -> int:
+        """Clients with a live session seen within client_timeout_s (the sync quorum's denominator)."""
+        horizon = time.time() - self.server.client_timeout_s
+        live = {s.client_id for s in self.registry.live_sessions()}
+        with self._clients_lock:
+            return sum(1 for c in self.clients.values() if c.client_id in live and c.last_seen >= horizon)
+
+    def join(self, token: str, client_id: str) -> JoinResult:
+        session_secret, session, rejoin = self.registry.join(token, client_id)
+        self._client(session)
+        snap = self.model.current()
+        master = session.master and snap is None
+        log.info("event=join client=%s site=%s master=%s version=%d", client_id, session.site, master,
+                 self.model.version)
+        return JoinResult(
+            session_secret, self.registry.session_ttl_s, master, self.model.version, rejoin,
+            time.time() + self.registry.rejoin_ttl_s, snap,
+        )
+
+    def authenticate(self, credential: str, rpc: str) -> Session:
+        try:
+            session = self.registry.session(credential)
+        except AuthError:
+            self.metrics.auth_failures.labels(rpc).inc()
+            raise
+        self._client(session)
+        return session
+
+    def heartbeat(self, credential: str, report: dict) -> Session:
+        session = self.registry.renew(credential)
+        self.record_report(self._client(session), report)
+        return session
+
+    def record_report(self, client: ClientState, report: dict) -> None:
+        if not report:
+            return
+        client.report = report
+        if report.get("train_loss"):
+            self.metrics.train_loss.labels(client.client_id).set(report["train_loss"])
+        if report.get("eval_loss"):
+            self.metrics.eval_loss.labels(client.client_id).set(report["eval_loss"])
+        if report.get("tokens_per_s"):
+            self.metrics.tokens_per_s.labels(client.client_id).set(report["tokens_per_s"])
+
+    def stream_opened(self, session: Session) -> ClientState:
+        client = self._client(session)
+        with self._clients_lock:
+            client.streams += 1
+        self.metrics.connected_clients.set(self.connected_count())
+        return client
+
+    def stream_closed(self, client: ClientState) -> None:
+        with self._clients_lock:
+            client.streams = max(0, client.streams - 1)
+        self.metrics.connected_clients.set(self.connected_count())
+
+    def connected_count(self) -> int:
+        with self._clients_lock:
+            return sum(1 for c in self.clients.values() if c.streams > 0)
+
+    # ---- pushes -----------------------------------------------------------------------------------
+
+    def begin_push(self, session: Session, header: PushHeader) -> tuple[PushReceiver | None, PushOutcome | None]:
+        """Check a push's header; returns a receiver, or the outcome of an already-received upload."""
+        done = self.aggregator.precheck(session.client_id, header, master=session.master)
+        if done is not None:
+            return None, done
+        receiver = PushReceiver(
+            client_id=session.client_id, model_numel=self.aggregator.numel,
+            max_upload_bytes=self.server.max_upload_bytes, max_init_numel=MAX_INIT_NUMEL,
+        )
+        receiver.on_header(header)
+        return receiver, None
+
+    def complete_push(self, session: Session, push: ReceivedPush) -> PushOutcome:
+        """Fold a fully received push in and account for it."""
+        client = self._client(session)
+        try:
+            t0 = time.perf_counter()
+            if push.header.init:
+                outcome = self.aggregator.initialise(push)
+            else:
+                outcome = self.aggregator.submit(push)
+            self.metrics.aggregate_seconds.observe(time.perf_counter() - t0)
+        finally:
+            push.close()
+        self.metrics.compression_ratio.labels(client.client_id).set(push.header.payload_bytes / max(1, 4 * push.numel))
+        self.record_report(client, push.header.report)
+        log.info(
+            "event=push client=%s upload=%s status=%s version=%d staleness=%d bytes=%d codec=%s",
+            client.client_id, push.header.upload_id, outcome.status, outcome.version, outcome.staleness,
+            push.header.payload_bytes, push.codec_name,
+        )
+        return outcome
+
+    def reject(self, err: PushRejected, client_id: str) -> None:
+        self.metrics.rejected.labels(err.reason).inc()
+        log.warning("event=push_rejected client=%s reason=%s message=%r", client_id, err.reason, err.message)
+
+    # ---- admin ------------------------------------------------------------------------------------
+
+    def admin_principal(self, credential: str) -> Principal:
+        try:
+            return self.registry.authenticate_admin(credential)
+        except AuthError:
+            self.metrics.auth_failures.labels("admin").inc()
+            raise
+
+    def status(self) -> dict:
+        snap = self.model.current()
+        reports = [c.report for c in self.clients.values() if c.report]
+        train = [r["train_loss"] for r in reports if r.get("train_loss")]
+        evals = [r["eval_loss"] for r in reports if r.get("eval_loss")]
+        return {
+            "version": self.model.version,
+            "connected_clients": self.connected_count(),
+            "known_clients": len(self.clients),
+            "mode": self.fed.aggregation.mode,
+            "buffered_deltas": self.aggregator.buffered,
+            "last_train_loss": sum(train) / len(train) if train else 0.0,
+            "last_eval_loss": sum(evals) / len(evals) if evals else 0.0,
+            "server_instance": self.instance,
+            "has_model": snap is not None,
+            "num_parameters": snap.flat.size if snap else 0,
+            "federation": self.fed.name,
+        }
+
+    def client_list(self) -> list[dict]:
+        with self._clients_lock:
+            clients = list(self.clients.values())
+        out = []
+        for c in clients:
+            ledger = self.aggregator.ledger.get(c.client_id)
+            out.append({
+                "client_id": c.client_id, "site": c.site, "connected": c.streams > 0, "last_seen": c.last_seen,
+                "pushes": ledger.pushes if ledger else 0, "bytes_in": c.bytes_in, "bytes_out": c.bytes_out,
+                "report": dict(c.report), "contribution": ledger.contribution if ledger else 0.0,
+            })
+        return out

@@ -1,0 +1,249 @@
+"""gRPC adapters: protobuf in, one call into `ParameterServerCore`, protobuf or a status code out."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol import geofed_pb2_grpc as pb_grpc
+from geofed.protocol.auth import credential_from
+from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, report_from_proto, report_to_proto
+
+from .global_model import Snapshot, TensorEntry
+from .ingest import PushHeader, PushRejected
+from .ratelimit import RateLimiter
+from .registry import AuthError, Session
+from .service import ParameterServerCore
+
+log = logging.getLogger("geofed.ps")
+
+
+def _manifest_entries(snap: Snapshot) -> list[tuple[str, tuple[int, ...], str]]:
+    return [(t.name, t.shape, t.dtype) for t in snap.manifest]
+
+
+def model_chunks(snap: Snapshot, start: int, chunk_bytes: int):
+    """Yield the snapshot's flat fp32 bytes from `start` as ModelChunks (manifest first, digest last)."""
+    view = memoryview(snap.flat.reshape(-1).view("u1"))
+    total = len(view)
+    offset = start
+    first = True
+    while True:
+        end = min(total, offset + chunk_bytes)
+        chunk = pb.ModelChunk(version=snap.version, offset=offset, total_bytes=total, data=bytes(view[offset:end]))
+        if first:
+            chunk.manifest.extend(manifest_to_proto(_manifest_entries(snap)))
+            first = False
+        if end == total:
+            chunk.sha256 = snap.sha256
+        yield chunk
+        offset = end
+        if offset >= total:
+            return
+
+
+def header_from_proto(h: pb.DeltaHeader) -> PushHeader:
+    return PushHeader(
+        base_version=h.base_version, upload_id=h.upload_id, codec_header=h.codec_header,
+        payload_bytes=h.payload_bytes, num_tokens=h.num_tokens, num_samples=h.num_samples,
+        local_steps=max(1, h.local_steps), init=h.init,
+        manifest=tuple(TensorEntry(n, s, d) for n, s, d in manifest_from_proto(h.manifest)),
+        report=report_from_proto(h.report) if h.HasField("report") else {},
+    )
+
+
+class ParameterServerServicer(pb_grpc.ParameterServerServicer):
+    """Client-facing RPCs."""
+
+    def __init__(self, core: ParameterServerCore) -> None:
+        self.core = core
+        rate = core.server.rate_limit_per_s
+        self.limiter = RateLimiter(rate)
+        self.join_limiter = RateLimiter(rate / 4)
+
+    def _session(self, context: grpc.ServicerContext, rpc: str) -> tuple[Session, str]:
+        credential = credential_from(context.invocation_metadata(), "Bearer")
+        if credential is None:
+            self.core.metrics.auth_failures.labels(rpc).inc()
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing session: call Join first")
+        try:
+            session = self.core.authenticate(credential, rpc)
+        except AuthError as exc:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        if not self.limiter.allow(session.client_id):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limit exceeded: slow down")
+        return session, credential
+
+    def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
+        if not self.join_limiter.allow(context.peer().rsplit(":", 1)[0]):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many Join attempts: slow down")
+        try:
+            result = self.core.join(request.token, request.client_id)
+        except AuthError as exc:
+            self.core.metrics.auth_failures.labels("Join").inc()
+            log.warning("event=join_refused client=%s reason=%r", request.client_id[:64], str(exc))
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        response = pb.JoinResponse(
+            session=result.session, session_ttl_s=result.session_ttl_s, federation_json=self.core.fed.model_dump_json(),
+            version=result.version, master=result.master, server_instance=self.core.instance,
+            rejoin_token=result.rejoin_token, rejoin_expires_at=result.rejoin_expires_at,
+        )
+        if result.snapshot is not None:
+            response.manifest.extend(manifest_to_proto(_manifest_entries(result.snapshot)))
+        return response
+
+    def StreamModel(self, request: pb.StreamModelRequest, context: grpc.ServicerContext):
+        session, credential = self._session(context, "StreamModel")
+        client = self.core.stream_opened(session)
+        chunk_bytes = self.core.server.chunk_bytes
+        have = request.have_version
+        try:
+            while context.is_active():
+                snap = self.core.model.wait_newer(have, timeout=1.0)
+                if snap is None:
+                    if self.core.model.closed:
+                        context.abort(grpc.StatusCode.UNAVAILABLE, "parameter server shutting down")
+                    try:  # a revoked or expired session ends the stream
+                        self.core.registry.session(credential)
+                    except AuthError as exc:
+                        context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+                    continue
+                start = 0
+                if request.resume_version == snap.version and request.resume_offset:
+                    if request.resume_offset >= snap.nbytes or request.resume_offset % 4:
+                        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "resume_offset outside the model buffer")
+                    start = request.resume_offset
+                for chunk in model_chunks(snap, start, chunk_bytes):
+                    if not context.is_active():
+                        return
+                    client.bytes_out += len(chunk.data)
+                    self.core.metrics.bytes_out.labels(client.client_id).inc(len(chunk.data))
+                    yield chunk
+                have = snap.version
+        finally:
+            self.core.stream_closed(client)
+
+    def PushDelta(self, request_iterator, context: grpc.ServicerContext) -> pb.PushResult:
+        session, _ = self._session(context, "PushDelta")
+        client = self.core._client(session)
+        t0 = time.perf_counter()
+        receiver = None
+        try:
+            first = next(request_iterator, None)
+            if first is None or first.WhichOneof("part") != "header":
+                raise PushRejected("INVALID_ARGUMENT", "protocol", "the first message of a push must be its header")
+            receiver, done = self.core.begin_push(session, header_from_proto(first.header))
+            if done is not None:
+                return pb.PushResult(status=pb.DUPLICATE, version=done.version, staleness=done.staleness,
+                                     weight=done.weight, message=done.message)
+            push = None
+            decode_s = 0.0
+            for msg in request_iterator:
+                part = msg.WhichOneof("part")
+                if part == "payload":
+                    client.bytes_in += len(msg.payload.data)
+                    self.core.metrics.bytes_in.labels(client.client_id).inc(len(msg.payload.data))
+                    t = time.perf_counter()
+                    receiver.on_payload(msg.payload.offset, msg.payload.data)
+                    decode_s += time.perf_counter() - t
+                elif part == "trailer":
+                    push = receiver.on_trailer(msg.trailer.sha256)
+                    break
+                else:
+                    raise PushRejected("INVALID_ARGUMENT", "protocol", "a second header arrived in one push")
+            if push is None:
+                raise PushRejected(
+                    "INVALID_ARGUMENT", "truncated",
+                    f"stream ended before the trailer ({receiver.received} of {receiver.header.payload_bytes} bytes)",
+                )
+            self.core.metrics.decode_seconds.observe(decode_s)
+            outcome = self.core.complete_push(session, push)
+            self.core.metrics.push_seconds.labels(client.client_id).observe(time.perf_counter() - t0)
+            status = {"ACCEPTED": pb.ACCEPTED, "APPLIED": pb.APPLIED, "DUPLICATE": pb.DUPLICATE}[outcome.status]
+            return pb.PushResult(status=status, version=outcome.version, staleness=outcome.staleness,
+                                 weight=outcome.weight, message=outcome.message)
+        except PushRejected as err:
+            if receiver is not None:
+                receiver.abort()
+            self.core.reject(err, session.client_id)
+            context.abort(getattr(grpc.StatusCode, err.code), err.message)
+
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatResponse:
+        _, credential = self._session(context, "Heartbeat")
+        try:
+            self.core.heartbeat(credential, report_from_proto(request.report))
+        except AuthError as exc:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        return pb.HeartbeatResponse(session_ttl_s=self.core.registry.session_ttl_s, version=self.core.model.version)
+
+
+class AdminServicer(pb_grpc.AdminServicer):
+    """Operator-facing RPCs; a site credential may only mint tokens for its own clients."""
+
+    def __init__(self, core: ParameterServerCore) -> None:
+        self.core = core
+
+    def _principal(self, context: grpc.ServicerContext):
+        credential = credential_from(context.invocation_metadata(), "Admin")
+        if credential is None:
+            self.core.metrics.auth_failures.labels("admin").inc()
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing admin credential")
+        try:
+            return self.core.admin_principal(credential)
+        except AuthError as exc:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+
+    def _guard(self, context, fn):
+        try:
+            return fn()
+        except AuthError as exc:
+            code = grpc.StatusCode.PERMISSION_DENIED if exc.permission else grpc.StatusCode.UNAUTHENTICATED
+            context.abort(code, str(exc))
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    def CreateToken(self, request: pb.CreateTokenRequest, context) -> pb.CreateTokenResponse:
+        principal = self._principal(context)
+        ttl = request.ttl_s or self.core.server.token_ttl_s
+        token, expires = self._guard(
+            context,
+            lambda: self.core.registry.mint_token(
+                principal, request.client_id, request.site, ttl, master=request.master
+            ),
+        )
+        log.info("event=token_minted client=%s site=%s by=%s", request.client_id, request.site,
+                 principal.site or "admin")
+        return pb.CreateTokenResponse(token=token, expires_at=expires)
+
+    def CreateSiteCredential(self, request: pb.SiteRequest, context) -> pb.SiteCredentialResponse:
+        principal = self._principal(context)
+        credential = self._guard(context, lambda: self.core.registry.create_site(principal, request.site))
+        log.info("event=site_enrolled site=%s", request.site)
+        self.core.checkpoint()  # a site credential must survive a PS restart
+        return pb.SiteCredentialResponse(credential=credential)
+
+    def RevokeSite(self, request: pb.SiteRequest, context) -> pb.RevokeSiteResponse:
+        principal = self._principal(context)
+        revoked = self._guard(context, lambda: self.core.registry.revoke_site(principal, request.site))
+        log.info("event=site_revoked site=%s existed=%s", request.site, revoked)
+        self.core.checkpoint()
+        return pb.RevokeSiteResponse(revoked=revoked)
+
+    def ListClients(self, request, context) -> pb.ListClientsResponse:
+        principal = self._principal(context)
+        clients = [c for c in self.core.client_list() if principal.is_admin or c["site"] == principal.site]
+        response = pb.ListClientsResponse()
+        for c in clients:
+            info = response.clients.add(
+                client_id=c["client_id"], site=c["site"], connected=c["connected"], last_seen=c["last_seen"],
+                pushes=c["pushes"], bytes_in=c["bytes_in"], bytes_out=c["bytes_out"], contribution=c["contribution"],
+            )
+            info.report.CopyFrom(report_to_proto(c["report"]))
+        return response
+
+    def GetStatus(self, request, context) -> pb.StatusResponse:
+        self._principal(context)
+        return pb.StatusResponse(**self.core.status())
