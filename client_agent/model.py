@@ -1,0 +1,140 @@
+"""The causal language model a client trains, built from `ModelConfig` (paper §III-C2: GPT-2, Llama).
+
+Pretraining starts from a seeded random init, so every client that builds the same config gets the same
+θ0 (the master client's is the one pushed to the PS, Fig. 1 step 1). With `cfg.path` a local Hugging
+Face checkpoint is loaded instead; nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from geofed.config import ModelConfig
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+
+class ModelConfigError(ValueError):
+    """A model config that cannot be built or loaded; the message is one readable line."""
+
+
+def _llama_intermediate_size(n_embd: int) -> int:
+    """Llama's SwiGLU width: 8/3 of the hidden size, rounded up to a multiple of 64 (or 256 when large)."""
+    multiple = 256 if n_embd >= 1024 else 64
+    width = (8 * n_embd + 2) // 3
+    return -(-width // multiple) * multiple
+
+
+def check_model_config(cfg: ModelConfig) -> None:
+    """Reject shapes the transformer cannot have, before any memory is allocated."""
+    if cfg.n_embd % cfg.n_head != 0:
+        raise ModelConfigError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
+    if cfg.family == "llama" and (cfg.n_embd // cfg.n_head) % 2 != 0:
+        raise ModelConfigError(
+            f"llama needs an even head dimension for rotary embeddings, got {cfg.n_embd // cfg.n_head}"
+        )
+
+
+def hf_config(cfg: ModelConfig) -> PretrainedConfig:
+    """The transformers config for `cfg`: no dropout (pretraining), tied embeddings, EOS = the last id."""
+    check_model_config(cfg)
+    special = cfg.vocab_size - 1  # the byte tokenizer's EOS (256 of 257); GPT-2's 50256 of 50257 as well
+    if cfg.family == "gpt2":
+        from transformers import GPT2Config
+
+        return GPT2Config(
+            n_layer=cfg.n_layer,
+            n_head=cfg.n_head,
+            n_embd=cfg.n_embd,
+            vocab_size=cfg.vocab_size,
+            n_positions=cfg.block_size,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=special,
+            eos_token_id=special,
+            use_cache=False,
+        )
+    if cfg.family == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(
+            num_hidden_layers=cfg.n_layer,
+            num_attention_heads=cfg.n_head,
+            num_key_value_heads=cfg.n_head,
+            hidden_size=cfg.n_embd,
+            intermediate_size=_llama_intermediate_size(cfg.n_embd),
+            vocab_size=cfg.vocab_size,
+            max_position_embeddings=cfg.block_size,
+            tie_word_embeddings=True,
+            attention_dropout=0.0,
+            bos_token_id=special,
+            eos_token_id=special,
+            pad_token_id=None,
+            use_cache=False,
+        )
+    raise ModelConfigError(f"unknown model family {cfg.family!r}; expected 'gpt2' or 'llama'")
+
+
+def _context_length(model: nn.Module) -> int | None:
+    """Longest sequence the loaded model accepts, if its config says."""
+    config = getattr(model, "config", None)
+    for key in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _load_pretrained(cfg: ModelConfig) -> nn.Module:
+    """Load a local checkpoint directory in fp32 (the master weights), refusing anything remote."""
+    path = Path(cfg.path or "").expanduser()
+    if not path.is_dir():
+        raise ModelConfigError(f"model path {str(path)!r} is not a directory")
+    if not (path / "config.json").is_file():
+        raise ModelConfigError(f"model path {str(path)!r} has no config.json (not a transformers model)")
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    except Exception as exc:  # transformers and safetensors raise many types; report them as one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelConfigError(f"cannot load model from {str(path)!r}: {first}") from exc
+    context = _context_length(model)
+    if context is not None and context < cfg.block_size:
+        raise ModelConfigError(f"block_size {cfg.block_size} exceeds the loaded model's context {context}")
+    return model
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """Build the model from `cfg`: seeded random init, or `cfg.path` loaded from local files."""
+    if cfg.path:
+        return _load_pretrained(cfg)
+    config = hf_config(cfg)
+    from transformers import AutoModelForCausalLM
+
+    # Seed a private RNG stream so building a model neither depends on nor disturbs the caller's RNG.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = AutoModelForCausalLM.from_config(config)
+    return model.float()
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    """Number of distinct parameter elements (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of `batch` [B, T+1]: inputs are [:, :-1], targets [:, 1:]."""
+    if batch.dim() != 2 or batch.shape[1] < 2:
+        raise ValueError(f"batch must be [B, T+1] with T >= 1, got shape {tuple(batch.shape)}")
+    inputs, targets = batch[:, :-1], batch[:, 1:]
+    logits = model(input_ids=inputs, use_cache=False).logits  # (B, T, V)
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))

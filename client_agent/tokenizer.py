@@ -1,0 +1,90 @@
+"""Tokenizers with one small interface: a built-in byte tokenizer, or a Hugging Face one from local files.
+
+The byte tokenizer needs no download and no training, so a fresh site can join a pretraining
+federation with nothing but its text (vocab 257 = 256 bytes + EOS, `ModelConfig.vocab_size`'s default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that cannot be loaded; one readable line."""
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the data pipeline needs from a tokenizer."""
+
+    name: str
+    vocab_size: int
+    eos_id: int
+
+    def encode(self, text: str) -> list[int] | np.ndarray: ...
+
+    def decode(self, ids: list[int] | np.ndarray) -> str: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens 0..255, plus EOS = 256 between documents."""
+
+    name = "byte"
+    vocab_size = 257
+    eos_id = 256
+
+    def encode(self, text: str) -> np.ndarray:
+        """The UTF-8 bytes of `text` as uint16 token ids (vectorised, no per-byte loop)."""
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+
+    def decode(self, ids: list[int] | np.ndarray) -> str:
+        """Bytes back to text; EOS and out-of-range ids are dropped, broken UTF-8 is replaced."""
+        arr = np.asarray(ids, dtype=np.int64)
+        return arr[(arr >= 0) & (arr < 256)].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer behind the same interface (ids without special tokens; EOS added by data)."""
+
+    def __init__(self, tokenizer, path: Path) -> None:
+        if tokenizer.eos_token_id is None:
+            raise TokenizerError(f"tokenizer at {str(path)!r} defines no EOS token")
+        # Documents are far longer than the model context; windows are cut later, so silence the length check.
+        tokenizer.model_max_length = 1 << 62
+        self._tok = tokenizer
+        self.name = f"hf:{path.resolve()}"
+        self.vocab_size = len(tokenizer)
+        self.eos_id = int(tokenizer.eos_token_id)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS."""
+        return self._tok.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int] | np.ndarray) -> str:
+        """Ids back to text."""
+        return self._tok.decode(np.asarray(ids).tolist())
+
+
+def load_tokenizer(path: str | Path | None) -> ByteTokenizer | HFTokenizer:
+    """`AutoTokenizer` from a local directory (never downloads), or the byte tokenizer when `path` is None."""
+    if path is None:
+        return ByteTokenizer()
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise TokenizerError(f"tokenizer path {str(path)!r} is not a directory")
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # transformers and safetensors raise many types; report them as one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TokenizerError(f"cannot load tokenizer from {str(path)!r}: {first}") from exc
+    return HFTokenizer(tokenizer, path)
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Smallest unsigned dtype holding every id: uint16 up to 65536 ids (GPT-2), else uint32 (Llama 3)."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
