@@ -19,6 +19,7 @@ from geofed.config import FederationConfig
 
 from .aggregation.accumulator import DeltaAccumulator
 from .aggregation.outer import OuterOptimizer, build_outer_optimizer
+from .aggregation.robust import RobustAccumulator
 from .aggregation.rounds import StaleDelta, admit, should_close
 from .aggregation.weighting import base_weight, clip_scale, delta_scale
 from .global_model import GlobalModel, Snapshot, TensorEntry
@@ -71,7 +72,7 @@ class Aggregator:
         self.clock = clock
         self.lock = threading.RLock()
         self.outer: OuterOptimizer | None = None
-        self.acc: DeltaAccumulator | None = None
+        self.acc: DeltaAccumulator | RobustAccumulator | None = None
         self.first_at: float | None = None
         self.uploads: OrderedDict[str, PushOutcome] = OrderedDict()
         self.ledger: dict[str, ClientLedger] = {}
@@ -158,9 +159,15 @@ class Aggregator:
                 raise PushRejected("FAILED_PRECONDITION", "no_model", "the PS has no model yet")
             adm = self._admit(header.base_version)
             weight = base_weight(self.cfg, header.num_tokens) * adm.factor
-            scale = delta_scale(self.cfg, weight, header.local_steps) * clip_scale(push.norm, self.cfg.clip_norm)
+            clip = clip_scale(push.norm, self.cfg.clip_norm)
+            robust = self.cfg.robust != "none"
+            # Order statistics ignore weights: a poisoned client must not buy influence with a token count.
+            scale = clip if robust else delta_scale(self.cfg, weight, header.local_steps) * clip
             if self.acc is None:
-                self.acc = DeltaAccumulator(current.flat.size)
+                self.acc = (
+                    RobustAccumulator(current.flat.size, self.cfg.robust, self.cfg.trim_fraction)
+                    if robust else DeltaAccumulator(current.flat.size)
+                )
             for off, values in push.iter_values(current.flat.size):
                 self.acc.add(off, values, scale)
             self.acc.commit(push.client_id, weight, header.local_steps)
