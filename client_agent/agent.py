@@ -91,7 +91,8 @@ class ClientAgent:
             return Path(p).read_bytes() if p else None
 
         return PSClient(cfg.ps, cfg.client_id, lambda: read_token(cfg), insecure=cfg.insecure, ca_cert=read(cfg.ca),
-                        client_cert=read(cfg.cert), client_key=read(cfg.key), state_dir=self.work)
+                        client_cert=read(cfg.cert), client_key=read(cfg.key), state_dir=self.work,
+                        join_deadline_s=cfg.join_timeout_s)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _raise_preempted)
@@ -106,15 +107,15 @@ class ClientAgent:
 
     def _run(self, ps: PSClient) -> int:
         cfg = self.cfg
-        ps.join()
-        fed: FederationConfig = ps.federation
-        device = pick_device(cfg.device)
-        torch.manual_seed(fed.model.seed)
-        model = build_model(fed.model)
+        # Data first: a bad data directory must fail before the one-time token is spent.
         tokenizer = load_tokenizer(cfg.tokenizer)
         tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=self.work / "tokens.npy")
         if report.skipped:
-            log.warning("event=data_skipped files=%d", report.skipped)
+            log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
+        ps.join()
+        fed: FederationConfig = ps.federation
+        device = pick_device(cfg.device)
+        model = build_model(fed.model)
         stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed)
         trainer = LocalTrainer(model, fed.training, stream, device, slowdown=cfg.slowdown)
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)

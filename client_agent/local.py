@@ -154,7 +154,8 @@ def run_local_federation(opts: LocalOptions) -> int:
          f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {fed.codec.name}+{fed.codec.entropy}, "
          f"{opts.duration_s:.0f}s; run directory {run}")
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # PYTHONSAFEPATH: never let the working directory (a checkout holds `operator/`) shadow the stdlib.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     procs: list[subprocess.Popen] = []
     logs = run / "logs"
     logs.mkdir()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Section(BaseModel):
@@ -32,6 +32,12 @@ class ModelConfig(_Section):
     )
     block_size: int = Field(128, ge=8, le=131072, description="Context length in tokens.")
     seed: int = Field(0, description="Seed for the master client's random initialisation of the model.")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ModelConfig:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        return self
 
 
 class CodecConfig(_Section):
@@ -192,3 +198,4 @@ class ClientConfig(_Section):
     max_rounds: int = Field(0, ge=0, description="Stop after this many syncs; 0 = no limit.")
     duration_s: float = Field(0.0, ge=0, description="Stop after this many seconds; 0 = no limit.")
     seed: int = Field(0, description="Seed of this client's data order.")
+    join_timeout_s: float = Field(120.0, gt=0, description="Give up joining an unreachable PS after this long.")

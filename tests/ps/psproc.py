@@ -40,7 +40,7 @@ class PSProcess:
                "--admin-token-file", str(self.admin_file), "--ready-file", str(self.ready), *self.extra]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ,
-                                         "PYTHONUNBUFFERED": "1"})
+                                         "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"})
         deadline = time.monotonic() + timeout
         while not (self.ready.exists() and self.ready.read_text().strip()):
             if self.proc.poll() is not None:
