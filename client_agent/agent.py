@@ -20,6 +20,7 @@ import torch
 
 from geofed.codec import ErrorFeedback, choose_codec, make_codec
 from geofed.config import ClientConfig, FederationConfig
+from geofed.paradigm import get_paradigm
 
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
@@ -115,11 +116,13 @@ class ClientAgent:
         ps.join()
         fed: FederationConfig = ps.federation
         device = pick_device(cfg.device)
-        model = build_model(fed.model)
+        paradigm = get_paradigm(fed.paradigm)
+        model = paradigm.prepare(build_model(fed.model))
+        select = paradigm.select
         stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed)
         trainer = LocalTrainer(model, fed.training, stream, device, slowdown=cfg.slowdown)
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
-        numel = sum(int(np.prod(s)) for _, s, _ in manifest(model))
+        numel = sum(int(np.prod(s)) for _, s, _ in manifest(model, select))
         ef = ErrorFeedback(numel) if fed.codec.error_feedback else None
         resumed = ckpts.load_latest()
         if resumed is not None:
@@ -130,13 +133,13 @@ class ClientAgent:
                      resumed.base_version)
         ps.start()
         if ps.master and ps.join_version == 0:
-            self._bootstrap(ps, model, resumed)
+            self._bootstrap(ps, model, resumed, select)
 
         delta = torch.empty(numel, dtype=torch.float32)
         rounds = 0
         global_model = self._await(ps, 0, timeout=None)
         while True:
-            load_flat_(trainer.model, torch.from_numpy(global_model.flat))
+            load_flat_(trainer.model, torch.from_numpy(global_model.flat), select)
             if self.first_step_at is None:
                 self.first_step_at = time.monotonic() - self.t_start
                 log.info("event=first_step client=%s seconds_since_start=%.2f", cfg.client_id, self.first_step_at)
@@ -148,7 +151,7 @@ class ClientAgent:
             eval_loss = None
             if trainer.step // fed.training.eval_every != (trainer.step - stats.steps) // fed.training.eval_every:
                 eval_loss = trainer.evaluate(fed.training.eval_batches)
-            delta_(delta, trainer.model, torch.from_numpy(global_model.flat))
+            delta_(delta, trainer.model, torch.from_numpy(global_model.flat), select)
             codec_name = self._codec_name(fed, ps, numel)
             codec = make_codec(codec_name, fed.codec.entropy, fed.codec.block_scales)
             values = delta.numpy()
@@ -164,7 +167,7 @@ class ClientAgent:
                 log.warning("event=delta_stale client=%s detail=%r", cfg.client_id, str(exc))
                 status, version, staleness, sent, push_s = "STALE", ps.latest().version, 0, 0, 0.0
             rounds += 1
-            self._checkpoint(ckpts, trainer, global_model.version, ef, eval_loss)
+            self._checkpoint(ckpts, trainer, global_model.version, ef, eval_loss, select)
             t_idle = time.monotonic()
             done = self._should_stop(rounds, trainer.step, fed)
             if not done:
@@ -178,15 +181,16 @@ class ClientAgent:
             if done:
                 return 0
 
-    def _bootstrap(self, ps: PSClient, model: torch.nn.Module, resumed: ClientCheckpoint | None) -> None:
+    def _bootstrap(self, ps: PSClient, model: torch.nn.Module, resumed: ClientCheckpoint | None, select) -> None:
         """Fig. 1 step 2: stream Θ0 to the PS; after a total PS loss, re-seed from our own checkpoint (§III-B4)."""
         base = 0
         if resumed is not None and isinstance(resumed.model, torch.Tensor) and resumed.model.numel():
-            load_flat_(model, resumed.model)
+            load_flat_(model, resumed.model, select)
             base = resumed.base_version
-        flat = flatten(model).numpy()
+        flat = flatten(model, select).numpy()
         header, frames = make_codec("fp32").encode(flat)
-        receipt = ps.push(base_version=base, codec_header=header, frames=frames, init=True, manifest=manifest(model))
+        receipt = ps.push(base_version=base, codec_header=header, frames=frames, init=True,
+                          manifest=manifest(model, select))
         log.info("event=bootstrapped client=%s version=%d reseed=%s", self.cfg.client_id, receipt.version, base > 0)
 
     @staticmethod
@@ -223,10 +227,10 @@ class ClientAgent:
         return choose_codec(ps.link_bytes_per_s, numel, fed.codec.sync_time_budget_s)
 
     def _checkpoint(self, ckpts: CheckpointManager, trainer: LocalTrainer, base_version: int,
-                    ef: ErrorFeedback | None, eval_loss: float | None) -> None:
+                    ef: ErrorFeedback | None, eval_loss: float | None, select) -> None:
         state = trainer.state_dict()
         ckpt = ClientCheckpoint(
-            model=flatten(trainer.model), optimizer=state["optimizer"], step=state["step"],
+            model=flatten(trainer.model, select), optimizer=state["optimizer"], step=state["step"],
             data_position=state["data_position"], base_version=base_version,
             residual=ef.state_dict() if ef is not None else {}, scaler=state.get("scaler", {}), eval_loss=eval_loss,
         )

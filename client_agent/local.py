@@ -252,7 +252,7 @@ def _watch(clients, tails, admin, opts, run, evaluator, t0) -> list[dict]:
                          f"step {rec['step']:>5} "
                          f"loss {rec['train_loss']:.3f}  {rec['tokens_per_s']:7.0f} tok/s  -> v{rec['version']:<4} "
                          f"{rec['payload_bytes'] / 1e3:7.1f} kB ({rec['ratio'] * 100:.1f}% of fp32, {rec['codec']})")
-        if time.monotonic() - last_eval > 20:
+        if time.monotonic() - last_eval > 10:
             last_eval = time.monotonic()
             ckpt = _newest_ps_checkpoint(run / "ps")
             if ckpt is not None:

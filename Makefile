@@ -1,0 +1,33 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Each sets up .venv itself.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-slow lint generate bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# constraints.txt pins torch to the CPU build this machine has on disk (a range would pull CUDA builds).
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	PYTHONSAFEPATH=1 $(BIN)/geofed local
+
+test: $(STAMP)
+	PYTHONSAFEPATH=1 $(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	PYTHONSAFEPATH=1 $(BIN)/python -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+generate: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. geofed/protocol/geofed.proto
+	$(BIN)/python -m geofed_operator.generate
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
