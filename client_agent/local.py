@@ -111,7 +111,8 @@ class GlobalEvaluator:
 def _newest_ps_checkpoint(ckpt_dir: Path):
     from ps_server.checkpoint import CheckpointStore
 
-    return CheckpointStore(ckpt_dir).load_latest()
+    ckpt = CheckpointStore(ckpt_dir).load_latest()
+    return ckpt if ckpt is not None and ckpt.version > 0 else None
 
 
 class _Tail:

@@ -1,8 +1,10 @@
 """Atomic PS checkpoints: global model + outer-optimizer state + version + credential registry.
 
-Write to a temp file in the same directory, fsync, rename, fsync the directory: a crash leaves either
-the old file or the new one, never a torn one. Loading uses `torch.load(weights_only=True)`; the
-non-tensor state travels as one JSON string, so nothing in a checkpoint can execute code.
+Files are in the safetensors format (8-byte header length, JSON header, raw little-endian arrays), written
+*streaming*: each array goes to disk straight from its buffer, so a checkpoint never needs a second copy
+of the model in memory, and the PS does not need torch at all. Non-tensor state (hashes, upload ids)
+rides in the header's `__metadata__` as JSON. Write to a temp file, fsync, rename, fsync the directory:
+a crash leaves either the old file or the new one, never a torn one. Nothing in a checkpoint can execute.
 """
 
 from __future__ import annotations
@@ -11,18 +13,19 @@ import json
 import logging
 import os
 import re
-import warnings
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
+from safetensors import safe_open
 
 from .global_model import TensorEntry
 
 log = logging.getLogger("geofed.ps")
 
-_NAME = re.compile(r"^ps-v(\d{12})\.pt$")
+_NAME = re.compile(r"^ps-v(\d{12})\.safetensors$")
+_FORMAT = "geofed-ps/2"
 
 
 @dataclass
@@ -36,31 +39,46 @@ class PSCheckpoint:
     registry: dict
 
 
-def _tensors_of(obj):
-    """Split a nested dict into (JSON-able skeleton, {path: tensor}) so arrays never go through JSON."""
-    tensors: dict[str, torch.Tensor] = {}
-
-    def walk(node, path):
-        if isinstance(node, np.ndarray):
-            tensors[path] = torch.from_numpy(np.ascontiguousarray(node))
-            return {"__tensor__": path}
-        if isinstance(node, dict):
-            return {k: walk(v, f"{path}/{k}") for k, v in node.items()}
-        if isinstance(node, list | tuple):
-            return [walk(v, f"{path}/{i}") for i, v in enumerate(node)]
-        return node
-
-    return walk(obj, ""), tensors
+def _split_arrays(obj, arrays: dict[str, np.ndarray], path: str = "state"):
+    """Replace numpy arrays in a nested structure by {"__array__": key}, collecting them in `arrays`."""
+    if isinstance(obj, np.ndarray):
+        arrays[path] = obj
+        return {"__array__": path}
+    if isinstance(obj, dict):
+        return {k: _split_arrays(v, arrays, f"{path}/{k}") for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_split_arrays(v, arrays, f"{path}/{i}") for i, v in enumerate(obj)]
+    return obj
 
 
-def _restore_tensors(node, tensors):
-    if isinstance(node, dict):
-        if set(node) == {"__tensor__"}:
-            return tensors[node["__tensor__"]].numpy()
-        return {k: _restore_tensors(v, tensors) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_restore_tensors(v, tensors) for v in node]
-    return node
+def _join_arrays(obj, load):
+    if isinstance(obj, dict):
+        if set(obj) == {"__array__"}:
+            return load(obj["__array__"])
+        return {k: _join_arrays(v, load) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_join_arrays(v, load) for v in obj]
+    return obj
+
+
+def write_safetensors(path: Path, arrays: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    """Stream `arrays` into a safetensors file at `path` (fsynced); no array is copied."""
+    header: dict = {"__metadata__": metadata}
+    offset = 0
+    for name, arr in arrays.items():
+        if arr.dtype != np.float32:
+            raise TypeError(f"{name}: only float32 arrays are checkpointed, got {arr.dtype}")
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # keep the data section 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for arr in arrays.values():
+            f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -72,7 +90,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 class CheckpointStore:
-    """A directory of `ps-v<version>.pt` files; keeps the newest `keep`."""
+    """A directory of `ps-v<version>.safetensors` files; keeps the newest `keep`."""
 
     def __init__(self, directory: str | os.PathLike, keep: int = 3) -> None:
         self.dir = Path(directory)
@@ -81,26 +99,19 @@ class CheckpointStore:
 
     def save(self, ckpt: PSCheckpoint) -> Path:
         """Write atomically; raises OSError (e.g. ENOSPC) with the previous checkpoints untouched."""
-        skeleton, tensors = _tensors_of({"aggregator": ckpt.aggregator})
-        with warnings.catch_warnings():
-            # Published snapshots are read-only numpy arrays; torch only reads them here.
-            warnings.simplefilter("ignore", UserWarning)
-            flat = torch.from_numpy(np.ascontiguousarray(ckpt.flat))
-        payload = {
-            "format": "geofed-ps/1",
-            "version": ckpt.version,
-            "flat": flat,
+        arrays: dict[str, np.ndarray] = {"flat": ckpt.flat.reshape(-1)}
+        skeleton = _split_arrays(ckpt.aggregator, arrays)
+        metadata = {
+            "format": _FORMAT,
+            "version": str(ckpt.version),
             "manifest": json.dumps([[t.name, list(t.shape), t.dtype] for t in ckpt.manifest]),
-            "state": json.dumps({"skeleton": skeleton, "registry": ckpt.registry}),
-            "tensors": tensors,
+            "aggregator": json.dumps(skeleton),
+            "registry": json.dumps(ckpt.registry),
         }
-        final = self.dir / f"ps-v{ckpt.version:012d}.pt"
+        final = self.dir / f"ps-v{ckpt.version:012d}.safetensors"
         tmp = self.dir / f".{final.name}.tmp"
         try:
-            with open(tmp, "wb") as f:
-                torch.save(payload, f)
-                f.flush()
-                os.fsync(f.fileno())
+            write_safetensors(tmp, arrays, metadata)
             os.chmod(tmp, 0o600)
             os.replace(tmp, final)
             _fsync_dir(self.dir)
@@ -110,30 +121,33 @@ class CheckpointStore:
         self._prune()
         return final
 
-    def _files(self) -> list[Path]:
+    def files(self) -> list[Path]:
+        """Checkpoint files, newest first."""
         found = [p for p in self.dir.iterdir() if _NAME.match(p.name)]
         return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)), reverse=True)
 
     def _prune(self) -> None:
-        for old in self._files()[self.keep :]:
+        for old in self.files()[self.keep :]:
             old.unlink(missing_ok=True)
 
     def load_latest(self) -> PSCheckpoint | None:
         """The newest checkpoint that loads cleanly; corrupt files are skipped with a log line."""
-        for path in self._files():
+        for path in self.files():
             try:
-                return self._load(path)
+                return self.load(path)
             except Exception as exc:  # a torn or foreign file must not stop the PS from starting
                 log.error("event=checkpoint_unreadable path=%s error=%s", path, exc)
         return None
 
     @staticmethod
-    def _load(path: Path) -> PSCheckpoint:
-        payload = torch.load(path, weights_only=True, map_location="cpu")
-        if payload.get("format") != "geofed-ps/1":
-            raise ValueError("not a geofed PS checkpoint")
-        state = json.loads(payload["state"])
-        aggregator = _restore_tensors(state["skeleton"], payload["tensors"])["aggregator"]
-        manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in json.loads(payload["manifest"]))
-        flat = payload["flat"].numpy().copy()
-        return PSCheckpoint(int(payload["version"]), flat, manifest, aggregator, state["registry"])
+    def load(path: Path) -> PSCheckpoint:
+        with safe_open(path, framework="numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != _FORMAT:
+                raise ValueError("not a geofed PS checkpoint")
+            flat = np.array(f.get_tensor("flat"), dtype=np.float32)
+            aggregator = _join_arrays(json.loads(meta["aggregator"]), lambda k: np.array(f.get_tensor(k)))
+        manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in json.loads(meta["manifest"]))
+        if sum(t.numel for t in manifest) != flat.size:
+            raise ValueError("manifest does not match the stored model size")
+        return PSCheckpoint(int(meta["version"]), flat, manifest, aggregator, json.loads(meta["registry"]))

@@ -12,6 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from geofed.config import FederationConfig, ServerConfig
 
 from .aggregator import Aggregator, PushOutcome
@@ -23,6 +25,7 @@ from .registry import AuthError, Principal, Registry, Session
 
 log = logging.getLogger("geofed.ps")
 
+_EMPTY = np.empty(0, dtype=np.float32)
 MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may install
 
 
@@ -82,6 +85,9 @@ class ParameterServerCore:
             log.info("event=start checkpoint=none")
             return False
         self.registry.load_state_dict(ckpt.registry)
+        if ckpt.version == 0:
+            log.info("event=resume version=0 model=none sites=%d", len(ckpt.registry.get("sites", {})))
+            return True
         self.aggregator.restore(ckpt.version, ckpt.flat, ckpt.manifest, ckpt.aggregator)
         self.metrics.global_version.set(ckpt.version)
         log.info("event=resume version=%d numel=%d", ckpt.version, ckpt.flat.size)
@@ -110,19 +116,18 @@ class ParameterServerCore:
         """Write a checkpoint of the current version now; False (and a metric) if the disk refuses."""
         with self._ckpt_lock, self.aggregator.lock:
             snap = self.model.current()
-            if snap is None:
-                return False
-            ckpt = PSCheckpoint(
-                snap.version, snap.flat, snap.manifest, self.aggregator.state_dict(), self.registry.state_dict()
-            )
+            # Before the master's init there is no model, but enrolled sites and minted tokens must
+            # still survive a restart: version 0 holds the registry alone.
+            version, flat, manifest = (snap.version, snap.flat, snap.manifest) if snap else (0, _EMPTY, ())
+            ckpt = PSCheckpoint(version, flat, manifest, self.aggregator.state_dict(), self.registry.state_dict())
             try:
                 path = self.store.save(ckpt)
             except OSError as exc:
                 self.metrics.checkpoint_failures.inc()
-                log.error("event=checkpoint_failed version=%d error=%s", snap.version, exc)
+                log.error("event=checkpoint_failed version=%d error=%s", version, exc)
                 return False
             self._versions_since_ckpt = 0
-        log.info("event=checkpoint version=%d path=%s", snap.version, path)
+        log.info("event=checkpoint version=%d path=%s", version, path)
         return True
 
     def _on_apply(self, snap: Snapshot) -> None:

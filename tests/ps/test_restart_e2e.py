@@ -54,3 +54,19 @@ def test_sigterm_writes_final_checkpoint(tmp_path):
             assert admin.status()["version"] == 2
     finally:
         ps.kill()
+
+
+def test_site_credentials_survive_restart_before_any_model(tmp_path):
+    ps = PSProcess(tmp_path / "ps").start()
+    try:
+        with ps.admin() as admin:
+            site_credential = admin.create_site_credential("early")
+        ps.kill()
+        ps.start()
+        from geofed.protocol.admin_client import AdminClient
+
+        with AdminClient(ps.address, site_credential, insecure=True) as site:
+            token, _ = site.create_token("early.gpu0")
+        assert token
+    finally:
+        ps.kill()
