@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -22,6 +24,9 @@ from .global_model import TensorEntry, validate_manifest
 
 _SPOOL_IN_RAM = 32 << 20  # encoded bytes kept in RAM before spilling to a temp file
 _READ = 1 << 20
+# Decoding is CPU-bound: more concurrent decoders than cores only multiplies their per-frame scratch
+# memory (tens of MB each), so validation decodes take turns (pushes still *receive* concurrently).
+_DECODE_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
 
 
 class PushRejected(Exception):
@@ -141,12 +146,15 @@ class PushReceiver:
         self._sha.update(data)
         self._spool.write(data)
         try:
-            for off, values in self._decoder.feed(data):
-                if not np.isfinite(values).all():
-                    bad = int(np.flatnonzero(~np.isfinite(values))[0]) + off
-                    raise PushRejected("INVALID_ARGUMENT", "nonfinite", f"non-finite value (NaN/Inf) at element {bad}")
-                self._sq_norm += float(np.dot(values, values))
-                self._decoded = off + values.size
+            with _DECODE_SLOTS:
+                for off, values in self._decoder.feed(data):
+                    if not np.isfinite(values).all():
+                        bad = int(np.flatnonzero(~np.isfinite(values))[0]) + off
+                        raise PushRejected(
+                            "INVALID_ARGUMENT", "nonfinite", f"non-finite value (NaN/Inf) at element {bad}"
+                        )
+                    self._sq_norm += float(np.dot(values, values))
+                    self._decoded = off + values.size
         except CodecError as exc:
             raise PushRejected("INVALID_ARGUMENT", "codec", f"payload: {exc}") from exc
 

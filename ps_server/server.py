@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from geofed.config import FederationConfig, ServerConfig
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 
+from .memory import tune_allocator
 from .service import ParameterServerCore
 from .servicer import AdminServicer, ParameterServerServicer
 
@@ -86,6 +87,7 @@ class RunningServer:
 def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: bool = True) -> RunningServer:
     """Resume from the newest checkpoint, then listen on the one fixed port."""
     credentials = server_credentials(cfg)
+    tune_allocator()  # before any worker thread exists
     core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file))
     core.resume()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=512), options=SERVER_OPTIONS,
