@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,12 @@ from geofed.paradigm import get_paradigm
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
 from .data import TokenStream, load_tokens
-from .flat import delta_, flatten, load_flat_, manifest
-from .model import build_model
+from .flat import manifest
+from .fsdp import shard_model
+from .model import build_model, build_model_shell
+from .precision import pick_precision
 from .ps_client import GlobalVersion, PSClient, StaleDeltaError
+from .ranks import Ranks
 from .tokenizer import load_tokenizer
 from .trainer import LocalTrainer
 
@@ -36,6 +40,18 @@ log = logging.getLogger("geofed.client")
 
 class Preempted(Exception):
     """SIGTERM arrived: stop at once; the last sync's checkpoint is the resume point."""
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """What one sync's push came to, as the agent records it."""
+
+    status: str
+    version: int
+    staleness: int
+    payload_bytes: int
+    seconds: float
+    codec: str
 
 
 @dataclass
@@ -97,6 +113,10 @@ class ClientAgent:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _raise_preempted)
+        # transformers' model code takes seconds to import; do it while data loads and we Join (rejoin time).
+        # transformers' lazy modules are not safe to import from two threads: _run joins this first.
+        self._preload = threading.Thread(target=_preload_model_code, name="geofed-preload", daemon=True)
+        self._preload.start()
         ps = self._ps_client()
         try:
             return self._run(ps)
@@ -108,38 +128,51 @@ class ClientAgent:
 
     def _run(self, ps: PSClient) -> int:
         cfg = self.cfg
+        ranks = Ranks()
         # Data first: a bad data directory must fail before the one-time token is spent.
         tokenizer = load_tokenizer(cfg.tokenizer)
         tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=self.work / "tokens.npy")
         if report.skipped:
             log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
-        ps.join()
-        fed: FederationConfig = ps.federation
-        device = pick_device(cfg.device)
+        fed_json, bootstrap = None, False
+        if ranks.leader:
+            ps.join()
+            fed_json = ps.federation.model_dump_json()
+            bootstrap = ps.master and ps.join_version == 0
+            if not bootstrap:
+                ps.start()  # fetch the global model while the model is being built
+        fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
+        bootstrap = ranks.bcast_flag(bootstrap)
+        device = ranks.device(pick_device(cfg.device))
+        self._preload.join()
         paradigm = get_paradigm(fed.paradigm)
-        model = paradigm.prepare(build_model(fed.model))
         select = paradigm.select
+        # Only the master's Θ0 needs a random init; everyone else gets weights from the PS.
+        model = paradigm.prepare(build_model(fed.model) if bootstrap else build_model_shell(fed.model))
+        precision = pick_precision(fed.training.precision, device)
+        if ranks.distributed:
+            model = shard_model(model.to(device), precision)
         stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed)
-        trainer = LocalTrainer(model, fed.training, stream, device, slowdown=cfg.slowdown)
+        trainer = LocalTrainer(model, fed.training, stream, device, precision=precision, slowdown=cfg.slowdown,
+                               rank=ranks.rank, world=ranks.world)
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
         numel = sum(int(np.prod(s)) for _, s, _ in manifest(model, select))
-        ef = ErrorFeedback(numel) if fed.codec.error_feedback else None
+        ef = ErrorFeedback(numel) if fed.codec.error_feedback and ranks.leader else None
         resumed = ckpts.load_latest()
         if resumed is not None:
             trainer.load_state_dict(resumed.trainer_state())
             if ef is not None and resumed.residual:
                 ef.load_state_dict(resumed.residual)
-            log.info("event=resumed client=%s step=%d base_version=%d", cfg.client_id, resumed.step,
-                     resumed.base_version)
-        ps.start()
-        if ps.master and ps.join_version == 0:
-            self._bootstrap(ps, model, resumed, select)
+            log.info("event=resumed client=%s rank=%d step=%d base_version=%d", cfg.client_id, ranks.rank,
+                     resumed.step, resumed.base_version)
+        if bootstrap:
+            self._bootstrap(ps, ranks, model, resumed, select)
 
-        delta = torch.empty(numel, dtype=torch.float32)
+        delta = torch.empty(numel, dtype=torch.float32) if ranks.leader else None
         rounds = 0
-        global_model = self._await(ps, 0, timeout=None)
+        global_model = self._await(ps, 0, timeout=None) if ranks.leader else None
         while True:
-            load_flat_(trainer.model, torch.from_numpy(global_model.flat), select)
+            ranks.load_global(trainer.model, global_model.flat if global_model else None, select)
             if self.first_step_at is None:
                 self.first_step_at = time.monotonic() - self.t_start
                 log.info("event=first_step client=%s seconds_since_start=%.2f", cfg.client_id, self.first_step_at)
@@ -151,44 +184,60 @@ class ClientAgent:
             eval_loss = None
             if trainer.step // fed.training.eval_every != (trainer.step - stats.steps) // fed.training.eval_every:
                 eval_loss = trainer.evaluate(fed.training.eval_batches)
-            delta_(delta, trainer.model, torch.from_numpy(global_model.flat), select)
-            codec_name = self._codec_name(fed, ps, numel)
-            codec = make_codec(codec_name, fed.codec.entropy, fed.codec.block_scales)
-            values = delta.numpy()
-            header, frames = ef.encode(codec, values) if ef is not None else codec.encode(values)
-            ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
-                         "tokens_per_s": stats.tokens_per_s, "bytes_sent": ps.bytes_sent, "step": trainer.step}
-            try:
-                receipt = ps.push(base_version=global_model.version, codec_header=header, frames=frames,
-                                  num_tokens=stats.tokens, num_samples=stats.samples, local_steps=max(1, stats.steps))
-                status, version, staleness, sent, push_s = (receipt.status, receipt.version, receipt.staleness,
-                                                            receipt.payload_bytes, receipt.seconds)
-            except StaleDeltaError as exc:
-                log.warning("event=delta_stale client=%s detail=%r", cfg.client_id, str(exc))
-                status, version, staleness, sent, push_s = "STALE", ps.latest().version, 0, 0, 0.0
+            ranks.delta(delta, trainer.model, global_model.flat if global_model else None, select)
+            state = trainer.state_dict()  # collective under FSDP: gathers optimizer state to rank 0
             rounds += 1
-            self._checkpoint(ckpts, trainer, global_model.version, ef, eval_loss, select)
+            if ranks.leader:
+                outcome = self._push(ps, fed, global_model, delta, ef, stats, eval_loss, trainer.step, numel)
+                model_flat = delta + torch.from_numpy(global_model.flat)
+                self._checkpoint(ckpts, state, model_flat, global_model.version, ef, eval_loss, trainer.step)
+            done = ranks.bcast_flag(self._should_stop(rounds, trainer.step, fed) if ranks.leader else None)
+            if not ranks.leader:
+                if done:
+                    return 0
+                continue
+            base_version = global_model.version
             t_idle = time.monotonic()
-            done = self._should_stop(rounds, trainer.step, fed)
             if not done:
-                global_model = self._next_model(ps, fed, global_model, status, version)
-            idle = time.monotonic() - t_idle
+                global_model = self._next_model(ps, fed, global_model, outcome.status, outcome.version)
             self._record(RoundRecord(
-                time.time(), cfg.client_id, rounds, trainer.step, global_model.version, version, status, staleness,
-                stats.mean_loss, eval_loss, stats.tokens_per_s, sent, sent / max(1, 4 * numel), codec.name, push_s,
-                idle, stats.seconds,
+                time.time(), cfg.client_id, rounds, trainer.step, base_version, outcome.version, outcome.status,
+                outcome.staleness, stats.mean_loss, eval_loss, stats.tokens_per_s, outcome.payload_bytes,
+                outcome.payload_bytes / max(1, 4 * numel), outcome.codec, outcome.seconds,
+                time.monotonic() - t_idle, stats.seconds,
             ))
             if done:
                 return 0
 
-    def _bootstrap(self, ps: PSClient, model: torch.nn.Module, resumed: ClientCheckpoint | None, select) -> None:
+    def _push(self, ps: PSClient, fed: FederationConfig, base: GlobalVersion, delta: torch.Tensor,
+              ef: ErrorFeedback | None, stats, eval_loss: float | None, step: int, numel: int) -> PushOutcome:
+        """Encode δ (int8/int16 by link rate, with error feedback) and push it (Algorithm 1: send δc)."""
+        codec = make_codec(self._codec_name(fed, ps, numel), fed.codec.entropy, fed.codec.block_scales)
+        values = delta.numpy()
+        header, frames = ef.encode(codec, values) if ef is not None else codec.encode(values)
+        ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
+                     "tokens_per_s": stats.tokens_per_s, "bytes_sent": ps.bytes_sent, "step": step}
+        try:
+            r = ps.push(base_version=base.version, codec_header=header, frames=frames, num_tokens=stats.tokens,
+                        num_samples=stats.samples, local_steps=max(1, stats.steps))
+        except StaleDeltaError as exc:
+            log.warning("event=delta_stale client=%s detail=%r", self.cfg.client_id, str(exc))
+            latest = ps.latest()
+            return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec.name)
+        return PushOutcome(r.status, r.version, r.staleness, r.payload_bytes, r.seconds, codec.name)
+
+    def _bootstrap(self, ps: PSClient, ranks: Ranks, model: torch.nn.Module, resumed: ClientCheckpoint | None,
+                   select) -> None:
         """Fig. 1 step 2: stream Θ0 to the PS; after a total PS loss, re-seed from our own checkpoint (§III-B4)."""
         base = 0
         if resumed is not None and isinstance(resumed.model, torch.Tensor) and resumed.model.numel():
-            load_flat_(model, resumed.model, select)
+            ranks.load_global(model, resumed.model if ranks.leader else None, select)
             base = resumed.base_version
-        flat = flatten(model, select).numpy()
-        header, frames = make_codec("fp32").encode(flat)
+        flat = ranks.full_flat(model, select)
+        if not ranks.leader:
+            return
+        ps.start()
+        header, frames = make_codec("fp32").encode(flat.numpy())
         receipt = ps.push(base_version=base, codec_header=header, frames=frames, init=True,
                           manifest=manifest(model, select))
         log.info("event=bootstrapped client=%s version=%d reseed=%s", self.cfg.client_id, receipt.version, base > 0)
@@ -226,17 +275,17 @@ class ClientAgent:
             return "int8"
         return choose_codec(ps.link_bytes_per_s, numel, fed.codec.sync_time_budget_s)
 
-    def _checkpoint(self, ckpts: CheckpointManager, trainer: LocalTrainer, base_version: int,
-                    ef: ErrorFeedback | None, eval_loss: float | None, select) -> None:
-        state = trainer.state_dict()
+    def _checkpoint(self, ckpts: CheckpointManager, state: dict, model_flat: torch.Tensor, base_version: int,
+                    ef: ErrorFeedback | None, eval_loss: float | None, step: int) -> None:
+        """One atomic file after every sync, plus the K lowest-eval-loss ones (§III-B4)."""
         ckpt = ClientCheckpoint(
-            model=flatten(trainer.model, select), optimizer=state["optimizer"], step=state["step"],
+            model=model_flat, optimizer=state["optimizer"], step=state["step"],
             data_position=state["data_position"], base_version=base_version,
             residual=ef.state_dict() if ef is not None else {}, scaler=state.get("scaler", {}), eval_loss=eval_loss,
         )
         ckpts.save_latest(ckpt)
         if eval_loss is not None:
-            ckpts.consider(eval_loss, trainer.step, ckpt)
+            ckpts.consider(eval_loss, step, ckpt)
 
     def _should_stop(self, rounds: int, step: int, fed: FederationConfig) -> bool:
         cfg = self.cfg
@@ -253,6 +302,12 @@ class ClientAgent:
         log.info("event=sync client=%s round=%d step=%d version=%d status=%s loss=%.4f bytes=%d ratio=%.3f",
                  rec.client, rec.round, rec.step, rec.version, rec.status, rec.train_loss, rec.payload_bytes,
                  rec.ratio)
+
+
+def _preload_model_code() -> None:
+    import transformers.models.gpt2.modeling_gpt2  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
+    from transformers import AutoModelForCausalLM  # noqa: F401
 
 
 def _raise_preempted(signum, frame):

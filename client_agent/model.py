@@ -138,3 +138,28 @@ def lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     inputs, targets = batch[:, :-1], batch[:, 1:]
     logits = model(input_ids=inputs, use_cache=False).logits  # (B, T, V)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def build_model_shell(cfg: ModelConfig) -> nn.Module:
+    """The model's structure with uninitialised CPU storage, for a client whose weights come from the PS.
+
+    Random initialisation of a large model costs seconds that a rejoining client (§III-B4) would throw
+    away. Parameters are created on the meta device and given empty CPU storage; buffers (e.g. rotary
+    frequencies) are built for real, since the PS does not send them. Tied embeddings are re-tied.
+    """
+    if cfg.path:
+        return _load_pretrained(cfg)
+    config = hf_config(cfg)
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config)
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is not None and param.is_meta:
+                module._parameters[name] = nn.Parameter(
+                    torch.empty(param.shape, dtype=torch.float32), requires_grad=param.requires_grad
+                )
+    model.tie_weights()
+    return model.float()

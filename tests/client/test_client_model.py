@@ -75,7 +75,9 @@ def test_load_from_saved_local_directory(tmp_path, family):
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
-        (ModelConfig(n_head=3, n_embd=64), "divisible by n_head"),
+        # model_construct skips the settings validator, so the builder's own check is exercised too
+        (ModelConfig.model_construct(**{**ModelConfig().model_dump(), "n_head": 3, "n_embd": 64}),
+         "divisible by n_head"),
         (ModelConfig(family="llama", n_head=8, n_embd=24), "even head dimension"),
         (ModelConfig(path="/nonexistent/model/dir"), "is not a directory"),
     ],
@@ -105,3 +107,22 @@ def test_block_size_beyond_loaded_context_is_rejected(tmp_path):
     build_model(ModelConfig(**TINY)).save_pretrained(tmp_path)
     with pytest.raises(ModelConfigError, match="exceeds the loaded model's context 64"):
         build_model(ModelConfig(path=str(tmp_path), n_layer=2, n_head=4, n_embd=64, block_size=128))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_model_shell_matches_built_model_once_weights_are_loaded(family):
+    from client_agent.flat import flatten, load_flat_, manifest
+    from client_agent.model import build_model_shell
+
+    cfg = ModelConfig(family=family)
+    full, shell = build_model(cfg), build_model_shell(cfg)
+    assert manifest(full) == manifest(shell)
+    load_flat_(shell, flatten(full))
+    batch = torch.randint(0, cfg.vocab_size, (2, 33))
+    assert lm_loss(shell, batch).item() == pytest.approx(lm_loss(full, batch).item(), abs=1e-6)
+    assert shell.lm_head.weight is shell.get_input_embeddings().weight  # ties survive
+
+
+def test_settings_refuse_heads_that_do_not_divide_the_width():
+    with pytest.raises(ValueError, match=r"n_embd \(64\) must be divisible by n_head \(3\)"):
+        ModelConfig(n_head=3, n_embd=64)
