@@ -1,0 +1,27 @@
+# geofed site client: CUDA runtime, torch with CUDA, one or more training processes via torchrun.
+# Build from the repository root:  docker build -f images/client.Dockerfile -t ghcr.io/geofed/client:0.1.0 .
+ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04
+FROM ${CUDA_IMAGE}
+ARG PYTHON_VERSION=3.11
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python${PYTHON_VERSION} python${PYTHON_VERSION}-venv ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && python${PYTHON_VERSION} -m venv /opt/geofed
+ENV PATH=/opt/geofed/bin:$PATH
+WORKDIR /src
+COPY pyproject.toml constraints.txt README.md ./
+COPY geofed ./geofed
+COPY ps_server ./ps_server
+COPY client_agent ./client_agent
+COPY operator ./operator
+RUN pip install --constraint constraints.txt --extra-index-url ${TORCH_INDEX} . \
+    && rm -rf /src
+RUN groupadd --gid 10001 geofed && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin geofed
+ENV PYTHONUNBUFFERED=1 HOME=/home/geofed
+WORKDIR /work
+USER 10001
+# The operator sets the command per pod (`geofed client ...` or `torchrun --nproc-per-node N -m client_agent ...`).
+ENTRYPOINT ["torchrun", "--standalone"]
+CMD ["--nproc-per-node=1", "-m", "client_agent", "--help"]

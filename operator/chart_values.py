@@ -1,0 +1,98 @@
+"""The Helm chart values as a pydantic model: `values.yaml` and `values.schema.json` come from it."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from geofed_operator.k8s_types import K8sModel, PullPolicy, ResourceRequirements, Toleration
+from geofed_operator.settings import DEFAULT_TAG, OperatorSettings, Role
+
+
+class ImageValues(K8sModel):
+    """The operator image."""
+
+    repository: str = Field("ghcr.io/geofed/operator", min_length=1, description="Image repository.")
+    tag: str = Field(DEFAULT_TAG, min_length=1, description="Image tag (the chart's appVersion).")
+    pull_policy: PullPolicy = Field("IfNotPresent", description="Image pull policy.")
+
+
+class PullSecret(K8sModel):
+    """A docker-registry Secret in the release namespace."""
+
+    name: str = Field(min_length=1, description="Secret name.")
+
+
+class ServiceAccountValues(K8sModel):
+    """The operator's ServiceAccount."""
+
+    create: bool = Field(True, description="Create the ServiceAccount.")
+    name: str | None = Field(None, description="Name to use; defaults to the release's full name.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations of the ServiceAccount.")
+
+
+class RBACValues(K8sModel):
+    """Least-privilege RBAC for the chosen role."""
+
+    create: bool = Field(True, description="Create (Cluster)Roles and bindings.")
+
+
+class ServiceMonitorValues(K8sModel):
+    """A prometheus-operator ServiceMonitor scraping every PS the operator creates."""
+
+    enabled: bool = Field(False, description="Render the ServiceMonitor (needs the monitoring.coreos.com CRDs).")
+    interval: str = Field("30s", pattern=r"^[0-9]+(ms|s|m|h)$", description="Scrape interval.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels, e.g. release: prometheus.")
+
+
+class MetricsValues(K8sModel):
+    """Prometheus integration."""
+
+    service_monitor: ServiceMonitorValues = Field(default_factory=ServiceMonitorValues, description="ServiceMonitor.")
+
+
+class DashboardValues(K8sModel):
+    """A Grafana dashboard ConfigMap (picked up by the Grafana sidecar) like the paper's dashboard."""
+
+    enabled: bool = Field(False, description="Render the dashboard ConfigMap.")
+    labels: dict[str, str] = Field(
+        default_factory=lambda: {"grafana_dashboard": "1"},
+        description="Labels the Grafana sidecar looks for.",
+    )
+    namespace: str | None = Field(None, description="Namespace of the ConfigMap; the release namespace when unset.")
+
+
+class GrafanaValues(K8sModel):
+    """Grafana integration."""
+
+    dashboard: DashboardValues = Field(default_factory=DashboardValues, description="Dashboard ConfigMap.")
+
+
+class ChartValues(K8sModel):
+    """Values of the geofed chart: one operator, cloud role (Federations), site role (SiteClients) or both."""
+
+    role: Role = Field(
+        "both",
+        description="cloud: reconcile Federations (run PSs); site: reconcile SiteClients (clients); both.",
+    )
+    watch_namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces to watch; empty = all (cluster-wide RBAC)."
+    )
+    image: ImageValues = Field(default_factory=ImageValues, description="Operator image.")
+    image_pull_secrets: list[PullSecret] = Field(default_factory=list, description="Pull secrets of the operator pod.")
+    settings: OperatorSettings = Field(default_factory=OperatorSettings, description="Operator settings.")
+    verbose: bool = Field(False, description="Debug logging.")
+    resources: ResourceRequirements = Field(
+        default_factory=lambda: ResourceRequirements(
+            requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}
+        ),
+        description="Operator container resources.",
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels of the operator pod.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the operator pod.")
+    priority_class_name: str | None = Field(None, description="PriorityClass of the operator pod.")
+    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra operator pod annotations.")
+    pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra operator pod labels.")
+    service_account: ServiceAccountValues = Field(default_factory=ServiceAccountValues, description="ServiceAccount.")
+    rbac: RBACValues = Field(default_factory=RBACValues, description="RBAC.")
+    metrics: MetricsValues = Field(default_factory=MetricsValues, description="Prometheus.")
+    grafana: GrafanaValues = Field(default_factory=GrafanaValues, description="Grafana.")

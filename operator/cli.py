@@ -1,0 +1,157 @@
+"""`geofed operator` (run the kopf operator) and `geofed site enroll|revoke` (issue or revoke site access).
+
+Heavy imports (kopf, grpc) stay inside the handlers so `geofed --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+ENROLL_HEADER = """\
+# geofed site enrollment for site {site!r} of federation {federation!r}.
+# Apply at the site, in the namespace where the geofed chart (role site or both) runs:
+#   kubectl apply -f {output}
+# Edit spec.data (the training data PVC), gpusPerPod and resources first if needed.
+# The Secret holds a credential: send this file over a private channel.
+"""
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register `geofed operator` and `geofed site` on the top-level CLI (see `geofed.cli`)."""
+    op = subparsers.add_parser(
+        "operator",
+        help="run the Kubernetes operator (Federations in the cloud, SiteClients at a site)",
+        description="Run the geofed kopf operator. Peering is off (standalone): run one replica.",
+    )
+    op.add_argument("--role", choices=("cloud", "site", "both"), default="both", help="which resources to serve")
+    scope = op.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], help="namespace to watch (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    op.add_argument("--settings", help="operator settings YAML (camelCase; the chart mounts one)")
+    op.add_argument("--liveness", default=None, help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    op.add_argument("--verbose", action="store_true", help="debug logging")
+    op.set_defaults(func=run_operator)
+
+    site = subparsers.add_parser("site", help="enroll or revoke an institution's site")
+    site_sub = site.add_subparsers(dest="site_command", required=True)
+    enroll = site_sub.add_parser(
+        "enroll",
+        help="issue a site credential and print the Secret + SiteClient YAML for that site",
+        description="Mint a revocable site credential (stored hashed by the PS) and write site.yaml.",
+    )
+    enroll.add_argument("--site", required=True, help="site name (a DNS label), e.g. uw-madison")
+    enroll.add_argument("--federation", required=True, help="the Federation's name")
+    enroll.add_argument("--ps-address", required=True, help="host:port the site's clients dial (public address)")
+    enroll.add_argument("--admin-address", help="host:port of the PS admin API from here (default: --ps-address)")
+    enroll.add_argument("--admin-token-file", required=True, help="file with the admin credential")
+    enroll.add_argument("--ca", help="PEM CA of the PS certificate (copied into the site's Secret)")
+    enroll.add_argument("--insecure", action="store_true", help="plaintext gRPC (local testing only)")
+    enroll.add_argument("--server-name", help="TLS name to verify when --admin-address is not a certificate name")
+    enroll.add_argument("--namespace", default="default", help="namespace at the site (default: default)")
+    enroll.add_argument("--name", help="SiteClient name (default: <site>-client)")
+    enroll.add_argument("--data-pvc", default="geofed-data", help="PVC with the site's training data")
+    enroll.add_argument("--gpus", type=int, default=1, help="GPUs per client pod")
+    enroll.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the PS (default: 10)")
+    enroll.add_argument("-o", "--output", help="write here instead of stdout")
+    enroll.set_defaults(func=run_enroll)
+
+    revoke = site_sub.add_parser("revoke", help="revoke a site: its credential and its tokens stop working")
+    revoke.add_argument("--site", required=True)
+    revoke.add_argument("--admin-address", required=True, help="host:port of the PS admin API")
+    revoke.add_argument("--admin-token-file", required=True, help="file with the admin credential")
+    revoke.add_argument("--ca", help="PEM CA of the PS certificate")
+    revoke.add_argument("--insecure", action="store_true", help="plaintext gRPC (local testing only)")
+    revoke.add_argument("--server-name", help="TLS name to verify")
+    revoke.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the PS (default: 10)")
+    revoke.set_defaults(func=run_revoke)
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    """Run kopf until SIGTERM/SIGINT."""
+    import logging
+
+    import kopf
+
+    from geofed_operator.handlers import build_registry
+    from geofed_operator.handlers.deps import Deps
+    from geofed_operator.settings import load_settings
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    try:
+        settings = load_settings(args.settings)
+    except (OSError, ValueError) as exc:
+        print(f"geofed operator: bad settings: {exc}", file=sys.stderr)
+        return 2
+    registry = build_registry(args.role, Deps(settings=settings))
+    kopf.run(
+        registry=registry,
+        standalone=True,  # no peering: one replica
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def _admin(args: argparse.Namespace, address: str) -> Any:
+    from geofed.protocol.admin_client import AdminClient
+
+    credential = Path(args.admin_token_file).read_text().strip()
+    ca = Path(args.ca).read_bytes() if args.ca else None
+    return AdminClient(
+        address, credential, insecure=args.insecure, ca_cert=ca, server_name=args.server_name, timeout_s=args.timeout
+    )
+
+
+def run_enroll(args: argparse.Namespace) -> int:
+    """Mint the site credential and write the site's manifests."""
+    from geofed.protocol.admin_client import AdminError
+    from geofed_operator.enrollment import build_site_manifests, render
+
+    ca = Path(args.ca).read_bytes() if args.ca else None
+    try:
+        with _admin(args, args.admin_address or args.ps_address) as admin:
+            credential = admin.create_site_credential(args.site)
+        docs = build_site_manifests(
+            site=args.site,
+            federation=args.federation,
+            ps_address=args.ps_address,
+            credential=credential,
+            ca_pem=ca,
+            insecure=args.insecure,
+            namespace=args.namespace,
+            name=args.name,
+            data_pvc=args.data_pvc,
+            gpus_per_pod=args.gpus,
+        )
+    except (AdminError, OSError, ValueError) as exc:
+        print(f"geofed site enroll: {exc}", file=sys.stderr)
+        return 1
+    header = ENROLL_HEADER.format(site=args.site, federation=args.federation, output=args.output or "site.yaml")
+    text = render(docs, header)
+    if args.output:
+        Path(args.output).write_text(text)
+        Path(args.output).chmod(0o600)
+        print(f"wrote {args.output} (Secret + SiteClient for site {args.site!r})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    """Revoke a site's credential at the PS."""
+    from geofed.protocol.admin_client import AdminError
+
+    try:
+        with _admin(args, args.admin_address) as admin:
+            revoked = admin.revoke_site(args.site)
+    except (AdminError, OSError) as exc:
+        print(f"geofed site revoke: {exc}", file=sys.stderr)
+        return 1
+    print(f"site {args.site!r} {'revoked' if revoked else 'was not enrolled'}")
+    return 0 if revoked else 1

@@ -1,0 +1,190 @@
+"""The `Federation` custom resource's spec: `geofed.config.FederationConfig` plus Kubernetes fields.
+
+The training sections (model, aggregation, codec, training, paradigm) and the PS `server` section are
+taken field by field from `geofed.config`, the one source of truth; only what Kubernetes needs on top
+(image, resources, Service, storage, TLS, scheduling) is defined here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, create_model, model_validator
+
+from geofed.config import FederationConfig, ServerConfig
+from geofed_operator.k8s_types import (
+    K8sModel,
+    PullPolicy,
+    Quantity,
+    ResourceRequirements,
+    Toleration,
+)
+from geofed_operator.keys import from_k8s_keys
+
+# ServerConfig fields the operator sets itself (paths inside the pod, ports from `service`, TLS files).
+OPERATOR_OWNED_SERVER_FIELDS = frozenset(
+    {
+        "host",
+        "port",
+        "metrics_port",
+        "insecure",
+        "tls_cert",
+        "tls_key",
+        "client_ca",
+        "checkpoint_dir",
+        "admin_token_file",
+    }
+)
+
+PSServerSettings = create_model(  # type: ignore[call-overload]
+    "PSServerSettings",
+    __base__=K8sModel,
+    __doc__="Parameter-server process settings (geofed.config.ServerConfig minus what the operator sets).",
+    **{
+        name: (info.annotation, info)
+        for name, info in ServerConfig.model_fields.items()
+        if name not in OPERATOR_OWNED_SERVER_FIELDS
+    },
+)
+
+
+class ServiceSpec(K8sModel):
+    """How the PS is exposed: one gRPC port clients dial out to (paper §III-B2), one metrics port."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.nodePort) || self.type != 'ClusterIP'",
+                    "message": "nodePort needs type NodePort or LoadBalancer",
+                }
+            ]
+        }
+    )
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        "ClusterIP",
+        description="Service type; sites outside the cluster need LoadBalancer or NodePort (or an Ingress).",
+    )
+    port: int = Field(7443, ge=1, le=65535, description="gRPC port (the PS listens on the same port).")
+    metrics_port: int = Field(9090, ge=1, le=65535, description="Prometheus metrics port.")
+    node_port: int | None = Field(
+        None, ge=30000, le=32767, description="Fixed nodePort for gRPC (NodePort/LoadBalancer)."
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations, e.g. for a cloud load balancer."
+    )
+    load_balancer_source_ranges: list[str] = Field(
+        default_factory=list, description="CIDRs allowed to reach a LoadBalancer (the sites' egress ranges)."
+    )
+
+
+class StorageSpec(K8sModel):
+    """The PVC for PS checkpoints: the global model survives restarts, rolls and rescheduling."""
+
+    size: Quantity = Field("10Gi", description="Requested capacity.")
+    storage_class_name: str | None = Field(
+        None,
+        max_length=253,
+        description="StorageClass; the cluster default when unset. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "storageClassName is immutable"}]
+        },
+    )
+    retain_on_delete: bool = Field(
+        False, description="Keep the PVC (and the global model) when the Federation is deleted."
+    )
+
+
+class TLSSpec(K8sModel):
+    """Names the generated self-signed certificate covers (ignored with tlsSecretName)."""
+
+    dns_names: list[str] = Field(
+        default_factory=list, description="Extra DNS names, e.g. the load balancer's hostname sites dial."
+    )
+    ip_addresses: list[str] = Field(
+        default_factory=list, description="Extra IP addresses, e.g. the load balancer's IP."
+    )
+    validity_days: int = Field(365, ge=1, le=3650, description="Lifetime of the generated server certificate.")
+
+
+class _FederationK8sFields(K8sModel):
+    """Kubernetes-only settings of a Federation."""
+
+    server: PSServerSettings = Field(default_factory=PSServerSettings, description="PS process settings.")  # type: ignore[valid-type]
+    image: str | None = Field(
+        None,
+        max_length=512,
+        description="PS container image; the operator's default (chart value) when unset.",
+    )
+    image_pull_policy: PullPolicy = Field("IfNotPresent", description="Image pull policy.")
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="PS container resources.")
+    service: ServiceSpec = Field(default_factory=ServiceSpec, description="The PS Service.")
+    storage: StorageSpec = Field(default_factory=StorageSpec, description="The PS checkpoint volume.")
+    tls_secret_name: str | None = Field(
+        None,
+        max_length=253,
+        description="kubernetes.io/tls Secret (tls.crt, tls.key, optional ca.crt) the PS serves; "
+        "a self-signed one is generated when unset.",
+    )
+    tls: TLSSpec = Field(default_factory=TLSSpec, description="Generated certificate options.")
+    insecure: bool = Field(False, description="Serve plaintext gRPC (local clusters only).")
+    termination_grace_period_s: int = Field(
+        120, ge=10, le=3600, description="Seconds the PS gets to checkpoint on SIGTERM before it is killed."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the PS pod requires.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the PS pod.")
+    priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the PS pod.")
+
+
+# Transition rules (CEL) the API server enforces on update, plus the one cross-field rule of the model.
+_RULES: dict[str, list[dict[str, str]]] = {
+    "model": [
+        {
+            "rule": "self == oldSelf",
+            "message": "model is immutable: the global model cannot change shape; create a new Federation",
+        },
+        {"rule": "self.nEmbd % self.nHead == 0", "message": "model.nEmbd must be divisible by model.nHead"},
+    ],
+    "paradigm": [{"rule": "self == oldSelf", "message": "paradigm is immutable"}],
+}
+
+
+def _training_field(name: str) -> tuple[Any, Any]:
+    info = copy.copy(FederationConfig.model_fields[name])
+    if name in _RULES:
+        info.json_schema_extra = {"x-kubernetes-validations": _RULES[name]}
+    return info.annotation, info
+
+
+def _check(spec: Any) -> Any:
+    """The rules above, also enforced where no API server is in the way (tests, `geofed site`)."""
+    if spec.model.n_embd % spec.model.n_head:
+        raise ValueError(f"model.nEmbd ({spec.model.n_embd}) must be divisible by model.nHead ({spec.model.n_head})")
+    if spec.tls_secret_name and spec.insecure:
+        raise ValueError("tlsSecretName and insecure exclude each other")
+    return spec
+
+
+FederationSpec = create_model(  # type: ignore[call-overload]
+    "FederationSpec",
+    __base__=K8sModel,
+    __doc__="Desired state of a federation: what is trained (geofed.config) and how the PS runs.",
+    __validators__={"check": model_validator(mode="after")(_check)},
+    **{name: _training_field(name) for name in FederationConfig.model_fields if name != "name"},
+    **{name: (info.annotation, info) for name, info in _FederationK8sFields.model_fields.items()},
+)
+
+
+def parse_federation_spec(spec: Mapping[str, Any]) -> Any:
+    """A Federation's camelCase `.spec` as a validated `FederationSpec` (pydantic ValidationError if bad)."""
+    return FederationSpec.model_validate(from_k8s_keys(FederationSpec, spec))
+
+
+def spec_to_federation_config(spec: Mapping[str, Any], name: str = "default") -> FederationConfig:
+    """The `geofed.config.FederationConfig` a Federation describes (what the PS loads, what clients get)."""
+    parsed = parse_federation_spec(spec)
+    sections = {field: getattr(parsed, field) for field in FederationConfig.model_fields if field != "name"}
+    return FederationConfig(name=name, **sections)

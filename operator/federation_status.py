@@ -1,0 +1,118 @@
+"""Status reducers of a Federation: PS admin status + Deployment state -> `.status` patch.
+
+Pure functions; the kopf timer in `handlers/federation.py` feeds them what it observed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from geofed_operator.conditions import set_conditions
+from geofed_operator.status_models import FederationStatus, status_patch
+
+
+def deployment_ready(deployment: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """(ready, why not): the rolled-out pod of the current template passes its readiness probe."""
+    if deployment is None:
+        return False, "the PS Deployment does not exist yet"
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    generation = (deployment.get("metadata") or {}).get("generation")
+    if generation is not None and status.get("observedGeneration", 0) < generation:
+        return False, "the PS Deployment's new spec is not rolled out yet"
+    want = spec.get("replicas", 1)
+    updated, ready = status.get("updatedReplicas", 0), status.get("readyReplicas", 0)
+    if updated < want or ready < want:
+        return False, f"waiting for the PS pod: {ready}/{want} ready, {updated}/{want} updated"
+    return True, ""
+
+
+def _loss(value: Any) -> float | None:
+    """Loss as reported, or None when no client reported one yet (proto default 0.0) or it is not finite."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value != 0.0 else None
+
+
+def federation_status_from_ps(
+    ps: Mapping[str, Any],
+    *,
+    now: dt.datetime,
+    generation: int | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """Status patch for a serving PS (keys of `AdminClient.status()`)."""
+    has_model = bool(ps.get("has_model"))
+    ready_message = (
+        f"PS serving version {ps.get('version', 0)} to {ps.get('connected_clients', 0)} connected clients"
+        if has_model
+        else "PS serving; waiting for the master client to upload the initial model"
+    )
+    return status_patch(
+        FederationStatus,
+        phase="Running",
+        version=int(ps.get("version", 0)),
+        connected_clients=int(ps.get("connected_clients", 0)),
+        known_clients=int(ps.get("known_clients", 0)),
+        mode=str(ps.get("mode", "")) or None,
+        buffered_deltas=int(ps.get("buffered_deltas", 0)),
+        train_loss=_loss(ps.get("last_train_loss")),
+        eval_loss=_loss(ps.get("last_eval_loss")),
+        has_model=has_model,
+        num_parameters=int(ps.get("num_parameters", 0)),
+        server_instance=str(ps.get("server_instance", "")) or None,
+        conditions=set_conditions(
+            conditions,
+            {
+                "Ready": (True, "Serving" if has_model else "WaitingForModel", ready_message),
+                "Progressing": (False, "RolledOut", "the PS runs the current spec"),
+                "Degraded": (False, "Healthy", ""),
+            },
+            now=now,
+            generation=generation,
+        ),
+    )
+
+
+def federation_status_not_ready(
+    message: str,
+    *,
+    now: dt.datetime,
+    generation: int | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """Status patch while the PS Deployment is rolling out (not an error)."""
+    return status_patch(
+        FederationStatus,
+        phase="Progressing",
+        conditions=set_conditions(
+            conditions,
+            {"Ready": (False, "RollingOut", message), "Progressing": (True, "RollingOut", message)},
+            now=now,
+            generation=generation,
+        ),
+    )
+
+
+def federation_status_degraded(
+    reason: str,
+    message: str,
+    *,
+    now: dt.datetime,
+    generation: int | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """Status patch when the PS is unreachable, refuses the admin credential, or the spec is invalid."""
+    return status_patch(
+        FederationStatus,
+        phase="Degraded",
+        conditions=set_conditions(
+            conditions,
+            {"Ready": (False, reason, message), "Degraded": (True, reason, message)},
+            now=now,
+            generation=generation,
+        ),
+    )

@@ -1,0 +1,290 @@
+"""kopf handlers of `SiteClient` (site role): launch, watch and relaunch the client, outbound only.
+
+Every `siteIntervalSeconds` a timer looks at the current attempt's Job and pods, asks the pure
+`attempts.decide` what to do, and does it: mint a one-time token with the site credential, store it
+in a per-attempt Secret, create the Job; or wait out a backoff; or finish. A finalizer stops the
+client's pods before the SiteClient disappears.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from geofed_operator import names
+from geofed_operator.attempts import (
+    AttemptState,
+    Backoff,
+    BackoffPolicy,
+    Decision,
+    Finish,
+    Launch,
+    Observe,
+    SiteState,
+    classify_attempt,
+    decide,
+)
+from geofed_operator.conditions import rfc3339, set_conditions
+from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
+from geofed_operator.kube import Kube
+from geofed_operator.ps_admin import explain_admin_error
+from geofed_operator.site_builders import SiteClientObject, build_client_job, build_token_secret
+from geofed_operator.status_models import SiteClientStatus, status_patch
+
+RESOURCE = (names.GROUP, names.VERSION, names.SITECLIENT_PLURAL)
+Conditions = dict[str, tuple[bool | None, str, str]]
+
+
+def _fields(**fields: Any) -> dict[str, Any]:
+    """A validated camelCase status patch (None clears a field)."""
+    return status_patch(SiteClientStatus, **fields)
+
+
+def observe_attempt(kube: Kube, sc: SiteClientObject, attempt: int) -> AttemptState:
+    """Classify one attempt from its Job and pods."""
+    job = kube.get("batch/v1", "Job", sc.namespace, names.job_name(sc.name, attempt))
+    pods = kube.list("v1", "Pod", sc.namespace, {names.LABEL_SITECLIENT: sc.name, names.LABEL_ATTEMPT: str(attempt)})
+    return classify_attempt(job, pods)
+
+
+def _attempt_of(obj: Mapping[str, Any]) -> int:
+    return int(((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ATTEMPT, "0"))
+
+
+def prune(kube: Kube, sc: SiteClientObject, current: int) -> None:
+    """Delete the token Secrets of earlier attempts and the Jobs beyond `historyLimit`."""
+    selector = {names.LABEL_SITECLIENT: sc.name}
+    for secret in kube.list("v1", "Secret", sc.namespace, selector):
+        if _attempt_of(secret) < current:
+            kube.delete("v1", "Secret", sc.namespace, secret["metadata"]["name"])
+    for job in kube.list("batch/v1", "Job", sc.namespace, selector):
+        if _attempt_of(job) < current - sc.spec.history_limit:
+            kube.delete("batch/v1", "Job", sc.namespace, job["metadata"]["name"])
+
+
+class _LaunchBlocked(Exception):
+    """Launching is impossible for now (missing Secret, PS unreachable, credential rejected)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _mint(deps: Deps, sc: SiteClientObject) -> tuple[str, float]:
+    """A fresh one-time token for this client, minted with the site credential."""
+    kube, spec = deps.kube, sc.spec
+    try:
+        credential = read_secret_key(
+            kube, sc.namespace, spec.credential_secret_ref.name, spec.credential_secret_ref.key
+        )
+        ca = None
+        if spec.ca_secret_ref is not None:
+            ca = read_secret_key(kube, sc.namespace, spec.ca_secret_ref.name, spec.ca_secret_ref.key)
+    except MissingSecret as exc:
+        raise _LaunchBlocked("SecretMissing", f"{exc}; apply the site.yaml from `geofed site enroll`") from None
+    try:
+        with deps.admin_factory(
+            spec.ps_address,
+            (credential or b"").decode().strip(),
+            insecure=spec.insecure,
+            ca_cert=ca,
+            timeout_s=deps.settings.admin_timeout_s,
+        ) as admin:
+            return admin.create_token(sc.client_id, spec.site, spec.token_ttl_s, spec.master)
+    except Exception as exc:  # AdminError or a channel error: a readable condition, retried later
+        raise _LaunchBlocked(*explain_admin_error(exc, spec.ps_address, f"mint a token for {sc.client_id}")) from None
+
+
+def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decision: Launch) -> dict[str, Any]:
+    """Mint a token, store it, create the attempt's Job; returns the status fields to set."""
+    kube, n, now = deps.kube, decision.attempt, deps.clock()
+    secret_name = names.token_secret_name(sc.name, n)
+    expires_at: str | None = None
+    if kube.get("batch/v1", "Job", sc.namespace, names.job_name(sc.name, n)) is None:
+        token, expires = _mint(deps, sc)  # before touching the running attempt: a failure leaves it be
+        if decision.replace and state.attempt:
+            kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt))
+        expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.timezone.utc)) if expires else None
+        secret = build_token_secret(sc, n, token, expires_at or "")
+        kopf.adopt(secret, owner=body)
+        kube.apply(secret)
+        job = build_client_job(sc, n, secret_name)
+        kopf.adopt(job, owner=body)
+        kube.ensure(job)
+    prune(kube, sc, n)
+    message = f"launched attempt {n} (Job {names.job_name(sc.name, n)}): {decision.reason}"
+    return _fields(
+        phase="Launching",
+        attempt=n,
+        attempt_generation=sc.generation,
+        restarts=state.restarts + int(decision.counts_restart),
+        current_job=names.job_name(sc.name, n),
+        token_secret=secret_name,
+        token_expires_at=expires_at,
+        launch_time=rfc3339(now),
+        next_launch_time=None,
+        running_since=None,
+        conditions=_conds(
+            body,
+            sc.generation,
+            now,
+            {
+                "Ready": (False, "Launching", message),
+                "Progressing": (True, decision.reason, message),
+                "Degraded": (False, "Healthy", ""),
+            },
+        ),
+    )
+
+
+def _conds(body: Mapping[str, Any], generation: int, now: dt.datetime, updates: Conditions) -> list[dict[str, Any]]:
+    return set_conditions((body.get("status") or {}).get("conditions"), updates, now=now, generation=generation)
+
+
+def _degraded(body: Mapping[str, Any], generation: int, now: dt.datetime, reason: str, message: str) -> dict[str, Any]:
+    updates: Conditions = {"Ready": (False, reason, message), "Degraded": (True, reason, message)}
+    return _fields(phase="Degraded", conditions=_conds(body, generation, now, updates))
+
+
+def _report(body: Any, sc: SiteClientObject, state: SiteState, decision: Decision, now: dt.datetime) -> dict[str, Any]:
+    """Status fields for a decision that needs no launch."""
+    gen = sc.generation
+    if isinstance(decision, Backoff):
+        failed = f"attempt {state.attempt} failed: {decision.reason}: {decision.message}"
+        return _fields(
+            phase="Backoff",
+            next_launch_time=rfc3339(decision.until),
+            consecutive_failures=decision.consecutive_failures,
+            last_failure_reason=decision.reason,
+            last_failure_message=decision.message,
+            running_since=None,
+            conditions=_conds(
+                body,
+                gen,
+                now,
+                {
+                    "Ready": (False, decision.reason, failed),
+                    "Progressing": (
+                        True,
+                        "Backoff",
+                        f"{failed}; attempt {state.attempt + 1} at {rfc3339(decision.until)}",
+                    ),
+                    "Degraded": (False, "Healthy", ""),
+                },
+            ),
+        )
+    if isinstance(decision, Finish):
+        degraded = decision.phase == "Failed"
+        updates: Conditions = {
+            "Ready": (False, decision.reason, decision.message),
+            "Progressing": (False, decision.reason, decision.message),
+            "Degraded": (degraded, decision.reason if degraded else "Healthy", decision.message if degraded else ""),
+        }
+        return _fields(phase=decision.phase, conditions=_conds(body, gen, now, updates))
+    assert isinstance(decision, Observe)
+    if decision.phase == "Running":
+        since = state.running_since or decision.running_since or now
+        updates = {
+            "Ready": (True, "Running", f"client pod of attempt {state.attempt} is running"),
+            "Progressing": (False, "Running", ""),
+            "Degraded": (False, "Healthy", ""),
+        }
+        return _fields(phase="Running", running_since=rfc3339(since), conditions=_conds(body, gen, now, updates))
+    if decision.phase == "Launching":
+        updates = {
+            "Ready": (False, decision.reason, decision.message),
+            "Progressing": (True, decision.reason, decision.message),
+        }
+        return _fields(phase="Launching", conditions=_conds(body, gen, now, updates))
+    return {}  # waiting out a backoff, or finished: nothing new
+
+
+def last_sync(deps: Deps, sc: SiteClientObject, logger: logging.Logger) -> dict[str, Any]:
+    """`lastSyncTime` from the PS (a site credential may list its own site's clients); best effort."""
+    spec = sc.spec
+    try:
+        credential = read_secret_key(
+            deps.kube, sc.namespace, spec.credential_secret_ref.name, spec.credential_secret_ref.key
+        )
+        ca = None
+        if spec.ca_secret_ref is not None:
+            ca = read_secret_key(deps.kube, sc.namespace, spec.ca_secret_ref.name, spec.ca_secret_ref.key)
+        with deps.admin_factory(
+            spec.ps_address,
+            (credential or b"").decode().strip(),
+            insecure=spec.insecure,
+            ca_cert=ca,
+            timeout_s=deps.settings.admin_timeout_s,
+        ) as admin:
+            clients = admin.list_clients()
+    except Exception as exc:  # informational only: never fail the reconcile for it
+        logger.debug("no last-sync time for %s: %s", sc.client_id, exc)
+        return {}
+    seen = next((c.get("last_seen") for c in clients if c.get("client_id") == sc.client_id), None)
+    if not seen:
+        return {}
+    return _fields(last_sync_time=rfc3339(dt.datetime.fromtimestamp(float(seen), dt.timezone.utc)))
+
+
+def reconcile_siteclient(deps: Deps, body: Any, patch: Any, logger: logging.Logger) -> None:
+    """One level-triggered pass: observe the current attempt, decide, act, write what changed."""
+    status = body.get("status") or {}
+    now = deps.clock()
+    generation = int(body["metadata"].get("generation") or 1)
+    try:
+        sc = SiteClientObject.from_body(body, deps.settings.client_image)
+    except ValidationError as exc:
+        update = _degraded(body, generation, now, "InvalidSpec", readable(exc))
+    else:
+        state = SiteState.from_status(status)
+        observed = observe_attempt(deps.kube, sc, state.attempt) if state.attempt else None
+        policy = BackoffPolicy.from_spec(sc.spec.backoff)
+        decision = decide(state, observed, generation=generation, now=now, policy=policy)
+        try:
+            if isinstance(decision, Launch):
+                update = launch(deps, sc, body, state, decision)
+                logger.info("%s: launched attempt %d (%s)", sc.client_id, decision.attempt, decision.reason)
+            else:
+                update = _report(body, sc, state, decision, now)
+                if isinstance(decision, Finish):
+                    prune(deps.kube, sc, state.attempt + 1)  # no token of a finished run is needed
+        except _LaunchBlocked as exc:
+            logger.warning("%s: cannot launch: %s", sc.client_id, exc.message)
+            update = _degraded(body, generation, now, exc.reason, exc.message)
+        if update.get("phase", status.get("phase")) == "Running":
+            update.update(last_sync(deps, sc, logger))
+        update["clientId"] = sc.client_id
+    update["observedGeneration"] = generation
+    for key, value in update.items():
+        if status.get(key) != value:
+            patch.status[key] = value
+
+
+def cleanup_siteclient(deps: Deps, body: Any, logger: logging.Logger) -> None:
+    """Finalizer: stop the client's pods and drop its tokens before the SiteClient goes away."""
+    meta = body["metadata"]
+    selector = {names.LABEL_SITECLIENT: meta["name"]}
+    kube = deps.kube
+    for job in kube.list("batch/v1", "Job", meta["namespace"], selector):
+        kube.delete("batch/v1", "Job", meta["namespace"], job["metadata"]["name"])
+    for secret in kube.list("v1", "Secret", meta["namespace"], selector):
+        kube.delete("v1", "Secret", meta["namespace"], secret["metadata"]["name"])
+    logger.info("siteclient %s/%s cleaned up", meta["namespace"], meta["name"])
+
+
+def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
+    """Attach the SiteClient handlers to `registry`."""
+
+    @kopf.timer(*RESOURCE, interval=deps.settings.site_interval_s, registry=registry)
+    def tick(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:
+        reconcile_siteclient(deps, body, patch, logger)
+
+    @kopf.on.delete(*RESOURCE, registry=registry)
+    def cleanup(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+        cleanup_siteclient(deps, body, logger)

@@ -1,0 +1,65 @@
+"""Small Kubernetes value types shared by the CR specs (resources, tolerations, secret references)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from geofed_operator.openapi import INT_OR_STRING
+
+# A DNS-1123 label: what Kubernetes accepts as most object names (and what we derive names from).
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A resource quantity such as `500m`, `16Gi` or `2` (the API server's own int-or-string form).
+QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
+Quantity = Annotated[int | str, Field(json_schema_extra={INT_OR_STRING: True, "pattern": QUANTITY})]
+
+
+class K8sModel(BaseModel):
+    """Base of every spec section we define: unknown keys are errors, as in `geofed.config`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResourceRequirements(K8sModel):
+    """Container requests and limits, passed through to the pod as written."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="Minimum resources, e.g. cpu: 2.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Maximum resources, e.g. memory: 8Gi.")
+
+
+class Toleration(K8sModel):
+    """A pod toleration (lets the pod schedule onto tainted, e.g. preemptible GPU, nodes)."""
+
+    key: str | None = Field(None, max_length=316, description="Taint key; empty with Exists matches all.")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="How value is compared.")
+    value: str | None = Field(None, max_length=63, description="Taint value for operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect to tolerate; empty tolerates all effects."
+    )
+    toleration_seconds: int | None = Field(
+        None, ge=0, description="NoExecute only: how long the pod stays bound after the taint appears."
+    )
+
+
+class SecretKeyRef(K8sModel):
+    """One key of a Secret in the object's own namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Secret name.")
+    key: str = Field("credential", min_length=1, max_length=253, description="Key within the Secret.")
+
+
+class CASecretRef(SecretKeyRef):
+    """The PEM CA bundle that signs the PS certificate."""
+
+    key: str = Field("ca.crt", min_length=1, max_length=253, description="Key within the Secret.")
+
+
+class EnvVar(K8sModel):
+    """A plain environment variable for the container."""
+
+    name: str = Field(min_length=1, max_length=253, description="Variable name.")
+    value: str = Field("", max_length=32768, description="Variable value.")
+
+
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]

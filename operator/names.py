@@ -1,0 +1,88 @@
+"""API names, labels and child-object names shared by the CRDs, the builders and the handlers."""
+
+from __future__ import annotations
+
+import hashlib
+
+GROUP = "geofed.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+FEDERATION_KIND = "Federation"
+FEDERATION_PLURAL = "federations"
+SITECLIENT_KIND = "SiteClient"
+SITECLIENT_PLURAL = "siteclients"
+
+# Recommended labels (https://kubernetes.io/docs/concepts/overview/working-with-objects/common-labels/).
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "geofed-operator"
+
+PS_APP = "geofed-ps"
+CLIENT_APP = "geofed-client"
+
+# Our own labels and annotations.
+LABEL_FEDERATION = f"{GROUP}/federation"
+LABEL_SITECLIENT = f"{GROUP}/siteclient"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
+ANNOTATION_TLS_NAMES = f"{GROUP}/tls-names"
+ANNOTATION_TOKEN_EXPIRES = f"{GROUP}/token-expires-at"
+# Where kopf keeps its handler progress (annotations only: the status schema stays ours).
+KOPF_PREFIX = f"operator.{GROUP}"
+
+# Longest object name whose derived names (a Job's pods add "-xxxxx") stay valid DNS labels.
+_MAX_NAME = 52
+
+
+def child_name(owner: str, suffix: str, *, limit: int = _MAX_NAME) -> str:
+    """`<owner>-<suffix>`, shortened with a stable hash when it would exceed `limit` characters."""
+    name = f"{owner}-{suffix}"
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(owner.encode()).hexdigest()[:6]
+    keep = limit - len(suffix) - len(digest) - 2
+    return f"{owner[:keep].rstrip('-')}-{digest}-{suffix}"
+
+
+def ps_name(federation: str) -> str:
+    """The PS Deployment and Service share this name; it is also the in-cluster DNS name."""
+    return child_name(federation, "ps")
+
+
+def admin_secret_name(federation: str) -> str:
+    """Secret holding the PS admin credential (key `credential`)."""
+    return child_name(federation, "admin")
+
+
+def tls_secret_name(federation: str) -> str:
+    """Secret holding the generated self-signed TLS material."""
+    return child_name(federation, "tls")
+
+
+def config_map_name(federation: str) -> str:
+    """ConfigMap holding `federation.yaml`, the PS's copy of the federation settings."""
+    return child_name(federation, "config")
+
+
+def pvc_name(federation: str) -> str:
+    """PVC holding the PS checkpoints, so a rolled or rescheduled PS keeps the global model."""
+    return child_name(federation, "checkpoints")
+
+
+def client_id(site: str, siteclient: str) -> str:
+    """Stable across attempts, so the PS and the client's checkpoints recognise a relaunched client."""
+    return f"{site}.{siteclient}"
+
+
+def job_name(siteclient: str, attempt: int) -> str:
+    """One Job per launch attempt."""
+    return child_name(siteclient, str(attempt))
+
+
+def token_secret_name(siteclient: str, attempt: int) -> str:
+    """One Secret per attempt holding that attempt's one-time token."""
+    return child_name(siteclient, f"token-{attempt}")

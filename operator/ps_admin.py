@@ -1,0 +1,65 @@
+"""The operator's side of the PS admin API: opening clients and turning failures into status text.
+
+An unreachable PS, a revoked credential or a missing Secret must show up as a Degraded condition
+with a message a person can act on, never as a crash loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class AdminAPI(Protocol):
+    """What the operator uses of `geofed.protocol.admin_client.AdminClient` (fakes in tests match it)."""
+
+    def __enter__(self) -> AdminAPI: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def create_token(
+        self, client_id: str, site: str = "", ttl_s: float = 0.0, master: bool = False
+    ) -> tuple[str, float]: ...
+    def status(self) -> dict[str, Any]: ...
+    def list_clients(self) -> list[dict[str, Any]]: ...
+
+
+AdminFactory = Callable[..., AdminAPI]
+
+
+def open_admin(
+    address: str,
+    credential: str,
+    *,
+    insecure: bool = False,
+    ca_cert: bytes | None = None,
+    timeout_s: float = 10.0,
+    server_name: str | None = None,
+) -> AdminAPI:
+    """A real `AdminClient` (imported here so the operator's pure modules never pull in gRPC)."""
+    from geofed.protocol.admin_client import AdminClient
+
+    return AdminClient(
+        address, credential, insecure=insecure, ca_cert=ca_cert, timeout_s=timeout_s, server_name=server_name
+    )
+
+
+_REASONS = {
+    "UNAVAILABLE": "PSUnreachable",
+    "DEADLINE_EXCEEDED": "PSUnreachable",
+    "UNAUTHENTICATED": "CredentialRejected",
+    "PERMISSION_DENIED": "PermissionDenied",
+}
+_HINTS = {
+    "PSUnreachable": "check the address, the PS's Service/LoadBalancer and the firewall; retrying",
+    "CredentialRejected": "the credential was revoked or belongs to another federation; re-enroll the site",
+    "PermissionDenied": "a site credential may only mint tokens for its own site's clients",
+}
+
+
+def explain_admin_error(exc: Exception, address: str, what: str) -> tuple[str, str]:
+    """(Reason, message) for a failed admin call; `what` names the action, e.g. "mint a token"."""
+    code = getattr(exc, "code", "UNKNOWN")
+    reason = _REASONS.get(code, "AdminCallFailed")
+    details = getattr(exc, "details", None) or str(exc)
+    hint = _HINTS.get(reason)
+    message = f"could not {what} at the PS {address}: {code}: {details}"
+    return reason, f"{message} ({hint})" if hint else message

@@ -1,0 +1,172 @@
+"""The `SiteClient` custom resource's spec: one institution's training client for one federation.
+
+A site applies it (from `geofed site enroll`'s output); the operator there mints a one-time token per
+launch with the site credential and runs the client as a Job, relaunching it after preemption
+(paper §III-B4, Fig. 1 steps 5-6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ConfigDict, Field, model_validator
+
+from geofed_operator.k8s_types import (
+    DNS_LABEL,
+    CASecretRef,
+    EnvVar,
+    K8sModel,
+    PullPolicy,
+    Quantity,
+    ResourceRequirements,
+    SecretKeyRef,
+    Toleration,
+)
+from geofed_operator.keys import from_k8s_keys
+
+_IMMUTABLE = "self == oldSelf"
+# host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address.
+PS_ADDRESS = r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
+
+
+class PVCSource(K8sModel):
+    """An existing PersistentVolumeClaim."""
+
+    claim_name: str = Field(min_length=1, max_length=253, description="PVC name in the SiteClient's namespace.")
+    read_only: bool = Field(True, description="Mount read-only.")
+
+
+class HostPathSource(K8sModel):
+    """A directory on the node (for single-node sites; needs the data on every GPU node)."""
+
+    path: str = Field(min_length=1, max_length=4096, pattern=r"^/", description="Absolute path on the node.")
+
+
+class DataVolume(K8sModel):
+    """Where the site's training data lives; exactly one of pvc and hostPath."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.pvc) != has(self.hostPath)",
+                    "message": "set exactly one of data.pvc and data.hostPath",
+                }
+            ]
+        }
+    )
+
+    pvc: PVCSource | None = Field(None, description="Data from a PVC.")
+    host_path: HostPathSource | None = Field(None, description="Data from a node directory.")
+    sub_path: str | None = Field(None, max_length=4096, description="Sub-directory of the volume to mount.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> DataVolume:
+        if (self.pvc is None) == (self.host_path is None):
+            raise ValueError("set exactly one of data.pvc and data.hostPath")
+        return self
+
+
+class BackoffSpec(K8sModel):
+    """Delay before relaunching after a failure: initial * 2^(n-1) for the n-th failure in a row, capped."""
+
+    initial_s: float = Field(10.0, ge=0, le=3600, description="Delay after the first failure.")
+    max_s: float = Field(600.0, ge=0, le=86400, description="Upper bound of the delay.")
+    reset_after_s: float = Field(
+        600.0,
+        ge=0,
+        description="An attempt that ran this long resets the failure streak (preemption, not a crash loop).",
+    )
+    max_restarts: int = Field(0, ge=0, description="Give up (phase Failed) after this many relaunches; 0 = never.")
+
+
+class SiteClientSpec(K8sModel):
+    """Desired state of one site's client: which federation, how to authenticate, what to run where."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.caSecretRef) && self.insecure)",
+                    "message": "caSecretRef and insecure exclude each other",
+                }
+            ]
+        }
+    )
+
+    federation: str = Field(
+        min_length=1,
+        max_length=63,
+        description="Federation this client joins (informational: psAddress decides). Immutable.",
+        json_schema_extra={"x-kubernetes-validations": [{"rule": _IMMUTABLE, "message": "federation is immutable"}]},
+    )
+    site: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="Site name the credential was issued for; the client id is <site>.<name>. Immutable.",
+        json_schema_extra={"x-kubernetes-validations": [{"rule": _IMMUTABLE, "message": "site is immutable"}]},
+    )
+    ps_address: str = Field(
+        max_length=261, pattern=PS_ADDRESS, description="host:port of the PS, dialled outbound only."
+    )
+    credential_secret_ref: SecretKeyRef = Field(
+        description="Secret holding the site credential from `geofed site enroll`."
+    )
+    ca_secret_ref: CASecretRef | None = Field(None, description="Secret holding the CA that signs the PS certificate.")
+    insecure: bool = Field(False, description="Plaintext gRPC to the PS (local testing only).")
+    master: bool = Field(False, description="This client bootstraps the global model (Fig. 1 steps 1-2).")
+    image: str | None = Field(
+        None, max_length=512, description="Client image; the operator's default (chart value) when unset."
+    )
+    image_pull_policy: PullPolicy = Field("IfNotPresent", description="Image pull policy.")
+    gpus_per_pod: int = Field(1, ge=0, le=64, description="GPUs requested by the client pod.")
+    gpu_resource_name: str = Field("nvidia.com/gpu", max_length=253, description="Extended resource name of a GPU.")
+    procs_per_pod: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Training processes (torchrun --nproc-per-node); defaults to gpusPerPod or 1.",
+    )
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Client container resources."
+    )
+    data: DataVolume = Field(description="The site's training data, mounted at /data.")
+    work_pvc: str | None = Field(
+        None,
+        max_length=253,
+        description="PVC for the work dir (checkpoints, optimizer state) to resume from; emptyDir if unset.",
+    )
+    shm_size: Quantity = Field("2Gi", description="Size of /dev/shm for data loaders.")
+    token_ttl_s: float = Field(
+        0.0,
+        ge=0,
+        description="Lifetime of each minted one-time token (covers scheduling delay); 0 = the PS default.",
+    )
+    backoff: BackoffSpec = Field(default_factory=BackoffSpec, description="Relaunch backoff.")
+    history_limit: int = Field(2, ge=0, le=100, description="Finished attempts' Jobs kept for inspection.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the client pod requires.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations, e.g. for preemptible GPU nodes."
+    )
+    priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the client pod.")
+    service_account_name: str | None = Field(None, max_length=253, description="ServiceAccount of the client pod.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra arguments appended to the client command.")
+
+    @model_validator(mode="after")
+    def _check(self) -> SiteClientSpec:
+        if self.ca_secret_ref is not None and self.insecure:
+            raise ValueError("caSecretRef and insecure exclude each other")
+        return self
+
+    @property
+    def nproc(self) -> int:
+        """Processes per pod: explicit, else one per GPU, else one."""
+        return self.procs_per_pod or max(1, self.gpus_per_pod)
+
+
+def parse_siteclient_spec(spec: Mapping[str, Any]) -> SiteClientSpec:
+    """A SiteClient's camelCase `.spec` as a validated model (pydantic ValidationError if bad)."""
+    return SiteClientSpec.model_validate(from_k8s_keys(SiteClientSpec, spec))

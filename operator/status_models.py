@@ -1,0 +1,118 @@
+"""Status schemas of both resources, following the Kubernetes API conventions.
+
+`conditions` (Ready, Progressing, Degraded with reason and message) and `observedGeneration`, plus
+what `kubectl get` shows in its columns. Handlers build status patches through these models, so what
+they write always fits the CRD schema (the API server would silently prune anything else).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from geofed_operator.k8s_types import K8sModel
+from geofed_operator.keys import from_k8s_keys, to_k8s_keys
+
+ConditionType = Literal["Ready", "Progressing", "Degraded"]
+# Conditions are a map keyed by type (so server-side apply merges them per type).
+_CONDITIONS_LIST = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+
+
+class Condition(K8sModel):
+    """One observation of the object's state (metav1.Condition)."""
+
+    type: str = Field(max_length=316, description="Ready, Progressing or Degraded.")
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    reason: str = Field(max_length=1024, description="CamelCase reason code.")
+    message: str = Field("", max_length=32768, description="Human-readable details.")
+    last_transition_time: str = Field(
+        json_schema_extra={"format": "date-time"}, description="When status last changed (RFC 3339)."
+    )
+    observed_generation: int | None = Field(None, ge=0, description="metadata.generation this was set for.")
+
+
+FederationPhase = Literal["Pending", "Progressing", "Running", "Degraded"]
+SiteClientPhase = Literal["Pending", "Launching", "Running", "Backoff", "Degraded", "Succeeded", "Failed"]
+
+
+class FederationStatus(K8sModel):
+    """Observed state of a federation, polled from the PS admin API."""
+
+    phase: FederationPhase | None = Field(None, description="Summary of the conditions.")
+    observed_generation: int | None = Field(None, ge=0, description="Last metadata.generation reconciled.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Progressing, Degraded.", json_schema_extra=_CONDITIONS_LIST
+    )
+    version: int | None = Field(None, ge=0, description="Global model version on the PS.")
+    connected_clients: int | None = Field(None, ge=0, description="Clients with an open stream.")
+    known_clients: int | None = Field(None, ge=0, description="Clients that ever joined.")
+    mode: str | None = Field(None, max_length=63, description="Aggregation mode the PS runs.")
+    buffered_deltas: int | None = Field(None, ge=0, description="Deltas waiting for the next outer step.")
+    train_loss: float | None = Field(None, description="Latest training loss reported by a client.")
+    eval_loss: float | None = Field(None, description="Latest evaluation loss reported by a client.")
+    has_model: bool | None = Field(None, description="Whether the master client has uploaded the model yet.")
+    num_parameters: int | None = Field(None, ge=0, description="Parameters in the global model.")
+    server_instance: str | None = Field(None, max_length=253, description="Changes on every PS start.")
+    ps_address: str | None = Field(None, max_length=261, description="In-cluster host:port of the PS.")
+    admin_secret_name: str | None = Field(None, max_length=253, description="Secret with the admin credential.")
+    tls_secret_name: str | None = Field(None, max_length=253, description="Secret with the served certificate.")
+    tls_note: str | None = Field(None, max_length=1024, description="How TLS is set up, e.g. generated self-signed.")
+    config_hash: str | None = Field(None, max_length=64, description="Hash of the PS configuration now rolled out.")
+
+
+class SiteClientStatus(K8sModel):
+    """Observed state of a site client: its current launch attempt and restart history."""
+
+    phase: SiteClientPhase | None = Field(None, description="Lifecycle phase.")
+    observed_generation: int | None = Field(None, ge=0, description="Last metadata.generation reconciled.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Progressing, Degraded.", json_schema_extra=_CONDITIONS_LIST
+    )
+    client_id: str | None = Field(None, max_length=253, description="Id the client joins the PS with (<site>.<name>).")
+    attempt: int | None = Field(None, ge=0, description="Current launch attempt (1-based).")
+    attempt_generation: int | None = Field(None, ge=0, description="metadata.generation the attempt was launched with.")
+    restarts: int | None = Field(None, ge=0, description="Relaunches after failures (preemption, eviction, crash).")
+    consecutive_failures: int | None = Field(None, ge=0, description="Failures in a row (drives the backoff).")
+    current_job: str | None = Field(None, max_length=253, description="Job of the current attempt.")
+    token_secret: str | None = Field(None, max_length=253, description="Secret with the current attempt's token.")
+    token_expires_at: str | None = Field(
+        None,
+        json_schema_extra={"format": "date-time"},
+        description="When the current token expires unless used.",
+    )
+    launch_time: str | None = Field(None, json_schema_extra={"format": "date-time"}, description="When it launched.")
+    running_since: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When the current attempt's pod started."
+    )
+    next_launch_time: str | None = Field(
+        None,
+        json_schema_extra={"format": "date-time"},
+        description="Backoff: when the next attempt launches.",
+    )
+    last_failure_reason: str | None = Field(None, max_length=1024, description="Why the last attempt ended.")
+    last_failure_message: str | None = Field(None, max_length=32768, description="Details of the last failure.")
+    last_sync_time: str | None = Field(
+        None,
+        json_schema_extra={"format": "date-time"},
+        description="When the PS last heard from this client.",
+    )
+
+
+def status_patch(
+    model: type[FederationStatus] | type[SiteClientStatus],
+    *,
+    conditions: list[dict[str, Any]] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A camelCase merge patch of `.status`, validated by `model`; a None value clears that field.
+
+    `conditions` are already in wire form (see `conditions.set_condition`); they are validated too.
+    """
+    data = model.model_validate(fields).model_dump(mode="json", exclude_unset=True)
+    out = to_k8s_keys(model, data)
+    if conditions is not None:
+        for condition in conditions:
+            Condition.model_validate(from_k8s_keys(Condition, condition))
+        out["conditions"] = conditions
+    return out

@@ -1,0 +1,1 @@
+"""Tests of the Kubernetes side: CRDs, builders, the kopf operator, the chart, the images."""

@@ -1,0 +1,253 @@
+"""Pure manifest builders: tables of specs -> the fields that matter, every manifest valid for Kubernetes."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from geofed_operator import names
+from geofed_operator.cloud_builders import (
+    FederationObject,
+    ServedTLS,
+    build_admin_secret,
+    build_config_map,
+    build_ps_deployment,
+    build_pvc,
+    build_service,
+    build_tls_secret,
+    config_hash,
+    probe_command,
+    ps_args,
+    tls_names,
+)
+from geofed_operator.site_builders import SiteClientObject, build_client_job, build_token_secret, client_command
+from geofed_operator.tls import certificate_names, issue_self_signed
+
+KUBE_VERSION = "1.32.0"
+
+
+def fed(**spec: Any) -> FederationObject:
+    body = {"metadata": {"name": "demo", "namespace": "ml"}, "spec": spec}
+    return FederationObject.from_body(body, default_image="ghcr.io/geofed/ps:0.1.0")
+
+
+def site(**spec: Any) -> SiteClientObject:
+    base = {
+        "federation": "demo",
+        "site": "uw",
+        "psAddress": "ps.example.org:7443",
+        "credentialSecretRef": {"name": "cred"},
+        "data": {"pvc": {"claimName": "data"}},
+    }
+    body = {"metadata": {"name": "gpu0", "namespace": "lab", "generation": 3}, "spec": {**base, **spec}}
+    return SiteClientObject.from_body(body, default_image="ghcr.io/geofed/client:0.1.0")
+
+
+def valid(manifest: dict[str, Any]) -> dict[str, Any]:
+    kubernetes_validate.validate(manifest, KUBE_VERSION, strict=True)
+    return manifest
+
+
+def container(manifest: dict[str, Any]) -> dict[str, Any]:
+    return manifest["spec"]["template"]["spec"]["containers"][0]
+
+
+# ---- cloud side ----------------------------------------------------------------------------------
+
+
+def test_ps_deployment_is_one_recreated_nonroot_replica_with_grpc_probes() -> None:
+    f = fed()
+    dep = valid(build_ps_deployment(f, config_hash="abc123"))
+    spec, pod = dep["spec"], dep["spec"]["template"]["spec"]
+    assert (spec["replicas"], spec["strategy"]) == (1, {"type": "Recreate"})
+    assert spec["template"]["metadata"]["annotations"] == {names.ANNOTATION_CONFIG_HASH: "abc123"}
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001
+    c = container(dep)
+    assert c["image"] == "ghcr.io/geofed/ps:0.1.0"
+    probe = ["python", "-m", "ps_server.probe", "--port", "7443", "--ca", "/etc/geofed/tls/ca.crt"]
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[kind]["exec"]["command"] == probe
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == ["demo-checkpoints"]
+    tls = next(v for v in pod["volumes"] if v["name"] == "tls")["secret"]
+    assert [i["key"] for i in tls["items"]] == ["tls.crt", "tls.key", "ca.crt"]  # never the CA key
+
+
+@pytest.mark.parametrize(
+    ("spec", "present", "absent"),
+    [
+        ({}, ["--tls-cert", "--tls-key", "--token-ttl-s", "3600.0"], ["--insecure"]),
+        ({"insecure": True}, ["--insecure"], ["--tls-cert"]),
+        ({"server": {"tokenTTLSeconds": 60, "checkpointEvery": 5}}, ["60.0", "--checkpoint-every", "5"], []),
+        ({"service": {"port": 8443, "metricsPort": 9100}}, ["--port", "8443", "--metrics-port", "9100"], []),
+    ],
+)
+def test_ps_command_line(spec: dict[str, Any], present: list[str], absent: list[str]) -> None:
+    args = ps_args(fed(**spec))
+    assert args[:2] == ["geofed", "ps"]
+    assert all(a in args for a in present) and not any(a in args for a in absent)
+    assert args[args.index("--federation") + 1] == "/etc/geofed/config/federation.yaml"
+
+
+@pytest.mark.parametrize(
+    ("spec", "tls", "tail"),
+    [
+        ({"insecure": True}, ServedTLS(), ["--insecure"]),
+        ({}, ServedTLS(), ["--ca", "/etc/geofed/tls/ca.crt"]),
+        (
+            {"tlsSecretName": "mine"},
+            ServedTLS(has_ca=False, server_name="ps.example.org"),
+            ["--server-name", "ps.example.org"],
+        ),
+    ],
+)
+def test_probe_checks_grpc_health_over_the_served_tls(spec: dict[str, Any], tls: ServedTLS, tail: list[str]) -> None:
+    assert probe_command(fed(**spec), tls)[5:] == tail
+
+
+@pytest.mark.parametrize(
+    ("service", "expect"),
+    [
+        ({}, {"type": "ClusterIP"}),
+        ({"type": "NodePort", "nodePort": 30443}, {"type": "NodePort"}),
+        (
+            {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8"]},
+            {"loadBalancerSourceRanges": ["10.0.0.0/8"]},
+        ),
+    ],
+)
+def test_service_types(service: dict[str, Any], expect: dict[str, Any]) -> None:
+    svc = valid(build_service(fed(service=service)))
+    assert expect.items() <= svc["spec"].items()
+    grpc, metrics = svc["spec"]["ports"]
+    assert (grpc["name"], grpc["targetPort"], metrics["name"]) == ("grpc", "grpc", "metrics")
+    assert grpc.get("nodePort") == service.get("nodePort")
+    assert svc["spec"]["selector"] == {names.LABEL_NAME: names.PS_APP, names.LABEL_INSTANCE: "demo"}
+
+
+@pytest.mark.parametrize(("storage", "klass"), [({}, None), ({"storageClassName": "fast", "size": "50Gi"}, "fast")])
+def test_pvc(storage: dict[str, Any], klass: str | None) -> None:
+    pvc = valid(build_pvc(fed(storage=storage)))
+    assert pvc["spec"].get("storageClassName") == klass
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == storage.get("size", "10Gi")
+
+
+def test_config_map_holds_the_federation_config_and_its_hash_tracks_it() -> None:
+    a, b = fed(aggregation={"mode": "sync"}), fed(aggregation={"mode": "async"})
+    text = valid(build_config_map(a))["data"]["federation.yaml"]
+    loaded = yaml.safe_load(text)
+    assert (loaded["name"], loaded["aggregation"]["mode"]) == ("demo", "sync")
+    assert config_hash(a, b"cert") != config_hash(b, b"cert") != config_hash(b, b"other cert")
+    assert config_hash(a, b"cert") == config_hash(fed(aggregation={"mode": "sync"}), b"cert")
+
+
+def test_secrets_and_self_signed_tls() -> None:
+    f = fed(tls={"dnsNames": ["ps.example.org"], "ipAddresses": ["203.0.113.7"]})
+    admin = valid(build_admin_secret(f, "s3cret"))
+    assert base64.b64decode(admin["data"]["credential"]) == b"s3cret"
+    material = issue_self_signed(tls_names(f))
+    secret = valid(build_tls_secret(f, material))
+    cert = base64.b64decode(secret["data"]["tls.crt"])
+    assert set(certificate_names(cert)) >= {"demo-ps.ml.svc", "localhost", "127.0.0.1", "ps.example.org", "203.0.113.7"}
+    assert secret["type"] == "kubernetes.io/tls"
+    reissued = issue_self_signed(["other"], ca_pem=material.ca_pem, ca_key_pem=material.ca_key_pem)
+    assert reissued.ca_pem == material.ca_pem and reissued.cert_pem != material.cert_pem
+
+
+def test_tls_chain_verifies() -> None:
+    from cryptography import x509
+
+    material = issue_self_signed(["demo-ps.ml.svc"])
+    cert = x509.load_pem_x509_certificate(material.cert_pem)
+    ca = x509.load_pem_x509_certificate(material.ca_pem)
+    cert.verify_directly_issued_by(ca)  # raises if the signature or issuer is wrong
+
+
+def test_children_names_stay_valid_for_long_names() -> None:
+    long = "a" * 63
+    assert len(names.ps_name(long)) <= 52 and names.ps_name(long) != names.ps_name("a" * 62)
+    assert names.job_name("x" * 60, 12).endswith("-12") and len(names.job_name("x" * 60, 12)) <= 52
+
+
+# ---- site side ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "head"),
+    [
+        ({"gpusPerPod": 1}, ["geofed", "client"]),
+        ({"gpusPerPod": 0}, ["geofed", "client"]),
+        ({"gpusPerPod": 4}, ["torchrun", "--standalone", "--nproc-per-node", "4", "-m", "client_agent"]),
+        (
+            {"gpusPerPod": 1, "procsPerPod": 2},
+            ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "client_agent"],
+        ),
+    ],
+)
+def test_client_command(spec: dict[str, Any], head: list[str]) -> None:
+    cmd = client_command(site(**spec))
+    assert cmd[: len(head)] == head
+    flags = dict(zip(cmd[len(head) :: 2], cmd[len(head) + 1 :: 2], strict=False))
+    assert flags["--client-id"] == "uw.gpu0" and flags["--ps"] == "ps.example.org:7443"
+    assert flags["--token-file"] == "/var/run/geofed/token/token"
+
+
+@pytest.mark.parametrize(
+    ("spec", "check"),
+    [
+        ({"gpusPerPod": 2}, lambda job: container(job)["resources"]["limits"]["nvidia.com/gpu"] == 2),
+        ({"gpusPerPod": 0}, lambda job: "nvidia.com/gpu" not in container(job)["resources"].get("limits", {})),
+        ({"data": {"hostPath": {"path": "/datasets/owt"}}},
+         lambda job: _volume(job, "data")["hostPath"] == {"path": "/datasets/owt", "type": "Directory"}),
+        ({"data": {"pvc": {"claimName": "d", "readOnly": False}, "subPath": "owt"}},
+         lambda job: _mount(job, "data") == {"name": "data", "mountPath": "/data", "subPath": "owt",
+                                             "readOnly": False}),
+        ({"caSecretRef": {"name": "cred"}},
+         lambda job: _volume(job, "ca")["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+         and "--ca" in container(job)["command"]),
+        ({"insecure": True}, lambda job: "--insecure" in container(job)["command"] and _volume(job, "ca") is None),
+        ({"workPvc": "ckpt"}, lambda job: _volume(job, "work")["persistentVolumeClaim"] == {"claimName": "ckpt"}),
+        ({"tolerations": [{"key": "preemptible", "operator": "Exists", "effect": "NoSchedule"}],
+          "nodeSelector": {"gpu": "h100"}, "priorityClassName": "low"},
+         lambda job: job["spec"]["template"]["spec"]["priorityClassName"] == "low"
+         and job["spec"]["template"]["spec"]["tolerations"][0]["key"] == "preemptible"),
+        ({"image": "lab/client:dev", "env": [{"name": "HF_HOME", "value": "/work/hf"}]},
+         lambda job: container(job)["image"] == "lab/client:dev"
+         and {"name": "HF_HOME", "value": "/work/hf"} in container(job)["env"]),
+    ],
+)  # fmt: skip
+def test_client_job(spec: dict[str, Any], check: Any) -> None:
+    sc = site(**spec)
+    job = valid(build_client_job(sc, 3, names.token_secret_name("gpu0", 3)))
+    assert (job["metadata"]["name"], job["spec"]["backoffLimit"]) == ("gpu0-3", 0)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    assert _volume(job, "token")["secret"]["secretName"] == "gpu0-token-3"
+    assert job["spec"]["template"]["metadata"]["labels"][names.LABEL_ATTEMPT] == "3"
+    assert check(job)
+
+
+def test_job_refuses_another_attempts_token() -> None:
+    with pytest.raises(ValueError, match="does not belong to attempt 2"):
+        build_client_job(site(), 2, names.token_secret_name("gpu0", 1))
+
+
+def test_token_secret() -> None:
+    secret = valid(build_token_secret(site(), 4, "one-time", "2030-01-01T00:00:00Z"))
+    assert base64.b64decode(secret["data"]["token"]) == b"one-time"
+    assert secret["metadata"]["labels"][names.LABEL_SITECLIENT] == "gpu0"
+    assert secret["metadata"]["annotations"][names.ANNOTATION_TOKEN_EXPIRES] == "2030-01-01T00:00:00Z"
+
+
+def _volume(job: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == name), None)
+
+
+def _mount(job: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((m for m in container(job)["volumeMounts"] if m["name"] == name), None)

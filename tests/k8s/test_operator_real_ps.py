@@ -1,0 +1,88 @@
+"""A preempted client's relaunch token is accepted by a real PS while the consumed one is refused.
+
+Runs `geofed ps --insecure` as a subprocess, enrols a site with the real admin API, and lets the real
+operator mint tokens with that site credential (paper §III-B4, Fig. 1 steps 5-6).
+"""
+
+from __future__ import annotations
+
+import base64
+
+import grpc
+import pytest
+from kopf.testing import KopfRunner
+
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol import geofed_pb2_grpc as pb_grpc
+from geofed.protocol.admin_client import AdminClient
+from geofed_operator.handlers import build_registry
+from geofed_operator.handlers.deps import Deps
+from geofed_operator.settings import OperatorSettings
+
+from .conftest import NAMESPACE, wait_for, watches_open
+from .emulator import GeofedEmulator
+from .objects import create, get, patch
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
+
+
+def _join(address: str, token: str, client_id: str) -> grpc.StatusCode:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            pb_grpc.ParameterServerStub(channel).Join(pb.JoinRequest(token=token, client_id=client_id), timeout=10)
+        except grpc.RpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+async def test_relaunch_token_is_accepted_and_the_consumed_one_refused(api, real_ps) -> None:
+    address, admin_credential = real_ps
+    with AdminClient(address, admin_credential, insecure=True) as admin:
+        site_credential = admin.create_site_credential("uw")
+    settings = OperatorSettings(site_interval_s=0.3, admin_timeout_s=5)
+    registry = build_registry("site", Deps(settings=settings))  # the real AdminClient
+    with KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "uw-credential", "namespace": NAMESPACE},
+            "data": {"credential": base64.b64encode(site_credential.encode()).decode()},
+        })  # fmt: skip
+        await create(api, {
+            "apiVersion": "geofed.io/v1alpha1", "kind": "SiteClient",
+            "metadata": {"name": "gpu0", "namespace": NAMESPACE},
+            "spec": {"federation": "demo", "site": "uw", "psAddress": address, "insecure": True,
+                     "credentialSecretRef": {"name": "uw-credential"}, "data": {"hostPath": {"path": "/data"}},
+                     "backoff": {"initialSeconds": 0}},
+        })  # fmt: skip
+
+        def token(attempt: int) -> str | None:
+            secret = get(api, "v1/secrets", NAMESPACE, f"gpu0-token-{attempt}")
+            return base64.b64decode(secret["data"]["token"]).decode() if secret else None
+
+        first = await wait_for(lambda: token(1), what="token of attempt 1")
+        assert _join(address, first, "uw.gpu0") == grpc.StatusCode.OK  # the attempt-1 client joins ...
+        await create(api, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "gpu0-1-x", "namespace": NAMESPACE,
+                         "labels": {"geofed.io/siteclient": "gpu0", "geofed.io/attempt": "1"}},
+            "spec": {"containers": [{"name": "client", "image": "client"}]},
+        })  # fmt: skip
+        preempted = {
+            "phase": "Failed",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                            "message": "preempted by a higher-priority pod"}],
+        }  # fmt: skip
+        await patch(api, "v1", "Pod", NAMESPACE, "gpu0-1-x", {"status": preempted}, status=True)  # ... is preempted
+        second = await wait_for(lambda: token(2), what="token of attempt 2")
+
+        assert second != first
+        assert _join(address, first, "uw.gpu0") == grpc.StatusCode.UNAUTHENTICATED  # one-time: consumed
+        assert _join(address, second, "uw.gpu0") == grpc.StatusCode.OK  # the relaunch gets in
+
+        def relaunched() -> dict | None:  # the status patch lands right after the Job and Secret
+            st = get(api, "geofed.io/v1alpha1/siteclients", NAMESPACE, "gpu0")["status"]
+            return st if st.get("attempt") == 2 else None
+
+        st = await wait_for(relaunched, what="status of attempt 2")
+        assert (st["restarts"], st["lastFailureReason"]) == (1, "PreemptionByScheduler")
+    assert runner.exception is None
