@@ -1,0 +1,303 @@
+"""Benchmark of the delta codecs on a synthetic GPT-2-small-shaped delta (paper §III-B3).
+
+The delta is GPT-2 small's tensors (124.4M params) flattened, each filled with Student-t (df=3) noise at
+its own log-normal scale: heavy tails like real Adam deltas, and scales that differ per tensor. Reports
+bits/param, encode/decode throughput (MB/s of fp32 input = 4 * numel / seconds), relative error, and
+side by side: zstd level 1 on the same quantised bytes, the symbols' Shannon entropy, Huffman's overhead.
+
+    python bench/codec_bench.py                       # full size (~124M params, a few minutes)
+    python bench/codec_bench.py --numel 4000000 --write docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from geofed.codec import decoder_for, make_codec
+from geofed.codec import quantize as qz
+from geofed.codec.entropy import build_stage
+from geofed.codec.header import Reader
+
+BEGIN, END = "<!-- codec:begin -->", "<!-- codec:end -->"
+FRAME = 1 << 20
+
+
+def gpt2_small_shapes() -> list[tuple[str, int]]:
+    """(name, numel) of GPT-2 small's 148 parameter tensors, in state-dict order."""
+    d, v, ctx, layers = 768, 50257, 1024, 12
+    out = [("wte", v * d), ("wpe", ctx * d)]
+    for i in range(layers):
+        p = f"h.{i}."
+        out += [
+            (p + "ln_1.w", d),
+            (p + "ln_1.b", d),
+            (p + "attn.c_attn.w", d * 3 * d),
+            (p + "attn.c_attn.b", 3 * d),
+            (p + "attn.c_proj.w", d * d),
+            (p + "attn.c_proj.b", d),
+            (p + "ln_2.w", d),
+            (p + "ln_2.b", d),
+            (p + "mlp.c_fc.w", d * 4 * d),
+            (p + "mlp.c_fc.b", 4 * d),
+            (p + "mlp.c_proj.w", 4 * d * d),
+            (p + "mlp.c_proj.b", d),
+        ]
+    return out + [("ln_f.w", d), ("ln_f.b", d)]
+
+
+def synthetic_delta(numel: int, seed: int = 0) -> np.ndarray:
+    """GPT-2-small-shaped delta scaled to `numel`: per tensor Student-t(3) * (1e-4 * lognormal(0, 0.7))."""
+    rng = np.random.default_rng(seed)
+    shapes = gpt2_small_shapes()
+    total = sum(n for _, n in shapes)
+    sizes = np.maximum(1, np.round(np.array([n for _, n in shapes]) * numel / total)).astype(np.int64)
+    sizes[0] += numel - sizes.sum()
+    out = np.empty(numel, np.float32)
+    pos = 0
+    for n in sizes:
+        scale = 1e-4 * np.exp(rng.normal(0.0, 0.7))
+        out[pos : pos + n] = rng.standard_t(3.0, n).astype(np.float32) * np.float32(scale)
+        pos += n
+    return out
+
+
+def timed(fn: Callable[[], object], repeat: int = 1) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, result
+
+
+def mbps(numel: int, seconds: float) -> float:
+    return 4 * numel / seconds / 1e6
+
+
+def run_codec(x: np.ndarray, spec: tuple) -> dict:
+    codec = make_codec(*spec)
+    frames: list[bytes] = []
+
+    def encode() -> bytes:
+        header, it = codec.encode(x, frame_elems=FRAME)
+        frames[:] = list(it)
+        return header
+
+    t_enc, header = timed(encode, repeat=2)
+    out = np.empty_like(x)
+
+    def decode() -> None:
+        dec = decoder_for(header, max_numel=x.size)
+        for f in frames:
+            for off, vals in dec.feed(f):
+                out[off : off + vals.size] = vals
+        dec.finish()
+
+    t_dec, _ = timed(decode, repeat=2)
+    nbytes = len(header) + sum(map(len, frames))
+    err = rel_error(x, out)
+    return {
+        "name": codec.name,
+        "bpp": 8 * nbytes / x.size,
+        "enc": mbps(x.size, t_enc),
+        "dec": mbps(x.size, t_dec),
+        "err": err,
+    }
+
+
+def rel_error(x: np.ndarray, y: np.ndarray) -> float:
+    """||x - y|| / ||x|| accumulated in float64, chunk by chunk."""
+    num = den = 0.0
+    for a in range(0, x.size, FRAME):
+        xa = x[a : a + FRAME].astype(np.float64)
+        num += float(np.square(xa - y[a : a + FRAME]).sum())
+        den += float(np.square(xa).sum())
+    return (num / den) ** 0.5 if den else 0.0
+
+
+def global_symbols(x: np.ndarray, bits: int) -> np.ndarray:
+    lo, hi = qz.global_range(x)
+    mid, _, inv = qz.steps(np.array([lo]), np.array([hi]), bits)
+    syms = np.empty(x.size, qz.symbol_dtype(bits))
+    return qz.quantize_into(x, mid[0], inv[0], bits, np.empty(x.size, np.float32), syms)
+
+
+def entropy_bits(counts: np.ndarray) -> float:
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def stage_vs_zstd(x: np.ndarray, bits: int) -> dict:
+    """Entropy stages alone vs zstd -1 on the same quantised symbols (global range), all in fp32 MB/s."""
+    import zstandard
+
+    syms = global_symbols(x, bits)
+    counts = np.bincount(syms, minlength=1 << bits)
+    raw = syms.tobytes()
+    t_zc, z = timed(lambda: zstandard.ZstdCompressor(level=1).compress(raw), repeat=2)
+    t_zd, _ = timed(lambda: zstandard.ZstdDecompressor().decompress(z), repeat=2)
+    row = {
+        "bits": bits,
+        "H": entropy_bits(counts),
+        "zstd_bpp": 8 * len(z) / x.size,
+        "zstd_enc": mbps(x.size, t_zc),
+        "zstd_dec": mbps(x.size, t_zd),
+    }
+    for kind in ("huffman", "ans"):
+        row[kind] = time_stage(kind, bits, counts, syms)
+    return row
+
+
+def time_stage(kind: str, bits: int, counts: np.ndarray, syms: np.ndarray) -> dict:
+    """One entropy stage alone over frames of already-quantised symbols; checks it round-trips."""
+    stage = build_stage(kind, bits, counts, FRAME)
+    enc = stage.encoder(FRAME)
+    t_e, bodies = timed(lambda: [enc(syms[a : a + FRAME]) for a in range(0, syms.size, FRAME)], repeat=2)
+
+    def dec() -> list[np.ndarray]:
+        return [stage.decode(Reader(b, "frame"), min(FRAME, syms.size - i * FRAME)) for i, b in enumerate(bodies)]
+
+    t_d, got = timed(dec, repeat=2)
+    assert np.array_equal(np.concatenate(got), syms), f"{kind} stage is not lossless"
+    return {
+        "bpp": 8 * (sum(map(len, bodies)) + len(stage.params())) / syms.size,
+        "enc": mbps(syms.size, t_e),
+        "dec": mbps(syms.size, t_d),
+    }
+
+
+CODECS = (
+    [("fp32",), ("bf16",)]
+    + [(f"int{b}", e) for b in (8, 16) for e in ("huffman", "ans", "none")]
+    + [
+        ("int8", "huffman", 65536),
+        ("int8", "huffman", 4096),
+        ("int8", "ans", 65536),
+        ("int16", "huffman", 65536),
+    ]
+)
+
+
+def render(numel: int, rows: list[dict], stages: list[dict], seconds: float, argv: list[str]) -> str:
+    cmd = "python bench/codec_bench.py " + " ".join(argv)
+    lines = [
+        f"Command: `{cmd.strip()}` — {numel:,} params, frames of {FRAME:,}; "
+        f"{platform.machine()}, {os.cpu_count()} CPUs shared with other jobs (timings are noisy), "
+        f"numpy {np.__version__}, {seconds:.0f} s total. Throughput = MB/s of fp32 input (4·numel / s), "
+        "best of 2 runs, encode includes quantisation.",
+        "",
+        "| codec | bits/param | encode MB/s | decode MB/s | rel. error ‖x−x̂‖/‖x‖ |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [f"| {r['name']} | {r['bpp']:.3f} | {r['enc']:.0f} | {r['dec']:.0f} | {r['err']:.2e} |" for r in rows]
+    lines += [
+        "",
+        "Entropy stage alone vs zstd level 1 on the same quantised symbols (global min/max; "
+        "throughput excludes quantisation):",
+        "",
+        "| symbols | entropy bits/param | Huffman bits/param | Huffman overhead | ANS bits/param | "
+        "zstd-1 bits/param | Huffman enc / dec MB/s | ANS enc / dec MB/s | zstd-1 enc / dec MB/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in stages:
+        h, a = s["huffman"], s["ans"]
+        over = 100 * (h["bpp"] / s["H"] - 1) if s["H"] > 0 else float("nan")
+        lines.append(
+            f"| int{s['bits']} | {s['H']:.3f} | {h['bpp']:.3f} | {over:+.1f}% | {a['bpp']:.3f} | "
+            f"{s['zstd_bpp']:.3f} | {h['enc']:.0f} / {h['dec']:.0f} | {a['enc']:.0f} / {a['dec']:.0f} | "
+            f"{s['zstd_enc']:.0f} / {s['zstd_dec']:.0f} |"
+        )
+    return "\n".join(lines + ["", *verdicts(rows, stages)])
+
+
+def verdicts(rows: list[dict], stages: list[dict]) -> list[str]:
+    """The targets, judged from this run's numbers (so a re-run rewrites them honestly)."""
+    by = {r["name"]: r for r in rows}
+    out = ["**Targets, judged from the numbers above:**", ""]
+    for s in stages:
+        h = s["huffman"]
+        over = 100 * (h["bpp"] / s["H"] - 1)
+        ok = "meets" if over <= 5 else "misses"
+        why = (
+            " Huffman spends at least 1 bit per symbol, and with one global min/max over heavy tails most "
+            "int8 symbols fall into the central bin, so the entropy is below or near 1 bit; ANS "
+            f"({s['ans']['bpp']:.3f} bits/param) is the fix there."
+            if over > 5
+            else ""
+        )
+        out.append(f"- Huffman within 5% of entropy, int{s['bits']}: {over:+.1f}% — {ok} the target.{why}")
+    for s in stages:
+        h = s["huffman"]
+        out.append(
+            f"- Speed vs zstd-1 on the same int{s['bits']} symbols: Huffman encodes at "
+            f"{h['enc'] / s['zstd_enc']:.2f}× and decodes at {h['dec'] / s['zstd_dec']:.2f}× zstd's speed, "
+            f"and its output is {h['bpp'] / s['zstd_bpp']:.2f}× the size of zstd-1's."
+        )
+    out.append(
+        "- Why numpy cannot reach zstd here: zstd's Huffman/FSE loops are C working in registers, one pass. "
+        "Our encode is ~12 whole-frame numpy passes (table lookups, prefix sum, shifts, an OR-reduce per "
+        "32-bit word); our decode advances ~2048 independent lanes one symbol per step, ~8 numpy calls per "
+        "step (~1 µs dispatch each) with random gathers into a 2^max_len table, then a transpose. Closing "
+        "the gap needs a compiled kernel (C/numba/Rust); the byte format would not change."
+    )
+    g8, b8, g16 = by.get("int8+huffman"), by.get("int8+huffman/b4096"), by.get("int16+huffman")
+    if g8 and b8 and g16:
+        out.append(
+            f"- Per-block vs global ranges: at the same 8-bit width, 4096-element blocks cut the error "
+            f"{g8['err'] / b8['err']:.0f}× ({g8['err']:.2e} → {b8['err']:.2e}) but cost "
+            f"{b8['bpp'] - g8['bpp']:.1f} more bits/param, because finer steps raise the entropy. At similar "
+            f"bits/param, global int16+huffman ({g16['bpp']:.2f} bits, error {g16['err']:.2e}) beats int8 "
+            f"with blocks ({b8['bpp']:.2f} bits, error {b8['err']:.2e}) by {b8['err'] / g16['err']:.0f}× in "
+            "error: entropy coding makes the empty tail levels of a global range nearly free."
+        )
+    return out
+
+
+def write_section(path: Path, body: str) -> None:
+    """Replace our marked section of `path` (creating file/markers if needed), leaving the rest alone."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    section = f"{BEGIN}\n{body}\n{END}"
+    if BEGIN in text and END in text:
+        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--numel", type=int, default=124_000_000, help="parameters in the synthetic delta")
+    ap.add_argument("--write", type=Path, help="update the codec section of this markdown file")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    x = synthetic_delta(args.numel)
+    print(f"synthetic delta: {x.size:,} params in {time.perf_counter() - t0:.1f} s", flush=True)
+    rows = []
+    for spec in CODECS:
+        rows.append(run_codec(x, spec))
+        r = rows[-1]
+        print(
+            f"{r['name']:22s} {r['bpp']:7.3f} b/p  enc {r['enc']:7.0f}  dec {r['dec']:7.0f} MB/s  err {r['err']:.2e}",
+            flush=True,
+        )
+    stages = [stage_vs_zstd(x, bits) for bits in (8, 16)]
+    body = render(args.numel, rows, stages, time.perf_counter() - t0, argv)
+    print(body)
+    if args.write:
+        write_section(args.write, body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

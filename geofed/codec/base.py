@@ -1,0 +1,83 @@
+"""The codec interfaces: `Codec` (encoder side) and `FrameDecoder` (one frame's body to values).
+
+Encoding is two-phase so a multi-GB delta never needs two full fp32 copies: `encode` makes the cheap
+global passes (ranges, histogram, residual) eagerly and returns the header, plus a lazy iterator that
+quantises and codes one frame at a time. The iterator reads `flat` again, so the caller must keep it
+unchanged until the frames are consumed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+import numpy as np
+
+from geofed.codec.errors import CodecError
+from geofed.codec.header import MAX_FRAME_ELEMS
+
+DEFAULT_FRAME_ELEMS = 1 << 20
+
+
+class Codec(ABC):
+    """Encodes a flattened fp32 delta into (header, lazy frames); see `geofed.codec` for the contract."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Wire name, e.g. "int8+huffman", "int8+huffman/b65536", "bf16"."""
+
+    @abstractmethod
+    def encode(
+        self,
+        flat: np.ndarray,
+        *,
+        frame_elems: int = DEFAULT_FRAME_ELEMS,
+        residual_out: np.ndarray | None = None,
+    ) -> tuple[bytes, Iterator[bytes]]:
+        """Header and lazy frames of `flat`; fills `residual_out` with flat - decoded(flat) at once."""
+
+    def __repr__(self) -> str:
+        return f"<Codec {self.name}>"
+
+
+class FrameDecoder(ABC):
+    """Turns one frame's body into float32 values; built from the header's codec parameters."""
+
+    @abstractmethod
+    def max_body_bytes(self, offset: int, count: int) -> int:
+        """Largest body a valid frame of `count` elements at `offset` can have (bomb guard)."""
+
+    @abstractmethod
+    def decode(self, offset: int, count: int, body: bytes | memoryview) -> np.ndarray:
+        """Exactly `count` float32 values; CodecError if the body is inconsistent."""
+
+
+def check_encode_args(flat: np.ndarray, frame_elems: int, residual_out: np.ndarray | None) -> None:
+    """Reject inputs the encoder would otherwise mis-handle silently."""
+    if not isinstance(flat, np.ndarray):
+        raise CodecError(f"flat must be a numpy array, got {type(flat).__name__}")
+    if flat.ndim != 1 or flat.dtype != np.float32:
+        raise CodecError(f"flat must be 1-D float32, got shape {flat.shape} dtype {flat.dtype}")
+    if not flat.flags.c_contiguous:
+        raise CodecError("flat must be C-contiguous")
+    if (
+        isinstance(frame_elems, bool)
+        or not isinstance(frame_elems, (int, np.integer))
+        or not 1 <= frame_elems <= MAX_FRAME_ELEMS
+    ):
+        raise CodecError(f"frame_elems must be an int in [1, {MAX_FRAME_ELEMS}], got {frame_elems!r}")
+    if residual_out is None:
+        return
+    if not isinstance(residual_out, np.ndarray) or residual_out.shape != flat.shape or residual_out.dtype != np.float32:
+        raise CodecError(f"residual_out must be a float32 array of shape {flat.shape}")
+    if not residual_out.flags.writeable:
+        raise CodecError("residual_out must be writeable")
+    if np.may_share_memory(residual_out, flat):
+        raise CodecError("residual_out must not overlap flat: the lazy frames re-read flat")
+
+
+def frame_ranges(numel: int, frame_elems: int) -> Iterator[tuple[int, int]]:
+    """[a, b) element ranges of the frames, in stream order."""
+    for a in range(0, numel, frame_elems):
+        yield a, min(numel, a + frame_elems)
