@@ -109,7 +109,7 @@ class ClientAgent:
 
         return PSClient(cfg.ps, cfg.client_id, lambda: read_token(cfg), insecure=cfg.insecure, ca_cert=read(cfg.ca),
                         client_cert=read(cfg.cert), client_key=read(cfg.key), state_dir=self.work,
-                        join_deadline_s=cfg.join_timeout_s)
+                        join_deadline_s=cfg.join_timeout_s, retry_budget_s=cfg.retry_budget_s)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _raise_preempted)
@@ -257,8 +257,21 @@ class ClientAgent:
     def _next_model(self, ps: PSClient, fed: FederationConfig, current: GlobalVersion, status: str,
                     version: int) -> GlobalVersion:
         """sync: wait for the round to close; async: adopt the newest version (ours, if it was applied)."""
+        if status == "STALE":  # resync: any model the PS streams next (it may be older after a PS restart)
+            while True:
+                got = ps.wait_for_fresh(current, timeout=30.0)
+                if got is not None:
+                    return got
+                log.info("event=waiting_for_model after=stale")
         if fed.aggregation.mode == "sync":
-            return self._await(ps, current.version, timeout=None)
+            while True:
+                got = ps.wait_for_version(current.version, timeout=5.0)
+                if got is not None:
+                    return got
+                fresh = ps.latest()
+                if fresh is not None and fresh is not current and fresh.version < current.version:
+                    return fresh  # the PS restarted behind us: its round will never reach our version
+                log.info("event=waiting_for_round version=%d", current.version)
         if status == "APPLIED":
             got = ps.wait_for_version(version - 1, timeout=30.0)
             if got is not None:

@@ -145,6 +145,9 @@ class CheckpointManager:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.keep_best = keep_best
+        # A process killed inside atomic_write leaves its temp file; nothing else ever will reclaim it.
+        for stale in self.dir.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
         self._best: dict[int, float] = self._read_index()
 
     @property

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import grpc
 import numpy as np
@@ -67,6 +68,17 @@ class GlobalVersion:
 
 
 @dataclass
+class _Upload:
+    """One encoded delta kept (spooled) for retransmission."""
+
+    header: pb.DeltaHeader
+    spool: BinaryIO
+    digest: bytes
+    instance: str = ""
+    accepted_at_version: int = 0
+
+
+@dataclass
 class PushReceipt:
     status: str
     version: int
@@ -84,7 +96,7 @@ class PSClient:
         self, address: str, client_id: str, token_source: Callable[[], str], *, insecure: bool = False,
         ca_cert: bytes | None = None, client_cert: bytes | None = None, client_key: bytes | None = None,
         state_dir: str | Path | None = None, rpc_timeout_s: float = 30.0, push_timeout_s: float = 3600.0,
-        join_deadline_s: float = 60.0,
+        join_deadline_s: float = 60.0, retry_budget_s: float = 600.0,
     ) -> None:
         self.address, self.client_id = address, client_id
         self.token_source = token_source
@@ -93,6 +105,9 @@ class PSClient:
         self.stub = pb_grpc.ParameterServerStub(self.channel)
         self.state_dir = Path(state_dir) if state_dir else None
         self.rpc_timeout_s, self.push_timeout_s, self.join_deadline_s = rpc_timeout_s, push_timeout_s, join_deadline_s
+        self.retry_budget_s = retry_budget_s
+        self._push_lock = threading.RLock()
+        self._pending: _Upload | None = None
         self.session: str | None = None
         self.session_ttl_s = 60.0
         self.federation: FederationConfig | None = None
@@ -177,6 +192,7 @@ class PSClient:
         return out
 
     def _adopt_join(self, r: pb.JoinResponse) -> None:
+        restarted = bool(self.server_instance) and r.server_instance != self.server_instance
         self.session = r.session
         self.session_ttl_s = r.session_ttl_s
         self.federation = FederationConfig.model_validate_json(r.federation_json)
@@ -186,6 +202,14 @@ class PSClient:
         self.manifest = manifest_from_proto(r.manifest)
         self._rejoin_token = r.rejoin_token
         self._save_rejoin(r.rejoin_token)
+        if restarted:
+            # The PS came back from a checkpoint: our model may be newer than its version, so take
+            # whatever it streams next, and resend a delta it had accepted but perhaps not applied.
+            log.info("event=ps_restarted version=%d pending=%s", r.version, self._pending is not None)
+            with self._cond:
+                self._latest = None
+            if self._pending is not None:
+                threading.Thread(target=self._resend_pending, name="geofed-resend", daemon=True).start()
 
     def _metadata(self):
         if self.session is None:
@@ -207,6 +231,15 @@ class PSClient:
 
     def latest(self) -> GlobalVersion | None:
         return self._latest
+
+    def wait_for_fresh(self, than: GlobalVersion | None, timeout: float | None = None) -> GlobalVersion | None:
+        """Block until a model other than `than` has been received (any version: used after a resync)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._stop.is_set() or (self._latest is not None and self._latest is not than), timeout
+            )
+            latest = self._latest
+        return latest if latest is not None and latest is not than else None
 
     def wait_for_version(self, newer_than: int, timeout: float | None = None) -> GlobalVersion | None:
         """Block until a global version > `newer_than` has been fully received."""
@@ -282,6 +315,7 @@ class PSClient:
         with self._cond:
             self._latest = gv
             self._cond.notify_all()
+        self._settle_pending(version)
         log.info("event=model_received version=%d bytes=%d seconds=%.2f", version, buf.nbytes, gv.seconds)
         return None
 
@@ -304,52 +338,96 @@ class PSClient:
     def push(
         self, *, base_version: int, codec_header: bytes, frames: Iterable[bytes], num_tokens: int = 0,
         num_samples: int = 0, local_steps: int = 1, init: bool = False, manifest: list[ManifestEntry] | None = None,
-        max_attempts: int = 8,
     ) -> PushReceipt:
         """Spool the encoded payload, then send it; retransmit with the same upload id on failure."""
-        upload_id = uuid.uuid4().hex
-        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
-            sha = hashlib.sha256()
-            for frame in frames:
-                sha.update(frame)
-                spool.write(frame)
-            size = spool.tell()
-            digest = sha.digest()
-            header = pb.DeltaHeader(
-                base_version=base_version, upload_id=upload_id, codec_header=codec_header, payload_bytes=size,
-                num_tokens=num_tokens, num_samples=num_samples, local_steps=local_steps, init=init,
-                report=report_to_proto(self.report),
-            )
-            if manifest:
-                header.manifest.extend(manifest_to_proto(manifest))
-            backoff = Backoff()
-            t0 = time.monotonic()
-            for attempt in range(1, max_attempts + 1):
+        spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - may outlive this call
+        sha = hashlib.sha256()
+        for frame in frames:
+            sha.update(frame)
+            spool.write(frame)
+        size = spool.tell()
+        header = pb.DeltaHeader(
+            base_version=base_version, upload_id=uuid.uuid4().hex, codec_header=codec_header, payload_bytes=size,
+            num_tokens=num_tokens, num_samples=num_samples, local_steps=local_steps, init=init,
+            report=report_to_proto(self.report),
+        )
+        if manifest:
+            header.manifest.extend(manifest_to_proto(manifest))
+        upload = _Upload(header, spool, sha.digest())
+        keep = False
+        try:
+            receipt = self._send(upload)
+            if receipt.status == "ACCEPTED":
+                # Buffered, not yet in a version: if the PS dies before folding it in, resend it (same id).
+                upload.instance, upload.accepted_at_version = self.server_instance, receipt.version
+                self._set_pending(upload)
+                keep = True
+            return receipt
+        finally:
+            if not keep:
+                spool.close()
+
+    def _send(self, upload: _Upload) -> PushReceipt:
+        """PushDelta with retransmission until `retry_budget_s` runs out (the upload id keeps it idempotent)."""
+        backoff = Backoff(cap_s=10.0)
+        t0 = time.monotonic()
+        attempt = 0
+        with self._push_lock:
+            while True:
+                attempt += 1
                 try:
                     t_send = time.monotonic()
-                    result = self.stub.PushDelta(self._messages(header, spool, digest), metadata=self._metadata(),
-                                                 timeout=self.push_timeout_s)
+                    result = self.stub.PushDelta(self._messages(upload.header, upload.spool, upload.digest),
+                                                 metadata=self._metadata(), timeout=self.push_timeout_s)
                 except grpc.RpcError as exc:
                     code = exc.code()
-                    if code == grpc.StatusCode.FAILED_PRECONDITION and "behind" in (exc.details() or ""):
+                    if code == grpc.StatusCode.FAILED_PRECONDITION and "resync" in (exc.details() or ""):
                         raise StaleDeltaError(exc.details()) from None
                     if code == grpc.StatusCode.UNAUTHENTICATED:
                         self._rejoin_after(exc)
                         continue
-                    if code not in RETRYABLE or attempt == max_attempts:
+                    if code not in RETRYABLE or time.monotonic() - t0 > self.retry_budget_s:
                         raise PushError(f"{code.name}: {exc.details()}") from None
                     log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
                     time.sleep(backoff.next_delay())
                     continue
+                size = upload.header.payload_bytes
                 elapsed = time.monotonic() - t_send
                 self.bytes_sent += size
                 if size > (256 << 10) and elapsed > 0:
                     rate = size / elapsed
                     prev = self.link_bytes_per_s
                     self.link_bytes_per_s = rate if prev is None else 0.5 * (prev + rate)
-                return PushReceipt(pb.PushStatus.Name(result.status), result.version, result.staleness, result.weight,
-                                   size, time.monotonic() - t0, attempt)
-        raise PushError("push failed after retries")
+                return PushReceipt(pb.PushStatus.Name(result.status), result.version, result.staleness,
+                                   result.weight, size, time.monotonic() - t0, attempt)
+
+    def _set_pending(self, upload: _Upload | None) -> None:
+        with self._cond:
+            old, self._pending = self._pending, upload
+        if old is not None and old is not upload:
+            old.spool.close()
+
+    def _settle_pending(self, version: int) -> None:
+        """A newer version from the same PS instance contains every delta it had accepted."""
+        pending = self._pending
+        if pending is not None and pending.instance == self.server_instance and version > pending.accepted_at_version:
+            self._set_pending(None)
+
+    def _resend_pending(self) -> None:
+        """After the PS restarted: push the accepted-but-unapplied delta again (DUPLICATE if it survived)."""
+        pending = self._pending
+        if pending is None:
+            return
+        try:
+            receipt = self._send(pending)
+            log.info("event=pending_resent status=%s version=%d", receipt.status, receipt.version)
+            if receipt.status == "ACCEPTED":
+                pending.instance, pending.accepted_at_version = self.server_instance, receipt.version
+                return
+        except (StaleDeltaError, PushError, JoinError) as exc:
+            log.warning("event=pending_dropped reason=%r", str(exc))
+        if self._pending is pending:
+            self._set_pending(None)
 
     @staticmethod
     def _messages(header: pb.DeltaHeader, spool, digest: bytes):
@@ -362,6 +440,7 @@ class PSClient:
         yield pb.DeltaChunk(trailer=pb.DeltaTrailer(sha256=digest))
 
     def close(self) -> None:
+        self._set_pending(None)
         self._stop.set()
         if self._call is not None:
             self._call.cancel()

@@ -54,7 +54,8 @@ class CodecConfig(_Section):
         0,
         ge=0,
         le=1 << 24,
-        description="Elements per min-max block; 0 = one global min/max over the flattened delta (paper).",
+        description="Elements per min-max block (0, or 64 and more); 0 = one global min/max over the flattened "
+        "delta (paper).",
     )
     error_feedback: bool = Field(
         True, description="Carry each client's quantisation residual into its next delta (EF-SGD style)."
@@ -62,6 +63,13 @@ class CodecConfig(_Section):
     sync_time_budget_s: float = Field(
         60.0, gt=0, description="Seconds a push may take on the measured link before 'auto' drops to int8."
     )
+
+
+    @model_validator(mode="after")
+    def _block_scales_range(self) -> CodecConfig:
+        if 0 < self.block_scales < 64:
+            raise ValueError(f"block_scales must be 0 or at least 64, got {self.block_scales}")
+        return self
 
 
 class AggregationConfig(_Section):
@@ -199,3 +207,6 @@ class ClientConfig(_Section):
     duration_s: float = Field(0.0, ge=0, description="Stop after this many seconds; 0 = no limit.")
     seed: int = Field(0, description="Seed of this client's data order.")
     join_timeout_s: float = Field(120.0, gt=0, description="Give up joining an unreachable PS after this long.")
+    retry_budget_s: float = Field(
+        600.0, gt=0, description="Keep retransmitting a failed push this long (a PS outage) before giving up."
+    )

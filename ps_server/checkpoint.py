@@ -121,6 +121,39 @@ class CheckpointStore:
         self._prune()
         return final
 
+    @property
+    def registry_path(self) -> Path:
+        return self.dir / "registry.json"
+
+    def save_registry(self, registry: dict) -> None:
+        """Persist the credential registry (hashes only) on its own, atomically, after every change.
+
+        Tokens are minted and consumed between model checkpoints; a PS killed in between must still
+        know them, or the clients that hold them could never get back in.
+        """
+        tmp = self.dir / ".registry.json.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(registry, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.registry_path)
+            _fsync_dir(self.dir)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def load_registry(self) -> dict | None:
+        """The registry written by `save_registry`, or None if absent or unreadable."""
+        try:
+            return json.loads(self.registry_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.error("event=registry_unreadable path=%s error=%s", self.registry_path, exc)
+            return None
+
     def files(self) -> list[Path]:
         """Checkpoint files, newest first."""
         found = [p for p in self.dir.iterdir() if _NAME.match(p.name)]

@@ -81,10 +81,14 @@ class ParameterServerCore:
     def resume(self) -> bool:
         """Load the newest valid checkpoint, if any; sessions start empty (clients re-Join)."""
         ckpt = self.store.load_latest()
+        registry = self.store.load_registry()  # written on every credential change: the newest
+        if registry is not None:
+            self.registry.load_state_dict(registry)
         if ckpt is None:
-            log.info("event=start checkpoint=none")
-            return False
-        self.registry.load_state_dict(ckpt.registry)
+            log.info("event=start checkpoint=none registry=%s", registry is not None)
+            return registry is not None
+        if registry is None:
+            self.registry.load_state_dict(ckpt.registry)
         if ckpt.version == 0:
             log.info("event=resume version=0 model=none sites=%d", len(ckpt.registry.get("sites", {})))
             return True
@@ -155,8 +159,32 @@ class ParameterServerCore:
         with self._clients_lock:
             return sum(1 for c in self.clients.values() if c.client_id in live and c.last_seen >= horizon)
 
+    def persist_registry(self) -> None:
+        """Write the credential registry now; a failure is logged and counted, never fatal."""
+        try:
+            self.store.save_registry(self.registry.state_dict())
+        except OSError as exc:
+            self.metrics.checkpoint_failures.inc()
+            log.error("event=registry_save_failed error=%s", exc)
+
+    def mint_token(self, principal: Principal, client_id: str, site: str, ttl_s: float, master: bool):
+        out = self.registry.mint_token(principal, client_id, site, ttl_s, master=master)
+        self.persist_registry()
+        return out
+
+    def create_site(self, principal: Principal, site: str) -> str:
+        out = self.registry.create_site(principal, site)
+        self.persist_registry()
+        return out
+
+    def revoke_site(self, principal: Principal, site: str) -> bool:
+        out = self.registry.revoke_site(principal, site)
+        self.persist_registry()
+        return out
+
     def join(self, token: str, client_id: str) -> JoinResult:
         session_secret, session, rejoin = self.registry.join(token, client_id)
+        self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
         self._client(session)
         snap = self.model.current()
         master = session.master and snap is None

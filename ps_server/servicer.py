@@ -210,9 +210,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         ttl = request.ttl_s or self.core.server.token_ttl_s
         token, expires = self._guard(
             context,
-            lambda: self.core.registry.mint_token(
-                principal, request.client_id, request.site, ttl, master=request.master
-            ),
+            lambda: self.core.mint_token(principal, request.client_id, request.site, ttl, request.master),
         )
         log.info("event=token_minted client=%s site=%s by=%s", request.client_id, request.site,
                  principal.site or "admin")
@@ -220,16 +218,14 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     def CreateSiteCredential(self, request: pb.SiteRequest, context) -> pb.SiteCredentialResponse:
         principal = self._principal(context)
-        credential = self._guard(context, lambda: self.core.registry.create_site(principal, request.site))
+        credential = self._guard(context, lambda: self.core.create_site(principal, request.site))
         log.info("event=site_enrolled site=%s", request.site)
-        self.core.checkpoint()  # a site credential must survive a PS restart
         return pb.SiteCredentialResponse(credential=credential)
 
     def RevokeSite(self, request: pb.SiteRequest, context) -> pb.RevokeSiteResponse:
         principal = self._principal(context)
-        revoked = self._guard(context, lambda: self.core.registry.revoke_site(principal, request.site))
+        revoked = self._guard(context, lambda: self.core.revoke_site(principal, request.site))
         log.info("event=site_revoked site=%s existed=%s", request.site, revoked)
-        self.core.checkpoint()
         return pb.RevokeSiteResponse(revoked=revoked)
 
     def ListClients(self, request, context) -> pb.ListClientsResponse:

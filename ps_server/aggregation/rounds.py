@@ -25,7 +25,11 @@ class StaleDelta(Exception):
 def admit(cfg: AggregationConfig, base_version: int, current_version: int) -> Admission:
     """Decide staleness weighting for a delta computed against `base_version`."""
     if base_version > current_version:
-        raise ValueError(f"base version {base_version} is ahead of the global version {current_version}")
+        # The PS restarted from a checkpoint older than the client's model: recoverable by a resync.
+        raise StaleDelta(
+            f"base version {base_version} is ahead of the global version {current_version} "
+            "(the PS restarted from an older checkpoint): resync and retrain"
+        )
     staleness = current_version - base_version
     if staleness > cfg.max_staleness:
         raise StaleDelta(

@@ -65,7 +65,7 @@ def test_admission_refuses_beyond_max_staleness_and_future_versions():
     assert admit(cfg, 5, 7).staleness == 2
     with pytest.raises(StaleDelta, match="3 versions behind"):
         admit(cfg, 4, 7)
-    with pytest.raises(ValueError, match="ahead"):
+    with pytest.raises(StaleDelta, match="ahead"):
         admit(cfg, 8, 7)
 
 

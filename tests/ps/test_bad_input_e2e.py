@@ -98,7 +98,7 @@ CASES = [
     ("wrong_shape", grpc.StatusCode.INVALID_ARGUMENT, "elements but the model has"),
     ("oversized", grpc.StatusCode.RESOURCE_EXHAUSTED, "exceeds the cap"),
     ("payload_first", grpc.StatusCode.INVALID_ARGUMENT, "must be its header"),
-    ("base_ahead", grpc.StatusCode.INVALID_ARGUMENT, "ahead of the global version"),
+    ("base_ahead", grpc.StatusCode.FAILED_PRECONDITION, "ahead of the global version"),
     ("init_again_by_non_master", grpc.StatusCode.PERMISSION_DENIED, "only the master"),
 ]
 
