@@ -1,4 +1,7 @@
 # Two commands a newcomer needs: `make demo` and `make test`. Each sets up .venv itself.
+# The checkout holds `operator/` (installed as `geofed_operator`); never let the working directory shadow the
+# standard library's `operator` module when Python runs from the repository root.
+export PYTHONSAFEPATH := 1
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -14,13 +17,13 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	PYTHONSAFEPATH=1 $(BIN)/geofed local
+	$(BIN)/geofed local
 
 test: $(STAMP)
-	PYTHONSAFEPATH=1 $(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow"
 
 test-slow: $(STAMP)
-	PYTHONSAFEPATH=1 $(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,6 +11,8 @@ does not end exactly on its stored boundary means corrupt data.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from geofed.codec.errors import CodecError
@@ -158,8 +160,12 @@ def decode_lanes(code: HuffmanCode, r: Reader, count: int, lane_syms: int) -> np
 
 
 def lane_major(out: np.ndarray) -> np.ndarray:
-    """(steps, lanes) -> symbols in stream order. torch's tiled transpose is ~4x numpy's strided copy
-    here; torch is imported on first use so `import geofed.codec` stays light."""
-    import torch
+    """(steps, lanes) -> symbols in stream order.
 
-    return torch.from_numpy(out).T.contiguous().numpy().reshape(-1)
+    torch's tiled transpose is ~2x numpy's strided copy here, so it is used when the process already has
+    torch loaded (a client); the PS never imports torch for it (that would cost it hundreds of MB of RSS).
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.from_numpy(out).T.contiguous().numpy().reshape(-1)
+    return np.ascontiguousarray(out.T).reshape(-1)
