@@ -49,3 +49,21 @@ def test_local_federation_two_clients_learns_beyond_byte_frequencies(tmp_path):
     lines = (run / "metrics.jsonl").read_text().splitlines()
     clients = {line.split('"client": "')[1].split('"')[0] for line in lines if '"client": "' in line}
     assert clients == {"local.client-0", "local.client-1"}
+
+
+def test_local_federation_on_a_users_own_directory(tmp_path):
+    data = tmp_path / "corpus"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    words = ["federated ", "learning ", "across ", "sites ", "with ", "slow ", "links\n"]
+    for name in ("alpha", "beta", "gamma", "delta"):
+        (data / f"{name}.txt").write_text("".join(rng.choice(words, 20000)))
+    (data / "broken.txt").write_bytes(b"\xff\xfe not utf-8 \xc3\x28")
+    out = subprocess.run(
+        [GEOFED, "local", "--clients", "2", "--duration", "20", "--data", str(data), "--run-dir", str(tmp_path / "runs"),
+         "--quiet"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    m = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.MULTILINE)
+    assert m and float(m.group(2)) < float(m.group(1)) - 1.0  # a 7-word language is learned fast
