@@ -60,8 +60,8 @@ def test_local_federation_on_a_users_own_directory(tmp_path):
         (data / f"{name}.txt").write_text("".join(rng.choice(words, 20000)))
     (data / "broken.txt").write_bytes(b"\xff\xfe not utf-8 \xc3\x28")
     out = subprocess.run(
-        [GEOFED, "local", "--clients", "2", "--duration", "20", "--data", str(data), "--run-dir", str(tmp_path / "runs"),
-         "--quiet"],
+        [GEOFED, "local", "--clients", "2", "--duration", "20", "--data", str(data),
+         "--run-dir", str(tmp_path / "runs"), "--quiet"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
