@@ -184,6 +184,11 @@ class ServerConfig(_Section):
         180.0, gt=0, description="A client silent this long counts as gone for sync-round quorum."
     )
     rate_limit_per_s: float = Field(20.0, gt=0, description="Requests per second allowed per client (burst 2x).")
+    bind_sessions: bool = Field(
+        True,
+        description="A session only works from the connection that joined (turn off behind an L7 proxy that "
+        "spreads one client over several upstream connections).",
+    )
 
 
 class ClientConfig(_Section):

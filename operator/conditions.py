@@ -11,7 +11,7 @@ _ORDER = {"Ready": 0, "Progressing": 1, "Degraded": 2}
 
 def rfc3339(when: dt.datetime) -> str:
     """`2025-01-02T03:04:05Z` (what metav1.Time serialises to)."""
-    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: str | None) -> dt.datetime | None:

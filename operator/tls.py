@@ -77,7 +77,7 @@ def issue_self_signed(
     """A server certificate for `names` (DNS names or IPs; the first is the CN), under a new or given CA."""
     if not names:
         raise ValueError("a server certificate needs at least one DNS name or IP address")
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     if ca_pem and ca_key_pem:
         ca_cert = x509.load_pem_x509_certificate(ca_pem)
         ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)

@@ -27,7 +27,7 @@ from .ingest import PushHeader, PushRejected, ReceivedPush
 
 log = logging.getLogger("geofed.ps")
 
-_UPLOAD_MEMORY = 100_000  # upload ids remembered for idempotent retries
+_UPLOADS_PER_CLIENT = 4  # upload ids remembered per client for idempotent retries
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Aggregator:
         self.outer: OuterOptimizer | None = None
         self.acc: DeltaAccumulator | RobustAccumulator | None = None
         self.first_at: float | None = None
-        self.uploads: OrderedDict[str, PushOutcome] = OrderedDict()
+        self.uploads: dict[str, OrderedDict[str, PushOutcome]] = {}  # client -> its recent upload ids
         self.ledger: dict[str, ClientLedger] = {}
         self._pending: dict[str, float] = {}  # client -> weight buffered, credited when applied
 
@@ -92,7 +92,7 @@ class Aggregator:
     def precheck(self, client_id: str, header: PushHeader, *, master: bool) -> PushOutcome | None:
         """Refuse early (before the payload crosses the WAN); return the old outcome of a retried upload."""
         with self.lock:
-            done = self.uploads.get(self._key(client_id, header.upload_id))
+            done = self._recall(client_id, header.upload_id)
             if done is not None:
                 return PushOutcome("DUPLICATE", self.model.version, done.staleness, done.weight, "already received")
             if header.init:
@@ -114,14 +114,20 @@ class Aggregator:
         except ValueError as exc:
             raise PushRejected("INVALID_ARGUMENT", "version", str(exc)) from exc
 
-    @staticmethod
-    def _key(client_id: str, upload_id: str) -> str:
-        return f"{client_id}\x00{upload_id}"
+    def _recall(self, client_id: str, upload_id: str) -> PushOutcome | None:
+        return self.uploads.get(client_id, {}).get(upload_id)
 
     def _remember(self, client_id: str, upload_id: str, outcome: PushOutcome) -> None:
-        self.uploads[self._key(client_id, upload_id)] = outcome
-        while len(self.uploads) > _UPLOAD_MEMORY:
-            self.uploads.popitem(last=False)
+        """Remember a client's last few upload ids for idempotent retries.
+
+        A client retransmits only its most recent upload (plus at most one accepted-but-unapplied one it
+        resends after a PS restart), so a handful per client is enough. Keeping the table O(clients)
+        rather than O(pushes ever) keeps the checkpoints that carry it from growing with history.
+        """
+        recent = self.uploads.setdefault(client_id, OrderedDict())
+        recent[upload_id] = outcome
+        while len(recent) > _UPLOADS_PER_CLIENT:
+            recent.popitem(last=False)
 
     # ---- folding in -------------------------------------------------------------------------------
 
@@ -150,9 +156,8 @@ class Aggregator:
         header = push.header
         snap = None
         with self.lock:
-            key = self._key(push.client_id, header.upload_id)
-            if key in self.uploads:
-                done = self.uploads[key]
+            done = self._recall(push.client_id, header.upload_id)
+            if done is not None:
                 return PushOutcome("DUPLICATE", self.model.version, done.staleness, done.weight, "already received")
             current = self.model.current()
             if current is None:
@@ -229,7 +234,10 @@ class Aggregator:
         with self.lock:
             return {
                 "outer": self.outer.state_dict() if self.outer else {},
-                "uploads": [[k, asdict(v)] for k, v in self.uploads.items()],
+                "uploads": [
+                    [c, u, o.status, o.version, o.staleness, o.weight]
+                    for c, recent in self.uploads.items() for u, o in recent.items()
+                ],
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
             }
 
@@ -239,7 +247,10 @@ class Aggregator:
             self.outer = build_outer_optimizer(self.cfg, flat.size)
             if state.get("outer"):
                 self.outer.load_state_dict(state["outer"])
-            self.uploads = OrderedDict((k, PushOutcome(**v)) for k, v in state.get("uploads", []))
+            self.uploads = {}
+            for client_id, upload_id, status, version, staleness, weight in state.get("uploads", []):
+                outcome = PushOutcome(status, version, staleness, weight)
+                self.uploads.setdefault(client_id, OrderedDict())[upload_id] = outcome
             self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
             self.acc, self.first_at, self._pending = None, None, {}
             self.model.publish(snapshot_version, flat, manifest)

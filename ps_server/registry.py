@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,253}")
 
 
 class AuthError(Exception):
@@ -53,6 +56,7 @@ class Session:
     master: bool
     expires_at: float
     created_at: float = field(default_factory=time.time)
+    peer: str = ""  # the connection that joined; "" = not bound
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,8 @@ class Registry:
         self, principal: Principal, client_id: str, site: str, ttl_s: float, *, master: bool = False
     ) -> tuple[str, float]:
         """Mint a one-time join token bound to `client_id`; sites only for their own clients."""
-        if not client_id or len(client_id) > 253:
-            raise ValueError("client_id must be 1..253 characters")
+        if not _CLIENT_ID.fullmatch(client_id):
+            raise ValueError("client_id must be 1..253 characters of letters, digits, '.', '_' and '-'")
         if ttl_s <= 0:
             raise ValueError("token ttl must be positive")
         if not principal.is_admin:
@@ -139,8 +143,12 @@ class Registry:
 
     # ---- client surface -------------------------------------------------------------------------
 
-    def join(self, token: str, client_id: str) -> tuple[str, Session, str]:
-        """Consume a token atomically; return (session credential, session, fresh rejoin token)."""
+    def join(self, token: str, client_id: str, peer: str = "") -> tuple[str, Session, str]:
+        """Consume a token atomically; return (session credential, session, fresh rejoin token).
+
+        With `peer` set, the session only works from that connection: a stolen session credential is
+        useless elsewhere, and a client whose connection was replaced simply re-joins (rejoin token).
+        """
         digest = _hash(token)
         now = time.time()
         with self._lock:
@@ -157,7 +165,7 @@ class Registry:
                 raise AuthError(f"site {record.site!r} is revoked")
             del self._tokens[digest]
             session_secret = secrets.token_urlsafe(32)
-            session = Session(client_id, record.site, record.master, now + self.session_ttl_s)
+            session = Session(client_id, record.site, record.master, now + self.session_ttl_s, peer=peer)
             self._sessions[_hash(session_secret)] = session
             rejoin = secrets.token_urlsafe(32)
             self._tokens[_hash(rejoin)] = TokenRecord(
@@ -171,7 +179,7 @@ class Registry:
             }
         return session_secret, session, rejoin
 
-    def session(self, credential: str) -> Session:
+    def session(self, credential: str, peer: str = "") -> Session:
         """Look up a live session or raise AuthError telling the client to re-Join."""
         with self._lock:
             session = self._sessions.get(_hash(credential))
@@ -180,11 +188,13 @@ class Registry:
             if session.expires_at < time.time():
                 del self._sessions[_hash(credential)]
                 raise AuthError("session expired: re-join with a token")
+            if session.peer and peer and peer != session.peer:
+                raise AuthError("session is bound to another connection: re-join with a token")
             return session
 
-    def renew(self, credential: str) -> Session:
+    def renew(self, credential: str, peer: str = "") -> Session:
         """Extend a live session by the session TTL (heartbeat)."""
-        session = self.session(credential)
+        session = self.session(credential, peer)
         with self._lock:
             session.expires_at = time.time() + self.session_ttl_s
         return session

@@ -182,8 +182,9 @@ class ParameterServerCore:
         self.persist_registry()
         return out
 
-    def join(self, token: str, client_id: str) -> JoinResult:
-        session_secret, session, rejoin = self.registry.join(token, client_id)
+    def join(self, token: str, client_id: str, peer: str = "") -> JoinResult:
+        bound = peer if self.server.bind_sessions else ""
+        session_secret, session, rejoin = self.registry.join(token, client_id, bound)
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
         self._client(session)
         snap = self.model.current()
@@ -195,17 +196,17 @@ class ParameterServerCore:
             time.time() + self.registry.rejoin_ttl_s, snap,
         )
 
-    def authenticate(self, credential: str, rpc: str) -> Session:
+    def authenticate(self, credential: str, rpc: str, peer: str = "") -> Session:
         try:
-            session = self.registry.session(credential)
+            session = self.registry.session(credential, peer)
         except AuthError:
             self.metrics.auth_failures.labels(rpc).inc()
             raise
         self._client(session)
         return session
 
-    def heartbeat(self, credential: str, report: dict) -> Session:
-        session = self.registry.renew(credential)
+    def heartbeat(self, credential: str, report: dict, peer: str = "") -> Session:
+        session = self.registry.renew(credential, peer)
         self.record_report(self._client(session), report)
         return session
 

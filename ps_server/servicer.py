@@ -70,7 +70,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             self.core.metrics.auth_failures.labels(rpc).inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing session: call Join first")
         try:
-            session = self.core.authenticate(credential, rpc)
+            session = self.core.authenticate(credential, rpc, context.peer())
         except AuthError as exc:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         if not self.limiter.allow(session.client_id):
@@ -81,10 +81,11 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         if not self.join_limiter.allow(context.peer().rsplit(":", 1)[0]):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many Join attempts: slow down")
         try:
-            result = self.core.join(request.token, request.client_id)
+            result = self.core.join(request.token, request.client_id, context.peer())
         except AuthError as exc:
             self.core.metrics.auth_failures.labels("Join").inc()
-            log.warning("event=join_refused client=%s reason=%r", request.client_id[:64], str(exc))
+            # %r: a client-chosen id must not be able to write lines into the log.
+            log.warning("event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         response = pb.JoinResponse(
             session=result.session, session_ttl_s=result.session_ttl_s, federation_json=self.core.fed.model_dump_json(),
@@ -107,7 +108,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     if self.core.model.closed:
                         context.abort(grpc.StatusCode.UNAVAILABLE, "parameter server shutting down")
                     try:  # a revoked or expired session ends the stream
-                        self.core.registry.session(credential)
+                        self.core.registry.session(credential, context.peer())
                     except AuthError as exc:
                         context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
                     continue
@@ -174,7 +175,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatResponse:
         _, credential = self._session(context, "Heartbeat")
         try:
-            self.core.heartbeat(credential, report_from_proto(request.report))
+            self.core.heartbeat(credential, report_from_proto(request.report), context.peer())
         except AuthError as exc:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         return pb.HeartbeatResponse(session_ttl_s=self.core.registry.session_ttl_s, version=self.core.model.version)

@@ -14,6 +14,9 @@ CHANNEL_OPTIONS = (
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_receive_message_length", 8 << 20),
     ("grpc.enable_retries", 0),
+    # gRPC's default reconnect backoff grows to 120 s; after a PS outage clients should be back in seconds.
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 )
 
 

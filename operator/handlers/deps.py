@@ -22,7 +22,7 @@ from geofed_operator.settings import OperatorSettings
 
 def utcnow() -> dt.datetime:
     """The wall clock, in UTC."""
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 @dataclass

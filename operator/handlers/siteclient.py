@@ -110,7 +110,7 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
         token, expires = _mint(deps, sc)  # before touching the running attempt: a failure leaves it be
         if decision.replace and state.attempt:
             kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt))
-        expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.timezone.utc)) if expires else None
+        expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.UTC)) if expires else None
         secret = build_token_secret(sc, n, token, expires_at or "")
         kopf.adopt(secret, owner=body)
         kube.apply(secret)
@@ -229,7 +229,7 @@ def last_sync(deps: Deps, sc: SiteClientObject, logger: logging.Logger) -> dict[
     seen = next((c.get("last_seen") for c in clients if c.get("client_id") == sc.client_id), None)
     if not seen:
         return {}
-    return _fields(last_sync_time=rfc3339(dt.datetime.fromtimestamp(float(seen), dt.timezone.utc)))
+    return _fields(last_sync_time=rfc3339(dt.datetime.fromtimestamp(float(seen), dt.UTC)))
 
 
 def reconcile_siteclient(deps: Deps, body: Any, patch: Any, logger: logging.Logger) -> None:

@@ -20,7 +20,7 @@ from geofed_operator.attempts import (
     decide,
 )
 
-T0 = dt.datetime(2025, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 1, 1, 12, 0, tzinfo=dt.UTC)
 JOB: dict[str, Any] = {"metadata": {"name": "gpu0-1"}, "status": {}}
 
 
@@ -61,7 +61,7 @@ def test_classify_attempt(job: Any, pods: list[dict[str, Any]], outcome: Outcome
 
 def test_running_attempt_reports_its_start_time() -> None:
     state = classify_attempt(JOB, [pod("Running", startTime="2025-01-01T11:00:00Z")])
-    assert state.started_at == dt.datetime(2025, 1, 1, 11, tzinfo=dt.timezone.utc)
+    assert state.started_at == dt.datetime(2025, 1, 1, 11, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(

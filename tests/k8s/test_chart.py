@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
-import tomllib
 import yaml
 
 from geofed_operator.chart_values import ChartValues

@@ -15,7 +15,7 @@ from geofed_operator.federation_status import (
     federation_status_not_ready,
 )
 
-T0 = dt.datetime(2025, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 1, 1, 12, 0, tzinfo=dt.UTC)
 T1 = T0 + dt.timedelta(minutes=5)
 PS = {
     "version": 12, "connected_clients": 3, "known_clients": 4, "mode": "async", "buffered_deltas": 1,
