@@ -154,7 +154,7 @@ class ClientAgent:
             model = shard_model(model.to(device), precision)
         stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed)
         trainer = LocalTrainer(model, fed.training, stream, device, precision=precision, slowdown=cfg.slowdown,
-                               rank=ranks.rank, world=ranks.world)
+                               rank=ranks.rank, world=ranks.world, micro_batch_size=cfg.micro_batch_size or None)
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
         numel = sum(int(np.prod(s)) for _, s, _ in manifest(model, select))
         ef = ErrorFeedback(numel) if fed.codec.error_feedback and ranks.leader else None

@@ -81,7 +81,13 @@ class AggregationConfig(_Section):
     outer_optimizer: Literal["fedavg", "nesterov", "adam"] = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
     )
-    global_lr: float = Field(1.0, gt=0, le=10, description="Global (outer) learning rate η.")
+    global_lr: float = Field(
+        0.5,
+        gt=0,
+        le=10,
+        description="Global (outer) learning rate η; 0.5 suits the default asynchronous K = 1 (FedAsync-style "
+        "mixing; measured in docs/benchmarks.md), 1 is plain FedAvg.",
+    )
     momentum: float = Field(0.9, ge=0, lt=1, description="Nesterov momentum μ of the outer optimizer.")
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam β1 of the outer optimizer.")
     beta2: float = Field(0.99, ge=0, lt=1, description="Adam β2 of the outer optimizer.")
@@ -208,6 +214,9 @@ class ClientConfig(_Section):
     key: str | None = Field(None, description="PEM client key for mTLS.")
     device: str = Field("auto", description="torch device: auto, cpu, cuda, cuda:N.")
     slowdown: float = Field(1.0, ge=1.0, le=100.0, description="Emulate a slower GPU by this factor (demos).")
+    micro_batch_size: int = Field(
+        0, ge=0, le=1 << 20, description="This site's micro-batch; 0 = the federation's setting (0 there = auto)."
+    )
     max_rounds: int = Field(0, ge=0, description="Stop after this many syncs; 0 = no limit.")
     duration_s: float = Field(0.0, ge=0, description="Stop after this many seconds; 0 = no limit.")
     seed: int = Field(0, description="Seed of this client's data order.")

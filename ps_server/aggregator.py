@@ -163,7 +163,8 @@ class Aggregator:
             if current is None:
                 raise PushRejected("FAILED_PRECONDITION", "no_model", "the PS has no model yet")
             adm = self._admit(header.base_version)
-            weight = base_weight(self.cfg, header.num_tokens) * adm.factor
+            base = base_weight(self.cfg, header.num_tokens)
+            weight = base * adm.factor
             clip = clip_scale(push.norm, self.cfg.clip_norm)
             robust = self.cfg.robust != "none"
             # Order statistics ignore weights: a poisoned client must not buy influence with a token count.
@@ -175,7 +176,9 @@ class Aggregator:
                 )
             for off, values in push.iter_values(current.flat.size):
                 self.acc.add(off, values, scale)
-            self.acc.commit(push.client_id, weight, header.local_steps)
+            # Normalise by the *base* weight: the staleness factor must shrink a stale delta, not cancel out
+            # (with K = 1, dividing by w·f would apply every delta at full strength however stale it is).
+            self.acc.commit(push.client_id, base, header.local_steps)
             if self.first_at is None:
                 self.first_at = self.clock()
             ledger = self.ledger.setdefault(push.client_id, ClientLedger())

@@ -8,6 +8,9 @@ import numpy as np
 class DeltaAccumulator:
     """Σ_c scale_c·δ_c accumulated slice by slice as each delta is decoded.
 
+    The mean divides by Σ w_c, the deltas' base weights (tokens); a staleness factor is part of scale_c
+    only, so a stale delta counts less instead of being renormalised back to full strength (FedBuff).
+
     With FedNova the scale is w_c/τ_c and `step_mass` tracks Σ w_c·τ_c, so the mean delta can be
     rescaled by the effective step count τ_eff = Σ w_c τ_c / Σ w_c (Wang et al., FedNova).
     """

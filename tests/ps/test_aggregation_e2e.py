@@ -93,10 +93,10 @@ def test_async_stale_delta_downweighted_and_too_stale_refused(make_ps):
     da, db, dc = _deltas(3, seed=7)
 
     assert push(a, 1, da).version == 2  # fresh: applied at full weight
-    rb = push(b, 1, db)  # one version behind: weight (1 + 1) ** -0.5, applied alone (K = 1) so the mean is db
+    rb = push(b, 1, db)  # one version behind: scaled by (1 + 1) ** -0.5 even though it is applied alone (K = 1)
     assert (rb.status, rb.version, rb.staleness) == ("APPLIED", 3, 1)
     assert rb.weight == pytest.approx(2**-0.5)
-    expected = theta0() + da + db
+    expected = theta0() + da + 2**-0.5 * db
     got = c.wait_for_version(2, timeout=20)
     np.testing.assert_allclose(got.flat, expected, rtol=1e-5, atol=1e-6)
 
@@ -122,7 +122,7 @@ def test_async_buffer_of_two_waits_then_applies_staleness_weighted_mean(make_ps)
 
 
 def test_quantized_int8_huffman_delta_lands_within_half_a_step(make_ps):
-    ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 1}})
+    ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 1, "global_lr": 1.0}})
     a = join_client(ps, "q.a", master=True)
     init_model(a)
     (d,) = _deltas(1, seed=5)
@@ -134,7 +134,8 @@ def test_quantized_int8_huffman_delta_lands_within_half_a_step(make_ps):
 
 
 def test_sync_straggler_timeout_closes_round_without_the_slow_client(make_ps):
-    ps = make_ps({"aggregation": {"mode": "sync", "straggler_timeout_s": 1.0, "weighting": "uniform"}})
+    ps = make_ps({"aggregation": {"mode": "sync", "straggler_timeout_s": 1.0, "weighting": "uniform",
+                                  "global_lr": 1.0}})
     a = join_client(ps, "t.a", master=True)
     init_model(a)
     slow = join_client(ps, "t.slow")
@@ -147,7 +148,7 @@ def test_sync_straggler_timeout_closes_round_without_the_slow_client(make_ps):
 
 
 def test_retried_upload_is_applied_once(make_ps):
-    ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 1}})
+    ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 1, "global_lr": 1.0}})
     a = join_client(ps, "r.a", master=True)
     init_model(a)
     from fedtools import delta_messages, encoded, raw_push, raw_session

@@ -127,7 +127,7 @@ def _aggregator(**agg) -> tuple[Aggregator, np.ndarray]:
 
 @pytest.mark.parametrize("robust", ["median", "trimmed_mean"])
 def test_poisoned_client_cannot_move_robust_aggregate(robust):
-    agg, theta = _aggregator(mode="sync", weighting="tokens", robust=robust, trim_fraction=0.2)
+    agg, theta = _aggregator(mode="sync", weighting="tokens", robust=robust, trim_fraction=0.2, global_lr=1.0)
     honest = [np.full(100, 0.1 + 0.01 * i, np.float32) for i in range(4)]
     for i, d in enumerate(honest):
         agg.submit(_Push(f"h{i}", d, tokens=100, upload=f"h{i}"))
@@ -138,7 +138,7 @@ def test_poisoned_client_cannot_move_robust_aggregate(robust):
 
 
 def test_clip_norm_bounds_a_poisoned_delta():
-    agg, _ = _aggregator(mode="async", buffer_size=1, clip_norm=1.0, weighting="uniform")
+    agg, _ = _aggregator(mode="async", buffer_size=1, clip_norm=1.0, weighting="uniform", global_lr=1.0)
     agg.submit(_Push("evil", np.full(100, 1e6, np.float32)))
     assert np.linalg.norm(agg.model.current().flat) == pytest.approx(1.0, rel=1e-5)
 
@@ -149,3 +149,10 @@ def test_without_defences_a_poisoned_delta_dominates():
         agg.submit(_Push(f"h{i}", np.full(100, 0.1, np.float32), tokens=100, upload=f"h{i}"))
     agg.submit(_Push("evil", np.full(100, 1e6, np.float32), tokens=10**9, upload="evil"))
     assert agg.model.current().flat.min() > 1e5
+
+
+def test_stale_delta_is_shrunk_even_when_applied_alone():
+    agg, _ = _aggregator(mode="async", buffer_size=1, weighting="tokens", staleness_exponent=1.0, global_lr=1.0)
+    agg.model.publish(4, np.zeros(100, np.float32), agg.model.current().manifest)  # global is now v4
+    agg.submit(_Push("late", np.ones(100, np.float32), tokens=1000, base=1))  # 3 versions behind
+    np.testing.assert_allclose(agg.model.current().flat, 0.25)  # (1 + 3) ** -1, not renormalised to 1

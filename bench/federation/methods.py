@@ -1,0 +1,205 @@
+"""The methods compared, as federation settings over one shared base (same code base, same run).
+
+Baselines (paper §III-C2 compares against the same three): synchronous FedAvg (every client does H
+steps, barrier), DiLoCo (synchronous, outer Nesterov lr 0.7 momentum 0.9, its recommended values),
+FedNova (synchronous, unequal local work in a fixed time T, normalised at the PS); all three send fp32
+deltas as published. "ours" is this system's defaults (`geofed local`): asynchronous bounded staleness,
+wall-clock sync interval, int8 + Huffman deltas with error feedback; two one-setting variants of it
+(η = 0.5; a buffer of K = 4 deltas) show what the defaults leave on the table. The `codec-*` methods are
+ours at η = 0.5 with another delta codec, for the rate-distortion table. "single" is one process on
+the union of the data (the quality ceiling), run by `bench.federation.single`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from geofed.config import FederationConfig
+
+from .scenario import Scenario, ScenarioError
+
+BARRIER_S = 3600.0  # sync interval and straggler timeout far beyond any budget: H steps and the barrier bind
+FEDNOVA_MAX_STEPS = 100_000  # FedNova's local work is bounded by the wall-clock T only
+FP32 = {"name": "fp32", "entropy": "none", "error_feedback": False}
+
+# Harness-wide settings on top of `geofed local`'s defaults: the harness evaluates the global model
+# itself (after the run), so client-side evaluations would only steal CPU from training.
+BENCH_DEFAULTS: dict[str, Any] = {"training": {"eval_every": 1_000_000}}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One contender: its settings as overrides of the scenario's base settings (FedNova keeps the base T)."""
+
+    name: str
+    label: str
+    kind: Literal["federated", "single"]
+    summary: str
+    overrides: dict[str, Any]
+
+
+def _sync(outer: str, lr: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "mode": "sync",
+        "quorum": 1.0,
+        "outer_optimizer": outer,
+        "global_lr": lr,
+        "straggler_timeout_s": BARRIER_S,
+        "fednova": False,
+        **extra,
+    }
+
+
+DAMPED = {"aggregation": {"global_lr": 0.5}}
+
+
+def _codec(name: str, *, block: int = 0, ef: bool = True, entropy: str = "huffman") -> Method:
+    """The rate-distortion variant of `RATEDIST_BASE` (ours, η = 0.5) with another delta codec."""
+    codec = {"name": name, "entropy": entropy, "block_scales": block, "error_feedback": ef}
+    tag = f"{name}{f'-b{block}' if block else ''}{'' if ef or name == 'fp32' else '-noef'}"
+    scales = f"per-block scales ({block} elems)" if block else "global min-max"
+    detail = f"{scales}, {entropy}" if name.startswith("int") else "no quantisation"
+    return Method(
+        f"codec-{tag}",
+        f"ours η=0.5, {tag}",
+        "federated",
+        f"ours, η = 0.5, codec {name} ({detail}), error feedback {'on' if ef else 'off'}",
+        {**DAMPED, "codec": codec},
+    )
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "fedavg",
+            "sync FedAvg",
+            "federated",
+            "sync, barrier, H local steps, FedAvg (η = 1), fp32 deltas",
+            {"aggregation": _sync("fedavg", 1.0), "training": {"sync_interval_s": BARRIER_S}, "codec": FP32},
+        ),
+        Method(
+            "diloco",
+            "DiLoCo",
+            "federated",
+            "sync, barrier, H local steps, outer Nesterov lr 0.7 μ 0.9, fp32 deltas",
+            {
+                "aggregation": _sync("nesterov", 0.7, momentum=0.9),
+                "training": {"sync_interval_s": BARRIER_S},
+                "codec": FP32,
+            },
+        ),
+        Method(
+            "fednova",
+            "FedNova",
+            "federated",
+            "sync, barrier, local work = T seconds (unequal steps), FedNova normalisation, fp32 deltas",
+            {
+                "aggregation": _sync("fedavg", 1.0, fednova=True),
+                "training": {"local_steps": FEDNOVA_MAX_STEPS},
+                "codec": FP32,
+            },
+        ),
+        Method(
+            "ours",
+            "ours (defaults)",
+            "federated",
+            "geofed's defaults: async, buffer 1, η = 0.5, staleness-scaled deltas, max staleness 16, H steps "
+            "or T seconds, int8 + Huffman deltas with error feedback",
+            {},
+        ),
+        Method(
+            "ours-eta1",
+            "ours, η=1",
+            "federated",
+            "ours with global learning rate η = 1 (the default before this benchmark) instead of 0.5",
+            {"aggregation": {"global_lr": 1.0}},
+        ),
+        Method(
+            "ours-damped",
+            "ours, η=0.5 (pre-fix)",
+            "federated",
+            "η = 0.5 set explicitly; its saved runs predate the staleness-scaling fix (see NOTES.md)",
+            DAMPED,
+        ),
+        Method(
+            "ours-buffered",
+            "ours, buffer K=4",
+            "federated",
+            "ours with an outer step every K = 4 deltas (FedBuff), staleness-weighted within the buffer",
+            {"aggregation": {"buffer_size": 4}},
+        ),
+        Method(
+            "single",
+            "single process",
+            "single",
+            "one process on the union of the data, same token budget",
+            {},
+        ),
+        _codec("fp32", entropy="none", ef=False),
+        _codec("bf16"),
+        _codec("int16"),
+        _codec("int16", ef=False),
+        _codec("int8", ef=False),
+        _codec("int8", block=4096),
+        _codec("int8", block=4096, ef=False),
+        _codec("int16", block=4096),
+    )
+}
+
+OURS_METHODS = ("ours", "ours-eta1", "ours-damped", "ours-buffered")
+MAIN_METHODS = ("fedavg", "diloco", "fednova", *OURS_METHODS, "single")
+# Rate-distortion runs vary the codec of ours at η = 0.5: at η = 1 the global loss swings by more
+# between versions than any codec's distortion, so final losses would not resolve a 1% difference.
+RATEDIST_BASE = "ours-damped"
+RATEDIST_METHODS = (
+    "codec-fp32",
+    "codec-bf16",
+    "codec-int16",
+    RATEDIST_BASE,
+    "codec-int8-noef",
+    "codec-int8-b4096",
+    "codec-int8-b4096-noef",
+)
+OPTIONAL_CODECS = ("codec-int16-noef", "codec-int16-b4096")  # defined, not in the default ~40 min run
+REPEATED_METHODS = ("fedavg", "ours", "ours-damped")  # run twice by `bench/run.py all`, for the noise
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge of settings mappings; `override` wins, nested sections merge key by key."""
+    out = json.loads(json.dumps(base))
+    for key, value in override.items():
+        out[key] = (
+            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def base_settings(scenario: Scenario) -> dict[str, Any]:
+    """`geofed local`'s defaults, the harness's, then the scenario's own overrides."""
+    from client_agent.local import LOCAL_DEFAULTS
+
+    return merge(merge(LOCAL_DEFAULTS, BENCH_DEFAULTS), scenario.federation)
+
+
+def get_method(name: str) -> Method:
+    """A method by name, or a ScenarioError listing the known ones."""
+    if name not in METHODS:
+        raise ScenarioError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def federation_for(scenario: Scenario, method: Method) -> FederationConfig:
+    """The validated federation settings `method` runs with in `scenario`."""
+    base = base_settings(scenario)
+    settings = merge(base, method.overrides)
+    settings["name"] = f"bench-{method.name}"[:63]
+    try:
+        return FederationConfig.model_validate(settings)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ScenarioError(f"scenario {scenario.name!r}, method {method.name!r}: {problems}") from None

@@ -1,0 +1,166 @@
+"""The quality ceiling: one process trains on the union of every client's data, no WAN, no PS.
+
+Same model, initialisation, inner optimizer (the agent's `LocalTrainer`), batch and learning rate as
+the federated clients, and the same held-out evaluator; it runs until it has seen as many tokens as
+the most productive federated method, so each method's final loss can be read against it at equal
+tokens (issue target: within 5%). Run as a subprocess, one thread, like a client:
+
+    python -m bench.federation.single --federation F.yaml --data a.list b.list --eval-list e.list \\
+        --tokens 2000000 --evals 40 --out curve.jsonl --work DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .launch import REPO_ROOT, DataSplit, RunError, child_env
+from .results import CurvePoint, RunResult
+from .scenario import Scenario
+
+
+def train_single(
+    fed_file: Path,
+    lists: list[Path],
+    eval_files: list[Path],
+    token_budget: int,
+    evals: int,
+    out: Path,
+    work: Path,
+) -> None:
+    """Train on the union of `lists` for `token_budget` tokens, appending (t, step, loss, tokens) to `out`."""
+    import torch
+    import yaml
+
+    from client_agent.corpus import read_file_list
+    from client_agent.data import TokenStream, load_tokens
+    from client_agent.flat import flatten
+    from client_agent.local import GlobalEvaluator
+    from client_agent.model import build_model
+    from client_agent.tokenizer import load_tokenizer
+    from client_agent.trainer import LocalTrainer
+    from geofed.config import FederationConfig
+
+    torch.set_num_threads(1)
+    fed = FederationConfig.model_validate(yaml.safe_load(fed_file.read_text(encoding="utf-8")))
+    files = [p for lst in lists for p in read_file_list(lst)]
+    tokens, _ = load_tokens(files, load_tokenizer(None), cache=work / "union-tokens.npy")
+    torch.manual_seed(fed.model.seed)
+    model = build_model(fed.model)
+    trainer = LocalTrainer(model, fed.training, TokenStream(tokens, fed.model.block_size, seed=0), "cpu")
+    evaluator = GlobalEvaluator(fed, eval_files, work / "eval-tokens.npy")
+    per_step = fed.training.batch_size * fed.model.block_size
+    total_steps = math.ceil(token_budget / per_step)
+    every = max(1, math.ceil(total_steps / max(1, evals)))
+    start = time.monotonic()
+    with open(out, "w", encoding="utf-8") as f:
+        while True:
+            point = {
+                "t": round(time.monotonic() - start, 3),
+                "version": trainer.step,
+                "loss": round(evaluator.loss(flatten(trainer.model).numpy()), 5),
+                "tokens": trainer.step * per_step,
+            }
+            f.write(json.dumps(point) + "\n")
+            f.flush()
+            if trainer.step >= total_steps:
+                return
+            trainer.train(min(every, total_steps - trainer.step))
+
+
+def run_single(
+    scenario: Scenario,
+    fed_file: Path,
+    data: DataSplit,
+    run_dir: Path,
+    token_budget: int,
+    *,
+    evals: int = 40,
+    timeout_s: float = 3600.0,
+) -> RunResult:
+    """Run the baseline in a one-thread subprocess and read its token-indexed loss curve."""
+    (run_dir / "logs").mkdir(parents=True, exist_ok=False)
+    eval_list = run_dir / "eval.list"
+    eval_list.write_text("".join(f"{p}\n" for p in data.eval_files), encoding="utf-8")
+    out = run_dir / "curve.jsonl"
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.federation.single",
+        "--federation",
+        str(fed_file),
+        "--data",
+        *map(str, data.lists),
+        "--eval-list",
+        str(eval_list),
+        "--tokens",
+        str(token_budget),
+        "--evals",
+        str(evals),
+        "--out",
+        str(out),
+        "--work",
+        str(run_dir),
+    ]
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with open(run_dir / "logs" / "single.log", "wb") as log:
+        proc = subprocess.run(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            cwd=REPO_ROOT,
+            timeout=timeout_s,
+            check=False,
+        )
+    if proc.returncode != 0 or not out.is_file():
+        raise RunError(f"the single-process baseline exited with {proc.returncode} (see {run_dir / 'logs'})")
+    curve = [CurvePoint(**json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
+    return RunResult(
+        scenario=scenario.name,
+        method="single",
+        kind="single",
+        budget_s=curve[-1].t,
+        numel=0,
+        curve=curve,
+        started_at=started,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.federation.single", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--federation", type=Path, required=True, help="federation settings YAML (model, training)"
+    )
+    p.add_argument(
+        "--data", type=Path, nargs="+", required=True, help="the clients' .list files (their union)"
+    )
+    p.add_argument("--eval-list", type=Path, required=True, help=".list of held-out evaluation files")
+    p.add_argument("--tokens", type=int, required=True, help="token budget")
+    p.add_argument("--evals", type=int, default=40, help="evaluations along the way (default 40)")
+    p.add_argument("--out", type=Path, required=True, help="JSON-lines loss curve to write")
+    p.add_argument("--work", type=Path, required=True, help="directory for token caches")
+    args = p.parse_args(argv)
+    if args.tokens < 1 or args.evals < 1:
+        p.error(f"--tokens and --evals must be >= 1, got {args.tokens} and {args.evals}")
+    from client_agent.corpus import read_file_list
+
+    train_single(
+        args.federation,
+        args.data,
+        read_file_list(args.eval_list),
+        args.tokens,
+        args.evals,
+        args.out,
+        args.work,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The harness end to end with tiny settings: real PS and clients over WAN proxies, then the report.
+
+About 50 s on two busy cores: `ours` on the 2-client `smoke` scenario (10 s budget, one thin link with
+a blackhole), the single-process baseline at the same token budget, then the docs sections and PNGs.
+"""
+
+from __future__ import annotations
+
+from bench.federation.report import write_report
+from bench.federation.scenario import load_scenario
+from bench.federation.suite import run_suite
+
+
+def test_smoke_run_produces_curves_accounting_and_report(tmp_path):
+    scenario = load_scenario("smoke")
+    results = tmp_path / "results"
+    lines: list[str] = []
+    ours, single = run_suite(
+        scenario, ["ours", "single"], work_root=tmp_path / "runs", results_root=results, log=lines.append
+    )
+
+    # The global model: Θ0 at t = 0, then versions that learned something, all within the budget.
+    assert (ours.curve[0].t, ours.curve[0].version, ours.curve[0].tokens) == (0.0, 1, 0)
+    assert len(ours.curve) >= 3 and all(0 <= p.t <= scenario.budget_s for p in ours.curve)
+    assert ours.curve[-1].loss < ours.curve[0].loss - 1.0
+    assert ours.numel > 100_000 and ours.tokens > 0
+    # Both clients synced over their proxies; the thin link carried less up than the fast one.
+    fast, thin = ours.clients
+    assert fast.syncs >= 1 and thin.syncs >= 1 and fast.codecs == ["int8+huffman"]
+    assert fast.bytes_up >= fast.payload_bytes > 0 and thin.bytes_up < fast.bytes_up
+    assert fast.bytes_down >= 1_000_000  # at least one fp32 model download
+    assert any("blackhole on client-1's link" in line for line in lines)
+    # The baseline trained at least as many tokens, indexed by tokens.
+    assert single.kind == "single" and single.tokens >= ours.tokens
+    assert single.curve[-1].loss < single.curve[0].loss
+
+    written = write_report(
+        scenario, results_root=results, doc=tmp_path / "benchmarks.md", img_dir=tmp_path / "img"
+    )
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert (
+        text.startswith("# Benchmarks")
+        and "<!-- federation:begin -->" in text
+        and "<!-- ratedist:end -->" in text
+    )
+    assert (
+        "| ours (defaults) |" in text
+        and "| single process |" in text
+        and "![loss vs time, smoke](img/federation-smoke.png)" in text
+    )
+    png = tmp_path / "img" / "federation-smoke.png"
+    assert png in written and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
