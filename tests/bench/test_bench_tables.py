@@ -121,7 +121,7 @@ def test_headlines_state_goals_met_or_not():
     assert "30.0 s, 45.0 s / 30.0 s, 45.0 s" in ours
     assert "sync FedAvg 2.00–3.00× first, 2.00–3.00× stays (goal ≥ 1.5×: **met**)" in ours
     assert "DiLoCo > 2.22× first, > 2.22× stays (goal ≥ 1.5×: **met**)" in ours
-    damped = next(line for line in lines if line.startswith("- ours, η=0.5:"))
+    damped = next(line for line in lines if line.startswith("- ours, η=0.5 (pre-fix):"))
     assert (
         "never / never" in damped
         and "never reached, but never stays below (goal ≥ 1.5×: **not met**)" in damped
