@@ -61,10 +61,14 @@ def prepare_data(scenario: Scenario, root: Path) -> DataSplit:
 def child_env() -> dict[str, str]:
     """One BLAS/OpenMP thread per process (2 shared cores), unbuffered logs.
 
-    Children run `python -m` with cwd = the repo root, which makes `bench` importable; PYTHONPATH must
-    not name the root: its `operator/` folder would shadow the standard library's `operator` at startup.
+    The single-process baseline runs as `python -m bench.federation.single` with cwd = the repo root, which
+    makes `bench` importable, so PYTHONSAFEPATH (which `make` sets) is dropped for children; PYTHONPATH must
+    not name the root either. The installed package's start-up imports `collections` (and so the real
+    `operator`) before the working directory joins sys.path, which keeps the root's `operator/` harmless.
     """
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTHONSAFEPATH", None)
+    return env
 
 
 def flags(**values: object) -> list[str]:
@@ -156,17 +160,11 @@ class FederatedRun:
                 fd = os.open(tokens / client_id, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as f:
                     f.write(token)
-                shim = [
-                    sys.executable,
-                    "-m",
-                    "bench.federation.client_shim",
-                    "--micro-batch",
-                    str(spec.micro_batch),
-                ]
-                self._spawn(f"client-{i}", [*shim, "--", "client", "--insecure", *flags(
+                self._spawn(f"client-{i}", [sys.executable, "-m", "geofed.cli", "client", "--insecure", *flags(
                     ps=f"127.0.0.1:{port}", client_id=client_id, token_file=tokens / client_id,
                     data=self.data.lists[i], work_dir=self.dir / "clients" / f"client-{i}", seed=i,
                     slowdown=spec.slowdown, duration_s=self.scenario.budget_s + 600,
+                    micro_batch_size=spec.micro_batch,
                 )])  # fmt: skip
 
     # ---- the run ----------------------------------------------------------------------------------

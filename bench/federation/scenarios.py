@@ -29,6 +29,20 @@ HETERO_WAN: dict[str, Any] = {
     ],
 }
 
+# Issue 3's comparison: what `geofed local` runs (3 equal clients, loopback, no WAN) against one process
+# trained on the union of their data for the same number of tokens.
+LOCAL3: dict[str, Any] = {
+    "name": "local3",
+    "description": "3 equal clients on loopback (no WAN emulation, no slowdown), non-IID stdlib split: `geofed local`.",
+    "budget_s": 100,
+    "report_at_s": [25, 50, 75, 100],
+    "clients": [
+        {"slowdown": 1, "micro_batch": 8, "link": "0ms/0ms/unlimited"},
+        {"slowdown": 1, "micro_batch": 8, "link": "0ms/0ms/unlimited"},
+        {"slowdown": 1, "micro_batch": 8, "link": "0ms/0ms/unlimited"},
+    ],
+}
+
 # The harness's own smoke test: two clients, one slowed and on a thin link, a few syncs.
 SMOKE: dict[str, Any] = {
     "name": "smoke",
@@ -42,4 +56,4 @@ SMOKE: dict[str, Any] = {
     "max_evals": 20,
 }
 
-BUILTIN: dict[str, dict[str, Any]] = {s["name"]: s for s in (HETERO_WAN, SMOKE)}
+BUILTIN: dict[str, dict[str, Any]] = {s["name"]: s for s in (HETERO_WAN, LOCAL3, SMOKE)}
