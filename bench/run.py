@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--scenario", default="hetero-wan")
     a.add_argument("--work-dir", type=Path, default=Path("runs/bench"))
     r = sub.add_parser("report", help="rebuild the docs sections and plots from bench/results/")
-    r.add_argument("--scenario", default="hetero-wan")
+    r.add_argument("--scenario", default=None, help="one scenario (default: every scenario with saved results)")
     for name, script in SIBLINGS.items():
         s = sub.add_parser(name, help=f"run bench/{script} with the remaining arguments", add_help=False)
         s.add_argument("args", nargs=argparse.REMAINDER)
@@ -101,21 +101,23 @@ def main(argv: list[str] | None = None) -> int:
     from bench.federation.suite import run_suite
 
     try:
+        if args.command == "report":
+            # One report for every saved scenario, so rebuilding it never drops a section.
+            write_report(load_scenario(args.scenario) if args.scenario else None)
+            return 0
         scenario = load_scenario(args.scenario)
         if args.command in ("federation", "ratedist"):
             if args.repeat < 1:
                 raise ScenarioError(f"--repeat must be >= 1, got {args.repeat}")
             run_suite(scenario, args.methods, repeat=args.repeat, work_root=args.work_dir)
             if not args.no_report:
-                write_report(scenario)
+                write_report(None)  # every saved scenario: one section per scenario, none dropped
         elif args.command == "all":
             run_suite(scenario, MAIN_METHODS, work_root=args.work_dir)
             run_suite(
                 scenario, [m for m in RATEDIST_METHODS if m not in MAIN_METHODS], work_root=args.work_dir
             )
             run_suite(scenario, REPEATED_METHODS, repeat=2, work_root=args.work_dir)
-            write_report(scenario)
-        else:
             write_report(scenario)
     except (ScenarioError, RunError) as exc:
         print(f"bench/run.py: {exc}", file=sys.stderr)
