@@ -6,6 +6,7 @@ finiteness itself. Frames are raw little-endian words.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterator
 
 import numpy as np
@@ -30,13 +31,17 @@ def from_bf16_bits(b: np.ndarray) -> np.ndarray:
 
 
 class _FloatCodec(Codec):
+    """Shared framing of the pass-through float codecs; subclasses say how one frame is written and read."""
+
     bytes_per_elem: int
 
+    @abstractmethod
     def _body(self, x: np.ndarray) -> bytes:
-        raise NotImplementedError
+        """One frame's payload bytes."""
 
+    @abstractmethod
     def _residual(self, x: np.ndarray, out: np.ndarray) -> None:
-        raise NotImplementedError
+        """x − decode(encode(x)) into `out` (error feedback)."""
 
     def encode(
         self,
@@ -57,8 +62,9 @@ class _FloatCodec(Codec):
             raise CodecError(f"{self.name} header carries {len(params)} unexpected parameter bytes")
         return _FloatFrameDecoder(self)
 
+    @abstractmethod
     def decode_body(self, body: bytes, count: int) -> np.ndarray:
-        raise NotImplementedError
+        """One frame's `count` float32 values."""
 
 
 class Fp32Codec(_FloatCodec):
