@@ -167,6 +167,7 @@ class ClientAgent:
                      resumed.step, resumed.base_version)
         if bootstrap:
             self._bootstrap(ps, ranks, model, resumed, select)
+        resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
 
         delta = torch.empty(numel, dtype=torch.float32) if ranks.leader else None
         rounds = 0

@@ -122,7 +122,9 @@ def load_checkpoint(path: str | Path) -> ClientCheckpoint:
     """Read a checkpoint with `weights_only=True`; missing or corrupt files raise `CheckpointError`."""
     path = Path(path)
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        # mmap: a rejoining client needs the optimizer state and data position at once, not a full read of
+        # a multi-GB file (its model comes from the PS); pages are read as they are restored.
+        data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except FileNotFoundError:
         raise CheckpointError(f"no checkpoint at {path}") from None
     except Exception as exc:  # torch raises RuntimeError, EOFError or UnpicklingError on damaged files
