@@ -1,7 +1,4 @@
 # Two commands a newcomer needs: `make demo` and `make test`. Each sets up .venv itself.
-# The checkout holds `operator/` (installed as `geofed_operator`); never let the working directory shadow the
-# standard library's `operator` module when Python runs from the repository root.
-export PYTHONSAFEPATH := 1
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -108,7 +108,7 @@ NOTES = """## Known limits not expressed as a failing test
 - **A plain SIGKILL does not cut a push.** The killed process's kernel still flushes what it had written, so
   on a fast or buffered link the PS often receives the whole push. The mid-push and mid-stream scenarios
   therefore also reset the client's link (a preempted host loses its in-flight bytes).
-- **A push cut by the client's death is invisible.** `ps_server/servicer.py` `PushDelta` handles only
+- **A push cut by the client's death is invisible.** `ps_server/grpc_api.py` `PushDelta` handles only
   `PushRejected`; a cancelled request stream raises `grpc.RpcError` from the request iterator, so neither
   `receiver.abort()`, the `event=push_rejected` log line nor `geofed_rejected_pushes` sees it.
 - **Admin calls are not rate-limited.** `AdminServicer` has no limiter (Join is limited per address, client

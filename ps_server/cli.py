@@ -57,7 +57,7 @@ def run_ps(args) -> int:
     from geofed.config import FederationConfig, ServerConfig
     from geofed.logs import setup_logging
 
-    from .server import ConfigError, serve
+    from .grpc_server import ConfigError, serve
 
     setup_logging(args.log_level)
     try:

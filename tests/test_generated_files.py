@@ -31,6 +31,15 @@ def test_every_package_is_declared_in_pyproject():
         rel = init.parent.relative_to(ROOT)
         if rel.parts[0] in ("tests", "bench", ".venv", "build") or rel.parts[0].startswith("."):
             continue
-        top = mapping.get(rel.parts[0], rel.parts[0])
-        found.add(".".join((top, *rel.parts[1:])))
+        for folder, name in mapping.items():  # a mapped folder installs under its import name
+            if rel.as_posix() == folder or rel.as_posix().startswith(folder + "/"):
+                rel = Path(name, *rel.parts[len(Path(folder).parts):])
+        found.add(".".join(rel.parts))
     assert found == declared, f"missing: {sorted(found - declared)}, extra: {sorted(declared - found)}"
+
+
+def test_no_package_shadows_the_standard_library():
+    """A folder on the import path named like a stdlib module (e.g. `operator/`) must not be a package."""
+    for child in ROOT.iterdir():
+        if child.is_dir() and child.name in sys.stdlib_module_names:
+            assert not (child / "__init__.py").exists(), f"{child.name}/ would shadow the standard library"

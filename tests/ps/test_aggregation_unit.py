@@ -12,7 +12,7 @@ from ps_server.aggregation.outer import build_outer_optimizer
 from ps_server.aggregation.robust import RobustAccumulator, trimmed_mean
 from ps_server.aggregation.rounds import StaleDelta, admit, should_close
 from ps_server.aggregation.weighting import clip_scale, staleness_factor
-from ps_server.aggregator import Aggregator
+from ps_server.aggregation.aggregator import Aggregator
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
 

@@ -183,7 +183,7 @@ def ps_crash_strands_new_clients(workdir: Path, reaper: Reaper) -> ScenarioResul
     res.details["push_after_restart"] = outcome
     res.check(outcome.startswith("APPLIED"), "the client rejoins the restarted PS and its push lands",
               f"{outcome} — neither its one-time token (minted after v1's checkpoint) nor its rejoin token "
-              "is in the checkpoint: ps_server/servicer.py CreateToken and ParameterServerCore.join never "
+              "is in the checkpoint: ps_server/grpc_api.py CreateToken and ParameterServerCore.join never "
               "checkpoint the registry (CreateSiteCredential does)")
     res.resume_s = time.monotonic() - t_kill
     res.outcome = "client rejoined"

@@ -214,7 +214,7 @@ def test_client_supplied_strings_cannot_forge_log_lines(hostile):
     time.sleep(0.3)
     injected = [line for line in ps.logs().splitlines() if line.startswith("ts=1999-01-01")]
     assert not injected, (
-        "ps_server/servicer.py Join logs the caller's client_id with %s (event=join_refused client=...): a "
+        "ps_server/grpc_api.py Join logs the caller's client_id with %s (event=join_refused client=...): a "
         f"newline in it forges a log line: {injected}"
     )
 

@@ -46,6 +46,6 @@ def test_checkpoint_size_does_not_grow_with_push_history(tmp_path, reaper):
 
     assert newest.stat().st_size <= bound, (
         f"{newest.name} is {newest.stat().st_size} bytes after {result.pushes} pushes (bound {bound}): "
-        "ps_server/aggregator.py Aggregator.state_dict writes every remembered upload id (up to 100k) into "
+        "ps_server/aggregation/aggregator.py Aggregator.state_dict writes every remembered upload id (up to 100k) into "
         "each checkpoint"
     )

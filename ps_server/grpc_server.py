@@ -17,8 +17,8 @@ from geofed.config import FederationConfig, ServerConfig
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 
 from .memory import tune_allocator
-from .service import ParameterServerCore
-from .servicer import AdminServicer, ParameterServerServicer
+from .core import ParameterServerCore
+from .grpc_api import AdminServicer, ParameterServerServicer
 
 log = logging.getLogger("geofed.ps")
 

@@ -17,13 +17,13 @@ import numpy as np
 
 from geofed.config import FederationConfig
 
-from .aggregation.accumulator import DeltaAccumulator
-from .aggregation.outer import OuterOptimizer, build_outer_optimizer
-from .aggregation.robust import RobustAccumulator
-from .aggregation.rounds import StaleDelta, admit, should_close
-from .aggregation.weighting import base_weight, clip_scale, delta_scale
-from .global_model import GlobalModel, Snapshot, TensorEntry
-from .ingest import PushHeader, PushRejected, ReceivedPush
+from .accumulator import DeltaAccumulator
+from .outer import OuterOptimizer, build_outer_optimizer
+from .robust import RobustAccumulator
+from .rounds import StaleDelta, admit, should_close
+from .weighting import base_weight, clip_scale, delta_scale
+from ..global_model import GlobalModel, Snapshot, TensorEntry
+from ..ingest import PushHeader, PushRejected, ReceivedPush
 
 log = logging.getLogger("geofed.ps")
 

@@ -16,7 +16,7 @@ from .global_model import Snapshot, TensorEntry
 from .ingest import PushHeader, PushRejected
 from .ratelimit import RateLimiter
 from .registry import AuthError, Session
-from .service import ParameterServerCore
+from .core import ParameterServerCore
 
 log = logging.getLogger("geofed.ps")
 

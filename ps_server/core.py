@@ -1,6 +1,6 @@
 """The parameter server's core, free of gRPC: sessions, clients, pushes, checkpoints, status.
 
-The gRPC servicers (`servicer.py`) translate messages to these calls and domain errors to status
+The gRPC servicers (`grpc_api.py`) translate messages to these calls and domain errors to status
 codes; everything here can be driven directly from tests.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from geofed.config import FederationConfig, ServerConfig
 
-from .aggregator import Aggregator, PushOutcome
+from .aggregation.aggregator import Aggregator, PushOutcome
 from .checkpoint import CheckpointStore, PSCheckpoint
 from .global_model import GlobalModel, Snapshot
 from .ingest import PushHeader, PushReceiver, PushRejected, ReceivedPush
