@@ -37,17 +37,22 @@ Shape = tuple[Any, ...]
 _LEAF: Shape = ("leaf",)
 
 
-def shape_of(annotation: Any) -> Shape:
-    """Reduce a field annotation to ("model", cls) / ("list", shape) / ("dict", shape) / ("leaf",)."""
+def shape_of(annotation: Any, discriminator: str | None = None) -> Shape:
+    """Reduce a field annotation to ("model", cls) / ("list", shape) / ("dict", shape) / ("leaf",), or
+    ("union", discriminator, {tag: cls}) for a discriminated union of models (e.g. the paradigm settings)."""
     origin = typing.get_origin(annotation)
     if origin in (Union, types.UnionType):
         shapes = [shape_of(a) for a in typing.get_args(annotation) if a is not type(None)]
         non_leaf = [s for s in shapes if s != _LEAF]
         if len(non_leaf) > 1:
+            if discriminator and all(s[0] == "model" for s in non_leaf):
+                return ("union", discriminator, {_tag(s[1], discriminator): s[1] for s in non_leaf})
             raise TypeError(f"unions of several structured types are not supported: {annotation!r}")
         return non_leaf[0] if non_leaf else _LEAF
     if origin is typing.Annotated:
-        return shape_of(typing.get_args(annotation)[0])
+        inner, *meta = typing.get_args(annotation)
+        found = next((getattr(m, "discriminator", None) for m in meta if getattr(m, "discriminator", None)), None)
+        return shape_of(inner, found or discriminator)
     if origin in (list, tuple, set, frozenset):
         return ("list", shape_of(typing.get_args(annotation)[0]))
     if origin in (dict, Mapping):
@@ -57,13 +62,18 @@ def shape_of(annotation: Any) -> Shape:
     return _LEAF
 
 
+def _tag(model: type[BaseModel], discriminator: str) -> str:
+    """The Literal value a union member's discriminator field is fixed to."""
+    return str(model.model_fields[discriminator].default)
+
+
 @functools.cache
 def field_keys(model: type[BaseModel]) -> dict[str, tuple[str, Shape]]:
     """snake field name -> (camel key, shape) for one model class."""
     out: dict[str, tuple[str, Shape]] = {}
     for name, info in model.model_fields.items():
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        out[name] = (str(extra.get("k8sName", camel(name))), shape_of(info.annotation))
+        out[name] = (str(extra.get("k8sName", camel(name))), shape_of(info.annotation, info.discriminator))
     return out
 
 
@@ -77,6 +87,11 @@ def _convert(shape: Shape, value: Any, to_k8s: bool) -> Any:
         return {k: _convert(shape[1], v, to_k8s) for k, v in value.items()}
     if kind == "model" and isinstance(value, Mapping):
         return to_k8s_keys(shape[1], value) if to_k8s else from_k8s_keys(shape[1], value)
+    if kind == "union" and isinstance(value, Mapping):
+        model = shape[2].get(value.get(camel(shape[1]) if not to_k8s else shape[1]))
+        if model is None:  # unknown tag: pydantic names it
+            return value
+        return to_k8s_keys(model, value) if to_k8s else from_k8s_keys(model, value)
     return value  # wrong type: left for pydantic to report
 
 

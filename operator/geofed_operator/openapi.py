@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from geofed_operator.keys import Shape, field_keys
+from geofed_operator.keys import Shape, camel, field_keys
 
 Flavour = Literal["openapi", "jsonschema"]
 
@@ -81,7 +81,7 @@ def _object(model: type[BaseModel], node: dict[str, Any], defs: dict[str, Any], 
     for name, (key, shape) in field_keys(model).items():
         info = model.model_fields[name]
         sub = _node(node["properties"][name], shape, defs, flavour)
-        if shape[0] == "model" and info.default_factory is not None:
+        if shape[0] in ("model", "union") and info.default_factory is not None:
             sub["default"] = {}  # let the API server apply the section's own defaults
         props[key] = sub
         if info.is_required():
@@ -99,9 +99,57 @@ def _object(model: type[BaseModel], node: dict[str, Any], defs: dict[str, Any], 
     return out
 
 
+def _union(node: dict[str, Any], shape: Shape, defs: dict[str, Any], flavour: Flavour) -> dict[str, Any]:
+    """A discriminated union of sections (the paradigm settings).
+
+    A structural CRD schema cannot branch, so the variants' properties are merged into one object whose
+    discriminator enumerates the tags, and a CEL rule per variant-only field refuses it under another tag.
+    The Helm values schema (plain JSON Schema) says the same exactly, with `oneOf`.
+    """
+    discriminator, variants = camel(shape[1]), shape[2]
+    objects = {tag: _object(model, model.model_json_schema(mode="validation"), defs, flavour)
+               for tag, model in variants.items()}
+    for tag, obj in objects.items():
+        obj["properties"][discriminator] = {**obj["properties"][discriminator], "enum": [tag]}
+    desc = _description(node, None)
+    if flavour == "jsonschema":
+        out: dict[str, Any] = {"type": "object", "oneOf": list(objects.values())}
+        if desc:
+            out["description"] = desc
+        return out
+    props: dict[str, Any] = {}
+    owners: dict[str, list[str]] = {}
+    for tag, obj in objects.items():
+        for key, sub in obj["properties"].items():
+            props.setdefault(key, copy.deepcopy(sub))
+            owners.setdefault(key, []).append(tag)
+    first = next(iter(variants))
+    props[discriminator] = {**props[discriminator], "enum": list(variants), "default": first,
+                            "description": f"Which variant: {', '.join(variants)}."}
+    rules = []
+    for key, tags in owners.items():
+        if key == discriminator or len(tags) == len(variants):
+            continue
+        allowed = " || ".join(f"self.{discriminator} == '{t}'" for t in tags)
+        props[key]["description"] = f"({', '.join(tags)} only) " + props[key].get("description", "")
+        props[key].pop("default", None)  # a default would be filled in under every tag; pydantic applies it
+        rules.append({"rule": f"!has(self.{key}) || {allowed}",
+                      "message": f"{key} applies only to {discriminator} {', '.join(tags)}"})
+    out = {"type": "object"}
+    if desc:
+        out["description"] = desc
+    out["properties"] = props
+    out.update(_extensions(node, flavour))
+    if rules:
+        out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", []), *rules]
+    return out
+
+
 def _node(node: dict[str, Any], shape: Shape, defs: dict[str, Any], flavour: Flavour) -> dict[str, Any]:
     node, nullable = _drop_null(_resolve(node, defs))
     kind = shape[0]
+    if kind == "union":
+        return _union(node, shape, defs, flavour)
     if kind == "model":
         out = _object(shape[1], node, defs, flavour)
         if node.get("description"):

@@ -1,0 +1,24 @@
+"""Per-paradigm settings, one module each; `ParadigmConfig` is their discriminated union (on `name`).
+
+Adding a paradigm: a settings module here (and its entry below), a client half in
+`client_agent/paradigms/` and a server half in `ps_server/aggregation/strategies/`. Nothing else changes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Union
+
+from pydantic import Field
+
+from .base import ParadigmSettings
+from .bitfit import BitFitSettings
+from .pretrain import PretrainSettings
+
+# The one list of known paradigms' settings; the CRD and Helm schemas are generated from this union.
+PARADIGM_SETTINGS: tuple[type[ParadigmSettings], ...] = (PretrainSettings, BitFitSettings)
+
+ParadigmConfig = Annotated[Union[PARADIGM_SETTINGS], Field(discriminator="name")]  # noqa: UP007
+
+PARADIGM_NAMES: tuple[str, ...] = tuple(s.model_fields["name"].default for s in PARADIGM_SETTINGS)
+
+__all__ = ["PARADIGM_NAMES", "PARADIGM_SETTINGS", "ParadigmConfig", "ParadigmSettings"]

@@ -1,0 +1,23 @@
+"""BitFit (Ben Zaken et al., 2022): only bias vectors (and, optionally, layer norms) are trained and exchanged.
+
+The frozen weights must be identical on every client: they come from `model.path` (a pretrained base,
+e.g. a `geofed local` run's final_model/) or, without one, from the seeded initialisation every client
+builds alike.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ParadigmSettings
+
+
+class BitFitSettings(ParadigmSettings):
+    """Bias-only fine-tuning."""
+
+    name: Literal["bitfit"] = Field("bitfit", description="BitFit: train and exchange bias vectors only.")
+    layer_norms: bool = Field(
+        True, description="Also train and exchange the layer norms' weights (scale vectors), as is common with BitFit."
+    )
