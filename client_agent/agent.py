@@ -30,7 +30,7 @@ from .flat import manifest
 from .fsdp import shard_model
 from .model import build_model, build_model_shell
 from .precision import pick_precision
-from .ps_client import GlobalVersion, PSClient, StaleDeltaError
+from .ps_client import GlobalVersion, JoinError, PSClient, StaleDeltaError
 from .ranks import Ranks
 from .tokenizer import load_tokenizer
 from .trainer import LocalTrainer
@@ -171,7 +171,7 @@ class ClientAgent:
 
         delta = torch.empty(numel, dtype=torch.float32) if ranks.leader else None
         rounds = 0
-        global_model = self._await(ps, 0, timeout=None) if ranks.leader else None
+        global_model = self._first_model(ps, cfg.model_wait_timeout_s) if ranks.leader else None
         while True:
             ranks.load_global(trainer.model, global_model.flat if global_model else None, select)
             if self.first_step_at is None:
@@ -244,16 +244,19 @@ class ClientAgent:
         log.info("event=bootstrapped client=%s version=%d reseed=%s", self.cfg.client_id, receipt.version, base > 0)
 
     @staticmethod
-    def _await(ps: PSClient, newer_than: int, timeout: float | None) -> GlobalVersion:
-        while True:
-            got = ps.wait_for_version(newer_than, timeout=timeout or 30.0)
+    def _first_model(ps: PSClient, timeout_s: float) -> GlobalVersion:
+        """The first global model; JoinError (exit 3, a readable reason) if the master never installs one."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            got = ps.wait_for_version(0, timeout=min(30.0, left))
             if got is not None:
                 return got
-            if timeout is not None:
-                latest = ps.latest()
-                if latest is not None:
-                    return latest
-            log.info("event=waiting_for_model newer_than=%d", newer_than)
+            log.info("event=waiting_for_model newer_than=0")
+        raise JoinError(
+            f"NoGlobalModel: the PS has no global model after {timeout_s:.0f}s; the federation's master client "
+            "has not installed it (Kubernetes: the Federation's spec.server.masterClientID names the master; "
+            "is its SiteClient running?)"
+        )
 
     def _next_model(self, ps: PSClient, fed: FederationConfig, current: GlobalVersion, status: str,
                     version: int) -> GlobalVersion:

@@ -128,6 +128,15 @@ class TrainingConfig(_Section):
     lr: float = Field(1e-3, gt=0, le=1, description="Inner AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, le=1, description="Inner AdamW weight decay.")
     warmup_steps: int = Field(20, ge=0, description="Linear warm-up steps of the inner learning rate.")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant",
+        description="Inner learning rate after warm-up: constant (rounds have no known end), or a cosine decay "
+        "to lr × lr_min_ratio over lr_decay_steps.",
+    )
+    lr_decay_steps: int = Field(
+        0, ge=0, description="cosine: steps after warm-up over which the rate decays; 0 = max_steps - warmup_steps."
+    )
+    lr_min_ratio: float = Field(0.1, ge=0, le=1, description="cosine: the floor as a fraction of lr.")
     batch_size: int = Field(
         16, ge=1, le=1 << 20, description="Effective batch in sequences per step, equal on every client (§III-C2)."
     )
@@ -145,6 +154,12 @@ class TrainingConfig(_Section):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="Mixed precision; auto = bf16 where supported, fp16 + grad scaler, else fp32."
     )
+
+    @model_validator(mode="after")
+    def _cosine_needs_an_end(self) -> TrainingConfig:
+        if self.lr_schedule == "cosine" and not self.lr_decay_steps and self.max_steps <= self.warmup_steps:
+            raise ValueError("lr_schedule 'cosine' needs lr_decay_steps, or max_steps beyond warmup_steps")
+        return self
 
 
 class FederationConfig(_Section):
@@ -201,6 +216,14 @@ class ServerConfig(_Section):
         description="A session only works from the connection that joined (turn off behind an L7 proxy that "
         "spreads one client over several upstream connections).",
     )
+    master_client_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Client id (<site>.<name>) that bootstraps the global model: its site's credential may mint "
+        "it a master token, and every token minted for it is one (the admin may always mint one).",
+    )
 
 
 class ClientConfig(_Section):
@@ -227,6 +250,12 @@ class ClientConfig(_Section):
     duration_s: float = Field(0.0, ge=0, description="Stop after this many seconds; 0 = no limit.")
     seed: int = Field(0, description="Seed of this client's data order.")
     join_timeout_s: float = Field(120.0, gt=0, description="Give up joining an unreachable PS after this long.")
+    model_wait_timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description="Give up (exit 3, relaunched by the operator) when the PS still has no global model after "
+        "this long: the federation's master client has not installed it.",
+    )
     retry_budget_s: float = Field(
         600.0, gt=0, description="Keep retransmitting a failed push this long (a PS outage) before giving up."
     )

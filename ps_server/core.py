@@ -62,7 +62,9 @@ class ParameterServerCore:
         self.fed, self.server = fed, server
         self.metrics = metrics or PSMetrics()
         self.instance = secrets.token_hex(8)
-        self.registry = Registry(admin_credential, session_ttl_s=server.session_ttl_s)
+        self.registry = Registry(
+            admin_credential, session_ttl_s=server.session_ttl_s, master_client_id=server.master_client_id
+        )
         self.model = GlobalModel()
         self.clients: dict[str, ClientState] = {}
         self._clients_lock = threading.Lock()

@@ -73,10 +73,20 @@ class Principal:
 class Registry:
     """Thread-safe store of every credential the PS knows; only hashes are kept."""
 
-    def __init__(self, admin_credential: str, *, session_ttl_s: float = 300.0, rejoin_ttl_s: float = 7 * 86400):
+    def __init__(
+        self,
+        admin_credential: str,
+        *,
+        session_ttl_s: float = 300.0,
+        rejoin_ttl_s: float = 7 * 86400,
+        master_client_id: str | None = None,
+    ):
         if len(admin_credential) < 16:
             raise ValueError("admin credential must be at least 16 characters")
         self._admin_hash = _hash(admin_credential)
+        # The one client whose site may mint it a master token (Kubernetes: the Federation names it,
+        # spec.server.masterClientID); every token minted for it is a master token.
+        self.master_client_id = master_client_id
         self._lock = threading.Lock()
         self._tokens: dict[str, TokenRecord] = {}
         self._sites: dict[str, str] = {}  # site -> credential hash
@@ -101,7 +111,11 @@ class Registry:
     def mint_token(
         self, principal: Principal, client_id: str, site: str, ttl_s: float, *, master: bool = False
     ) -> tuple[str, float]:
-        """Mint a one-time join token bound to `client_id`; sites only for their own clients."""
+        """Mint a one-time join token bound to `client_id`; sites only for their own clients.
+
+        The master token (the client that installs Θ0) is the admin's to mint, or the named master
+        client's site's: the federation admin names that client, a site cannot claim the role.
+        """
         if not _CLIENT_ID.fullmatch(client_id):
             raise ValueError("client_id must be 1..253 characters of letters, digits, '.', '_' and '-'")
         if ttl_s <= 0:
@@ -109,9 +123,15 @@ class Registry:
         if not principal.is_admin:
             assert principal.site is not None
             _check_site_scope(principal.site, client_id)
-            if master:
-                raise AuthError("only the federation admin may mint a master token", permission=True)
+            if master and client_id != self.master_client_id:
+                named = repr(self.master_client_id) if self.master_client_id else "no client"
+                raise AuthError(
+                    f"site {principal.site!r} may not mint a master token for {client_id!r}: the federation "
+                    f"names {named} as its master (masterClientID)",
+                    permission=True,
+                )
             site = principal.site
+        master = master or client_id == self.master_client_id
         token = secrets.token_urlsafe(32)
         expires_at = time.time() + ttl_s
         with self._lock:

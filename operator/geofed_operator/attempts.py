@@ -55,9 +55,22 @@ def _pod_failure(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     for cs in status.get("containerStatuses") or ():
         term = (cs.get("state") or {}).get("terminated") or {}
         if term:
-            reason = reason or term.get("reason") or "Error"
-            message = message or f"container {cs.get('name')} exited with code {term.get('exitCode')}"
+            said = _last_line(term.get("message") or "")
+            known = next((r for r in CLIENT_REASONS if f"{r}:" in said), None)
+            reason = reason or known or term.get("reason") or "Error"
+            exited = f"container {cs.get('name')} exited with code {term.get('exitCode')}"
+            message = message or (f"{exited}: {said}" if said else exited)
     return reason or "PodFailed", f"{name}: {message or 'failed'}"
+
+
+# Reasons the client states on its last line when it gives up (client_agent: "NoGlobalModel: ...").
+CLIENT_REASONS = ("NoGlobalModel",)
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of a termination message (FallbackToLogsOnError: the log's tail)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:1024] if lines else ""
 
 
 def _waiting_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:

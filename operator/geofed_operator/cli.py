@@ -11,11 +11,16 @@ from pathlib import Path
 from typing import Any
 
 ENROLL_HEADER = """\
-# geofed site enrollment for site {site!r} of federation {federation!r}.
-# Apply at the site, in the namespace where the geofed chart (role site or both) runs:
-#   kubectl apply -f {output}
+# geofed site enrollment for site {site!r} of federation {federation!r}; client id {client_id!r}.
+# Apply at the site, in a namespace the geofed chart (role site or both) watches:
+#   kubectl apply -n <namespace> -f {output}
 # Edit spec.data (the training data PVC), gpusPerPod and resources first if needed.
 # The Secret holds a credential: send this file over a private channel.
+"""
+MASTER_NOTE = """\
+# This client bootstraps the global model: the Federation must name it, in its spec:
+#   server:
+#     masterClientID: {client_id}
 """
 
 
@@ -50,10 +55,21 @@ def add_commands(subparsers: Any) -> None:
     enroll.add_argument("--ca", help="PEM CA of the PS certificate (copied into the site's Secret)")
     enroll.add_argument("--insecure", action="store_true", help="plaintext gRPC (local testing only)")
     enroll.add_argument("--server-name", help="TLS name to verify when --admin-address is not a certificate name")
-    enroll.add_argument("--namespace", default="default", help="namespace at the site (default: default)")
+    enroll.add_argument("--namespace", help="namespace at the site (default: none; kubectl apply -n chooses)")
     enroll.add_argument("--name", help="SiteClient name (default: <site>-client)")
     enroll.add_argument("--data-pvc", default="geofed-data", help="PVC with the site's training data")
     enroll.add_argument("--gpus", type=int, default=1, help="GPUs per client pod")
+    enroll.add_argument(
+        "--master",
+        action="store_true",
+        help="this site's client bootstraps the global model (the Federation's spec.server.masterClientID)",
+    )
+    enroll.add_argument("--image-pull-secret", action="append", default=[], help="pull secret at the site")
+    enroll.add_argument(
+        "--rotate",
+        action="store_true",
+        help="re-enrol a site whose clients the PS already knows: its old credential stops working",
+    )
     enroll.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the PS (default: 10)")
     enroll.add_argument("-o", "--output", help="write here instead of stdout")
     enroll.set_defaults(func=run_enroll)
@@ -111,11 +127,20 @@ def _admin(args: argparse.Namespace, address: str) -> Any:
 def run_enroll(args: argparse.Namespace) -> int:
     """Mint the site credential and write the site's manifests."""
     from geofed.protocol.admin_client import AdminError
-    from geofed_operator.enrollment import build_site_manifests, render
+    from geofed_operator.enrollment import build_site_manifests, client_id_of, render
 
     ca = Path(args.ca).read_bytes() if args.ca else None
     try:
         with _admin(args, args.admin_address or args.ps_address) as admin:
+            known = sorted(c["client_id"] for c in admin.list_clients() if c.get("site") == args.site)
+            if known and not args.rotate:
+                print(
+                    f"geofed site enroll: site {args.site!r} is already enrolled (the PS knows {', '.join(known)}); "
+                    "enrolling again rotates its credential and its running clients cannot relaunch until the new "
+                    "site.yaml is applied there. Pass --rotate to do so.",
+                    file=sys.stderr,
+                )
+                return 1
             credential = admin.create_site_credential(args.site)
         docs = build_site_manifests(
             site=args.site,
@@ -128,11 +153,19 @@ def run_enroll(args: argparse.Namespace) -> int:
             name=args.name,
             data_pvc=args.data_pvc,
             gpus_per_pod=args.gpus,
+            master=args.master,
+            image_pull_secrets=tuple(args.image_pull_secret),
         )
     except (AdminError, OSError, ValueError) as exc:
         print(f"geofed site enroll: {exc}", file=sys.stderr)
         return 1
-    header = ENROLL_HEADER.format(site=args.site, federation=args.federation, output=args.output or "site.yaml")
+    client_id = client_id_of(docs)
+    header = ENROLL_HEADER.format(
+        site=args.site, federation=args.federation, output=args.output or "site.yaml", client_id=client_id
+    )
+    if args.master:
+        header += MASTER_NOTE.format(client_id=client_id)
+        print(f"set spec.server.masterClientID: {client_id} in the Federation", file=sys.stderr)
     text = render(docs, header)
     if args.output:
         Path(args.output).write_text(text)

@@ -62,4 +62,10 @@ class EnvVar(K8sModel):
     value: str = Field("", max_length=32768, description="Variable value.")
 
 
+class LocalObjectReference(K8sModel):
+    """An object in the same namespace, by name (an imagePullSecrets entry)."""
+
+    name: str = Field(min_length=1, max_length=253, description="Object name.")
+
+
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]

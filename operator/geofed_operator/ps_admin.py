@@ -51,8 +51,16 @@ _REASONS = {
 _HINTS = {
     "PSUnreachable": "check the address, the PS's Service/LoadBalancer and the firewall; retrying",
     "CredentialRejected": "the credential was revoked or belongs to another federation; re-enroll the site",
-    "PermissionDenied": "a site credential may only mint tokens for its own site's clients",
+    "PermissionDenied": "a site credential may only mint tokens for its own site's clients, and a master "
+    "token only for the client the Federation names in spec.server.masterClientID",
+    "TLSNameMismatch": "the PS certificate does not cover the address dialled: add the load balancer's DNS name "
+    "or IP to the Federation's spec.tls.dnsNames / ipAddresses (or serve spec.tlsSecretName with it)",
+    "TLSUntrusted": "the PS certificate is not signed by the CA given (caSecretRef / --ca): copy ca.crt from "
+    "the Federation's TLS Secret again",
 }
+# Substrings of gRPC's UNAVAILABLE details that mean TLS, not the network, is at fault.
+_TLS_NAME = ("peer name", "hostname mismatch", "not in peer certificate", "subject alt", "ip address mismatch")
+_TLS_TRUST = ("certificate verify failed", "ssl_error", "handshake failed", "unable to get local issuer")
 
 
 def explain_admin_error(exc: Exception, address: str, what: str) -> tuple[str, str]:
@@ -60,6 +68,11 @@ def explain_admin_error(exc: Exception, address: str, what: str) -> tuple[str, s
     code = getattr(exc, "code", "UNKNOWN")
     reason = _REASONS.get(code, "AdminCallFailed")
     details = getattr(exc, "details", None) or str(exc)
+    lowered = details.lower()
+    if reason == "PSUnreachable" and any(s in lowered for s in _TLS_NAME):
+        reason = "TLSNameMismatch"
+    elif reason == "PSUnreachable" and any(s in lowered for s in _TLS_TRUST):
+        reason = "TLSUntrusted"
     hint = _HINTS.get(reason)
     message = f"could not {what} at the PS {address}: {code}: {details}"
     return reason, f"{message} ({hint})" if hint else message

@@ -123,6 +123,7 @@ def _volumes(sc: SiteClientObject, attempt: int) -> tuple[list[dict[str, Any]], 
         }
     else:
         assert spec.data.host_path is not None  # the spec validator guarantees one of them
+        data_mount["readOnly"] = True  # a node directory is never written by the client
         data = {"hostPath": {"path": spec.data.host_path.path, "type": "Directory"}}
     work = {"persistentVolumeClaim": {"claimName": spec.work_pvc}} if spec.work_pvc else {"emptyDir": {}}
     token = {
@@ -176,6 +177,8 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         "env": env,
         "resources": _resources(sc),
         "volumeMounts": mounts,
+        # The client's last log line (e.g. "NoGlobalModel: ...") becomes the pod's termination message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     pod_spec: dict[str, Any] = {
@@ -200,6 +203,8 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         pod_spec["priorityClassName"] = spec.priority_class_name
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": ref.name} for ref in spec.image_pull_secrets]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -17,6 +17,7 @@ from geofed_operator.k8s_types import (
     CASecretRef,
     EnvVar,
     K8sModel,
+    LocalObjectReference,
     PullPolicy,
     Quantity,
     ResourceRequirements,
@@ -26,6 +27,7 @@ from geofed_operator.k8s_types import (
 from geofed_operator.keys import from_k8s_keys
 
 _IMMUTABLE = "self == oldSelf"
+HOST_PATH_MESSAGE = "data.hostPath.path must be a data directory: not / and without '..'"
 # host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address.
 PS_ADDRESS = r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
 
@@ -40,7 +42,26 @@ class PVCSource(K8sModel):
 class HostPathSource(K8sModel):
     """A directory on the node (for single-node sites; needs the data on every GPU node)."""
 
-    path: str = Field(min_length=1, max_length=4096, pattern=r"^/", description="Absolute path on the node.")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.path != '/' && !self.path.contains('..')", "message": HOST_PATH_MESSAGE}
+            ]
+        }
+    )
+
+    path: str = Field(
+        min_length=2,
+        max_length=4096,
+        pattern=r"^/[^/]",
+        description="Absolute path on the node, mounted read-only; not / and without '..'.",
+    )
+
+    @model_validator(mode="after")
+    def _not_root(self) -> HostPathSource:
+        if self.path.rstrip("/") == "" or ".." in self.path:
+            raise ValueError(HOST_PATH_MESSAGE)
+        return self
 
 
 class DataVolume(K8sModel):
@@ -116,11 +137,18 @@ class SiteClientSpec(K8sModel):
     )
     ca_secret_ref: CASecretRef | None = Field(None, description="Secret holding the CA that signs the PS certificate.")
     insecure: bool = Field(False, description="Plaintext gRPC to the PS (local testing only).")
-    master: bool = Field(False, description="This client bootstraps the global model (Fig. 1 steps 1-2).")
+    master: bool = Field(
+        False,
+        description="Ask for a master token: this client bootstraps the global model (Fig. 1 steps 1-2). The PS "
+        "grants it only to the client the Federation names in spec.server.masterClientID (which needs no flag).",
+    )
     image: str | None = Field(
         None, max_length=512, description="Client image; the operator's default (chart value) when unset."
     )
     image_pull_policy: PullPolicy = Field("IfNotPresent", description="Image pull policy.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list, description="Secrets for pulling the client image from a private registry."
+    )
     gpus_per_pod: int = Field(1, ge=0, le=64, description="GPUs requested by the client pod.")
     gpu_resource_name: str = Field("nvidia.com/gpu", max_length=253, description="Extended resource name of a GPU.")
     procs_per_pod: int | None = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import time
@@ -133,13 +134,14 @@ async def watches_open(api: GeofedEmulator, plurals: set[str], timeout: float = 
     await wait_for(watched, timeout, f"watches on {sorted(plurals)}")
 
 
-@pytest.fixture()
-def real_ps(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """(address, admin credential) of a plaintext PS on a free port."""
+@contextlib.contextmanager
+def running_ps(tmp_path: Path, *extra: str) -> Iterator[tuple[str, str]]:
+    """(address, admin credential) of a plaintext PS on a free port, started with `extra` flags."""
     ready, admin = tmp_path / "ready", tmp_path / "admin.token"
     cmd = [
         sys.executable, "-m", "geofed.cli", "ps", "--insecure", "--port", "0", "--metrics-port", "0",
         "--ready-file", str(ready), "--admin-token-file", str(admin), "--checkpoint-dir", str(tmp_path / "ckpt"),
+        *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -152,3 +154,10 @@ def real_ps(tmp_path: Path) -> Iterator[tuple[str, str]]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def real_ps(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(address, admin credential) of a plaintext PS on a free port."""
+    with running_ps(tmp_path) as ps:
+        yield ps
