@@ -16,19 +16,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from geofed.codec import ErrorFeedback, choose_codec, make_codec
 from geofed.config import ClientConfig, FederationConfig
-from geofed.paradigm import get_paradigm
+from geofed.manifest import TensorEntry
 
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
 from .data import TokenStream, load_tokens
-from .flat import manifest
+from .flat import ManifestMismatch, check_manifest
 from .fsdp import shard_model
-from .model import build_model, build_model_shell
+from .paradigms import ClientParadigm, client_paradigm
 from .precision import pick_precision
 from .ps_client import GlobalVersion, JoinError, PSClient, StaleDeltaError
 from .ranks import Ranks
@@ -135,7 +134,11 @@ class ClientAgent:
         if report.skipped:
             log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
         fed_json, bootstrap = None, False
+        resumed = CheckpointManager(self.work / "checkpoints").load_latest()
         if ranks.leader:
+            if resumed is not None:  # declare what we ran: a federation that changed refuses us at Join
+                ps.paradigm = resumed.paradigm
+                ps.declared_manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in resumed.manifest)
             ps.join()
             fed_json = ps.federation.model_dump_json()
             bootstrap = ps.master and ps.join_version == 0
@@ -145,10 +148,13 @@ class ClientAgent:
         bootstrap = ranks.bcast_flag(bootstrap)
         device = ranks.device(pick_device(cfg.device))
         self._preload.join()
-        paradigm = get_paradigm(fed.paradigm)
-        select = paradigm.select
-        # Only the master's Θ0 needs a random init; everyone else gets weights from the PS.
-        model = paradigm.prepare(build_model(fed.model) if bootstrap else build_model_shell(fed.model))
+        paradigm = client_paradigm(fed.paradigm)
+        # Only the master's Θ0 needs a random init when everything is exchanged; a paradigm that keeps a
+        # frozen part builds it on every client (`shell_ok`).
+        model = paradigm.prepare(paradigm.build(fed, initialise=bootstrap))
+        self._check_layout(ps, paradigm, model, ranks)
+        if resumed is not None and resumed.private:
+            paradigm.load_private_state(model, resumed.private)  # before sharding: full tensors here
         precision = pick_precision(fed.training.precision, device)
         if ranks.distributed:
             model = shard_model(model.to(device), precision)
@@ -156,9 +162,9 @@ class ClientAgent:
         trainer = LocalTrainer(model, fed.training, stream, device, precision=precision, slowdown=cfg.slowdown,
                                rank=ranks.rank, world=ranks.world, micro_batch_size=cfg.micro_batch_size or None)
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
-        numel = sum(int(np.prod(s)) for _, s, _ in manifest(model, select))
+        self.manifest = paradigm.manifest(model)
+        numel = sum(t.numel for t in self.manifest)
         ef = ErrorFeedback(numel) if fed.codec.error_feedback and ranks.leader else None
-        resumed = ckpts.load_latest()
         if resumed is not None:
             trainer.load_state_dict(resumed.trainer_state())
             if ef is not None and resumed.residual:
@@ -166,14 +172,14 @@ class ClientAgent:
             log.info("event=resumed client=%s rank=%d step=%d base_version=%d", cfg.client_id, ranks.rank,
                      resumed.step, resumed.base_version)
         if bootstrap:
-            self._bootstrap(ps, ranks, model, resumed, select)
+            self._bootstrap(ps, ranks, paradigm, model, resumed)
         resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
 
         delta = torch.empty(numel, dtype=torch.float32) if ranks.leader else None
         rounds = 0
         global_model = self._first_model(ps, cfg.model_wait_timeout_s) if ranks.leader else None
         while True:
-            ranks.load_global(trainer.model, global_model.flat if global_model else None, select)
+            paradigm.adopt(ranks, trainer.model, global_model.flat if global_model else None)
             if self.first_step_at is None:
                 self.first_step_at = time.monotonic() - self.t_start
                 log.info("event=first_step client=%s seconds_since_start=%.2f", cfg.client_id, self.first_step_at)
@@ -185,13 +191,15 @@ class ClientAgent:
             eval_loss = None
             if trainer.step // fed.training.eval_every != (trainer.step - stats.steps) // fed.training.eval_every:
                 eval_loss = trainer.evaluate(fed.training.eval_batches)
-            ranks.delta(delta, trainer.model, global_model.flat if global_model else None, select)
+            paradigm.delta(ranks, delta, trainer.model, global_model.flat if global_model else None)
             state = trainer.state_dict()  # collective under FSDP: gathers optimizer state to rank 0
+            state["private"] = paradigm.private_state(trainer.model)
             rounds += 1
             if ranks.leader:
                 outcome = self._push(ps, fed, global_model, delta, ef, stats, eval_loss, trainer.step, numel)
                 model_flat = delta + torch.from_numpy(global_model.flat)
-                self._checkpoint(ckpts, state, model_flat, global_model.version, ef, eval_loss, trainer.step)
+                self._checkpoint(ckpts, state, model_flat, global_model.version, ef, eval_loss, trainer.step,
+                                 paradigm.name)
             done = ranks.bcast_flag(self._should_stop(rounds, trainer.step, fed) if ranks.leader else None)
             if not ranks.leader:
                 if done:
@@ -227,20 +235,20 @@ class ClientAgent:
             return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec.name)
         return PushOutcome(r.status, r.version, r.staleness, r.payload_bytes, r.seconds, codec.name)
 
-    def _bootstrap(self, ps: PSClient, ranks: Ranks, model: torch.nn.Module, resumed: ClientCheckpoint | None,
-                   select) -> None:
+    def _bootstrap(self, ps: PSClient, ranks: Ranks, paradigm: ClientParadigm, model: torch.nn.Module,
+                   resumed: ClientCheckpoint | None) -> None:
         """Fig. 1 step 2: stream Θ0 to the PS; after a total PS loss, re-seed from our own checkpoint (§III-B4)."""
         base = 0
         if resumed is not None and isinstance(resumed.model, torch.Tensor) and resumed.model.numel():
-            ranks.load_global(model, resumed.model if ranks.leader else None, select)
+            paradigm.adopt(ranks, model, resumed.model if ranks.leader else None)
             base = resumed.base_version
-        flat = ranks.full_flat(model, select)
+        flat = paradigm.full_exchanged(ranks, model)
         if not ranks.leader:
             return
         ps.start()
         header, frames = make_codec("fp32").encode(flat.numpy())
         receipt = ps.push(base_version=base, codec_header=header, frames=frames, init=True,
-                          manifest=manifest(model, select))
+                          manifest=paradigm.manifest(model))
         log.info("event=bootstrapped client=%s version=%d reseed=%s", self.cfg.client_id, receipt.version, base > 0)
 
     @staticmethod
@@ -292,13 +300,24 @@ class ClientAgent:
             return "int8"
         return choose_codec(ps.link_bytes_per_s, numel, fed.codec.sync_time_budget_s)
 
+    def _check_layout(self, ps: PSClient, paradigm: ClientParadigm, model: torch.nn.Module, ranks: Ranks) -> None:
+        """The PS announced its layout at Join: a model that exchanges something else must stop here, clearly."""
+        if not ranks.leader or not ps.manifest:
+            return
+        try:
+            check_manifest(model, ps.manifest, paradigm.exchanged)
+        except ManifestMismatch as exc:
+            raise ManifestMismatch(f"paradigm {paradigm.name!r}: {exc}") from None
+
     def _checkpoint(self, ckpts: CheckpointManager, state: dict, model_flat: torch.Tensor, base_version: int,
-                    ef: ErrorFeedback | None, eval_loss: float | None, step: int) -> None:
+                    ef: ErrorFeedback | None, eval_loss: float | None, step: int, paradigm: str) -> None:
         """One atomic file after every sync, plus the K lowest-eval-loss ones (§III-B4)."""
         ckpt = ClientCheckpoint(
             model=model_flat, optimizer=state["optimizer"], step=state["step"],
             data_position=state["data_position"], base_version=base_version,
             residual=ef.state_dict() if ef is not None else {}, scaler=state.get("scaler", {}), eval_loss=eval_loss,
+            private=state.get("private", {}), paradigm=paradigm,
+            manifest=[[t.name, list(t.shape), t.dtype] for t in self.manifest],
         )
         ckpts.save_latest(ckpt)
         if eval_loss is not None:

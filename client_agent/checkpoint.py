@@ -43,6 +43,11 @@ class ClientCheckpoint:
     residual: dict[str, torch.Tensor] = field(default_factory=dict)
     scaler: dict[str, Any] = field(default_factory=dict)
     eval_loss: float | None = None
+    # The paradigm's private state (trained, never exchanged: e.g. Hybrid LoRA's adapters) and what this
+    # client runs, declared at its next Join so a changed federation refuses it before the token is spent.
+    private: dict[str, torch.Tensor] = field(default_factory=dict)
+    paradigm: str = ""
+    manifest: list[list[Any]] = field(default_factory=list)  # [name, shape, dtype] per exchanged tensor
 
     def trainer_state(self) -> dict[str, Any]:
         """The part `LocalTrainer.load_state_dict` takes."""

@@ -8,13 +8,14 @@ Huffman table cover the whole delta. The layout is the manifest: (name, shape, d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
+from geofed.manifest import Manifest, TensorEntry, as_manifest, manifest_difference
+
 Select = Callable[[str, nn.Parameter], bool]
-ManifestEntry = tuple[str, tuple[int, ...], str]
 
 
 class ManifestMismatch(ValueError):
@@ -38,9 +39,9 @@ def selected(model: nn.Module, select: Select | None = None) -> Iterator[tuple[s
             yield name, param
 
 
-def manifest(model: nn.Module, select: Select | None = None) -> list[ManifestEntry]:
+def manifest(model: nn.Module, select: Select | None = None) -> Manifest:
     """(name, shape, dtype) of every exchanged parameter, in flat-vector order."""
-    return [(name, tuple(p.shape), dtype_name(p.dtype)) for name, p in selected(model, select)]
+    return tuple(TensorEntry(name, tuple(p.shape), dtype_name(p.dtype)) for name, p in selected(model, select))
 
 
 def flat_numel(model: nn.Module, select: Select | None = None) -> int:
@@ -48,15 +49,11 @@ def flat_numel(model: nn.Module, select: Select | None = None) -> int:
     return sum(p.numel() for _, p in selected(model, select))
 
 
-def check_manifest(model: nn.Module, expected: list[ManifestEntry], select: Select | None = None) -> None:
+def check_manifest(model: nn.Module, expected: Sequence[TensorEntry | tuple], select: Select | None = None) -> None:
     """Raise `ManifestMismatch` naming the first entry where `model` differs from `expected`."""
-    local = manifest(model, select)
-    for i, (mine, theirs) in enumerate(zip(local, expected, strict=False)):
-        theirs = (theirs[0], tuple(theirs[1]), theirs[2])
-        if mine != theirs:
-            raise ManifestMismatch(f"parameter #{i}: local {mine} != expected {theirs}")
-    if len(local) != len(expected):
-        raise ManifestMismatch(f"local model has {len(local)} exchanged parameters, expected {len(expected)}")
+    difference = manifest_difference(manifest(model, select), as_manifest(expected))
+    if difference is not None:
+        raise ManifestMismatch(f"the local model does not match the federation's: {difference}")
 
 
 def _check_flat(flat: torch.Tensor, numel: int, what: str) -> None:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from geofed.config import FederationConfig, ServerConfig
+from geofed.manifest import Manifest, manifest_difference
 
 from .aggregation.aggregator import Aggregator, PushOutcome
 from .checkpoint import CheckpointStore, PSCheckpoint
+from .errors import ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
-from .ingest import PushHeader, PushReceiver, PushRejected, ReceivedPush
+from .ingest import PushHeader, PushReceiver, ReceivedPush
 from .metrics import PSMetrics
 from .registry import AuthError, Principal, Registry, Session
 
@@ -184,7 +186,21 @@ class ParameterServerCore:
         self.persist_registry()
         return out
 
-    def join(self, token: str, client_id: str, peer: str = "") -> JoinResult:
+    def check_client_layout(self, paradigm: str, manifest: Manifest) -> None:
+        """Refuse (ParadigmMismatch) a client that declares another paradigm or layout than the federation's."""
+        if paradigm and paradigm != self.fed.paradigm.name:
+            raise ParadigmMismatch(
+                f"this client runs paradigm {paradigm!r} but the federation runs {self.fed.paradigm.name!r}"
+            )
+        snap = self.model.current()
+        if manifest and snap is not None:
+            difference = manifest_difference(manifest, snap.manifest)
+            if difference is not None:
+                raise ParadigmMismatch(f"the client's exchanged parameters differ from the federation's: {difference}")
+
+    def join(self, token: str, client_id: str, peer: str = "", *, paradigm: str = "",
+             manifest: Manifest = ()) -> JoinResult:
+        self.check_client_layout(paradigm, manifest)  # before the one-time token is consumed
         bound = peer if self.server.bind_sessions else ""
         session_secret, session, rejoin = self.registry.join(token, client_id, bound)
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
@@ -245,9 +261,10 @@ class ParameterServerCore:
         """Check a push's header; returns a receiver, or the outcome of an already-received upload."""
         done = self.aggregator.precheck(session.client_id, header, master=session.master)
         if done is not None:
+            self._count_stale(session.client_id, done)
             return None, done
         receiver = PushReceiver(
-            client_id=session.client_id, model_numel=self.aggregator.numel,
+            client_id=session.client_id, expected_numel=self.aggregator.payload_numel(),
             max_upload_bytes=self.server.max_upload_bytes, max_init_numel=MAX_INIT_NUMEL,
         )
         receiver.on_header(header)
@@ -265,6 +282,7 @@ class ParameterServerCore:
             self.metrics.aggregate_seconds.observe(time.perf_counter() - t0)
         finally:
             push.close()
+        self._count_stale(client.client_id, outcome)
         self.metrics.compression_ratio.labels(client.client_id).set(push.header.payload_bytes / max(1, 4 * push.numel))
         self.record_report(client, push.header.report)
         log.info(
@@ -273,6 +291,11 @@ class ParameterServerCore:
             push.header.payload_bytes, push.codec_name,
         )
         return outcome
+
+    def _count_stale(self, client_id: str, outcome: PushOutcome) -> None:
+        if outcome.status == "STALE":
+            self.metrics.rejected.labels("stale").inc()
+            log.info("event=push_stale client=%s detail=%r", client_id, outcome.message)
 
     def reject(self, err: PushRejected, client_id: str) -> None:
         self.metrics.rejected.labels(err.reason).inc()

@@ -12,42 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geofed.manifest import Manifest, TensorEntry, manifest_numel, validate_manifest
 
-@dataclass(frozen=True)
-class TensorEntry:
-    """One tensor of the manifest; the PS holds every tensor as fp32 regardless of `dtype`."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-
-def manifest_numel(manifest: tuple[TensorEntry, ...]) -> int:
-    """Total elements a manifest describes."""
-    return sum(t.numel for t in manifest)
-
-
-def validate_manifest(manifest: tuple[TensorEntry, ...], *, max_numel: int) -> int:
-    """Check names are unique and shapes sane; return the element count."""
-    if not manifest:
-        raise ValueError("manifest is empty")
-    names = [t.name for t in manifest]
-    if len(set(names)) != len(names):
-        raise ValueError("manifest has duplicate tensor names")
-    for t in manifest:
-        if any(d < 0 for d in t.shape):
-            raise ValueError(f"tensor {t.name!r} has a negative dimension")
-    total = manifest_numel(manifest)
-    if total <= 0 or total > max_numel:
-        raise ValueError(f"manifest describes {total} elements (allowed 1..{max_numel})")
-    return total
+__all__ = ["GlobalModel", "Manifest", "Snapshot", "TensorEntry", "manifest_numel", "sha256_of", "validate_manifest"]
 
 
 def sha256_of(flat: np.ndarray) -> bytes:
@@ -67,7 +34,7 @@ class Snapshot:
     version: int
     flat: np.ndarray
     sha256: bytes
-    manifest: tuple[TensorEntry, ...]
+    manifest: Manifest
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +49,7 @@ class GlobalModel:
         self._cond = threading.Condition()
         self.closed = False
 
-    def publish(self, version: int, flat: np.ndarray, manifest: tuple[TensorEntry, ...]) -> Snapshot:
+    def publish(self, version: int, flat: np.ndarray, manifest: Manifest) -> Snapshot:
         """Freeze `flat` as `version` and notify every waiting stream."""
         flat.flags.writeable = False
         snap = Snapshot(version, flat, sha256_of(flat), manifest)

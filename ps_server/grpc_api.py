@@ -12,17 +12,43 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import credential_from
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, report_from_proto, report_to_proto
 
-from .global_model import Snapshot, TensorEntry
-from .ingest import PushHeader, PushRejected
+from .core import ParameterServerCore
+from .errors import (
+    AlreadySent,
+    CorruptPayload,
+    InvalidPush,
+    NotPermitted,
+    NotReady,
+    ParadigmMismatch,
+    PushRejected,
+    PushTooLarge,
+    StaleDelta,
+)
+from .global_model import Snapshot
+from .ingest import PushHeader
 from .ratelimit import RateLimiter
 from .registry import AuthError, Session
-from .core import ParameterServerCore
 
 log = logging.getLogger("geofed.ps")
 
+# Domain refusals -> gRPC status codes: the only place the core's errors meet the wire's.
+_CODES: dict[type[PushRejected], grpc.StatusCode] = {
+    InvalidPush: grpc.StatusCode.INVALID_ARGUMENT,
+    PushTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    CorruptPayload: grpc.StatusCode.DATA_LOSS,
+    NotPermitted: grpc.StatusCode.PERMISSION_DENIED,
+    NotReady: grpc.StatusCode.FAILED_PRECONDITION,
+    AlreadySent: grpc.StatusCode.ALREADY_EXISTS,
+    StaleDelta: grpc.StatusCode.FAILED_PRECONDITION,
+}
+_STATUS = {"ACCEPTED": pb.ACCEPTED, "APPLIED": pb.APPLIED, "DUPLICATE": pb.DUPLICATE, "STALE": pb.STALE}
 
-def _manifest_entries(snap: Snapshot) -> list[tuple[str, tuple[int, ...], str]]:
-    return [(t.name, t.shape, t.dtype) for t in snap.manifest]
+
+def status_code(err: PushRejected) -> grpc.StatusCode:
+    for cls in type(err).__mro__:
+        if cls in _CODES:
+            return _CODES[cls]
+    return grpc.StatusCode.INVALID_ARGUMENT
 
 
 def model_chunks(snap: Snapshot, start: int, chunk_bytes: int):
@@ -35,7 +61,7 @@ def model_chunks(snap: Snapshot, start: int, chunk_bytes: int):
         end = min(total, offset + chunk_bytes)
         chunk = pb.ModelChunk(version=snap.version, offset=offset, total_bytes=total, data=bytes(view[offset:end]))
         if first:
-            chunk.manifest.extend(manifest_to_proto(_manifest_entries(snap)))
+            chunk.manifest.extend(manifest_to_proto(snap.manifest))
             first = False
         if end == total:
             chunk.sha256 = snap.sha256
@@ -50,7 +76,7 @@ def header_from_proto(h: pb.DeltaHeader) -> PushHeader:
         base_version=h.base_version, upload_id=h.upload_id, codec_header=h.codec_header,
         payload_bytes=h.payload_bytes, num_tokens=h.num_tokens, num_samples=h.num_samples,
         local_steps=max(1, h.local_steps), init=h.init,
-        manifest=tuple(TensorEntry(n, s, d) for n, s, d in manifest_from_proto(h.manifest)),
+        manifest=manifest_from_proto(h.manifest),
         report=report_from_proto(h.report) if h.HasField("report") else {},
     )
 
@@ -81,7 +107,11 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         if not self.join_limiter.allow(context.peer().rsplit(":", 1)[0]):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many Join attempts: slow down")
         try:
-            result = self.core.join(request.token, request.client_id, context.peer())
+            result = self.core.join(request.token, request.client_id, context.peer(), paradigm=request.paradigm,
+                                    manifest=manifest_from_proto(request.manifest))
+        except ParadigmMismatch as exc:
+            log.warning("event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except AuthError as exc:
             self.core.metrics.auth_failures.labels("Join").inc()
             # %r: a client-chosen id must not be able to write lines into the log.
@@ -93,7 +123,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             rejoin_token=result.rejoin_token, rejoin_expires_at=result.rejoin_expires_at,
         )
         if result.snapshot is not None:
-            response.manifest.extend(manifest_to_proto(_manifest_entries(result.snapshot)))
+            response.manifest.extend(manifest_to_proto(result.snapshot.manifest))
         return response
 
     def StreamModel(self, request: pb.StreamModelRequest, context: grpc.ServicerContext):
@@ -117,7 +147,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     if request.resume_offset >= snap.nbytes or request.resume_offset % 4:
                         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "resume_offset outside the model buffer")
                     start = request.resume_offset
-                for chunk in model_chunks(snap, start, chunk_bytes):
+                for chunk in model_chunks(self.core.aggregator.downlink(snap, have), start, chunk_bytes):
                     if not context.is_active():
                         return
                     client.bytes_out += len(chunk.data)
@@ -135,10 +165,10 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         try:
             first = next(request_iterator, None)
             if first is None or first.WhichOneof("part") != "header":
-                raise PushRejected("INVALID_ARGUMENT", "protocol", "the first message of a push must be its header")
+                raise InvalidPush("protocol", "the first message of a push must be its header")
             receiver, done = self.core.begin_push(session, header_from_proto(first.header))
             if done is not None:
-                return pb.PushResult(status=pb.DUPLICATE, version=done.version, staleness=done.staleness,
+                return pb.PushResult(status=_STATUS[done.status], version=done.version, staleness=done.staleness,
                                      weight=done.weight, message=done.message)
             push = None
             decode_s = 0.0
@@ -154,23 +184,21 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     push = receiver.on_trailer(msg.trailer.sha256)
                     break
                 else:
-                    raise PushRejected("INVALID_ARGUMENT", "protocol", "a second header arrived in one push")
+                    raise InvalidPush("protocol", "a second header arrived in one push")
             if push is None:
-                raise PushRejected(
-                    "INVALID_ARGUMENT", "truncated",
+                raise InvalidPush("truncated",
                     f"stream ended before the trailer ({receiver.received} of {receiver.header.payload_bytes} bytes)",
                 )
             self.core.metrics.decode_seconds.observe(decode_s)
             outcome = self.core.complete_push(session, push)
             self.core.metrics.push_seconds.labels(client.client_id).observe(time.perf_counter() - t0)
-            status = {"ACCEPTED": pb.ACCEPTED, "APPLIED": pb.APPLIED, "DUPLICATE": pb.DUPLICATE}[outcome.status]
-            return pb.PushResult(status=status, version=outcome.version, staleness=outcome.staleness,
+            return pb.PushResult(status=_STATUS[outcome.status], version=outcome.version, staleness=outcome.staleness,
                                  weight=outcome.weight, message=outcome.message)
         except PushRejected as err:
             if receiver is not None:
                 receiver.abort()
             self.core.reject(err, session.client_id)
-            context.abort(getattr(grpc.StatusCode, err.code), err.message)
+            context.abort(status_code(err), err.message)
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatResponse:
         _, credential = self._session(context, "Heartbeat")

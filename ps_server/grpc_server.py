@@ -16,9 +16,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from geofed.config import FederationConfig, ServerConfig
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 
-from .memory import tune_allocator
 from .core import ParameterServerCore
 from .grpc_api import AdminServicer, ParameterServerServicer
+from .memory import tune_allocator
 
 log = logging.getLogger("geofed.ps")
 

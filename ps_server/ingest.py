@@ -20,21 +20,16 @@ import numpy as np
 
 from geofed.codec import CodecError, decoder_for
 
+from .errors import CorruptPayload, InvalidPush, NotReady, PushRejected, PushTooLarge
 from .global_model import TensorEntry, validate_manifest
+
+__all__ = ["PushHeader", "PushReceiver", "PushRejected", "ReceivedPush"]
 
 _SPOOL_IN_RAM = 32 << 20  # encoded bytes kept in RAM before spilling to a temp file
 _READ = 1 << 20
 # Decoding is CPU-bound: more concurrent decoders than cores only multiplies their per-frame scratch
 # memory (tens of MB each), so validation decodes take turns (pushes still *receive* concurrently).
 _DECODE_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
-
-
-class PushRejected(Exception):
-    """A push that must be refused; `code` is a grpc.StatusCode name, `reason` a metrics label."""
-
-    def __init__(self, code: str, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
 
 
 @dataclass
@@ -79,9 +74,9 @@ class ReceivedPush:
 class PushReceiver:
     """Validates one push as its parts arrive; raises PushRejected on the first problem."""
 
-    def __init__(self, *, client_id: str, model_numel: int | None, max_upload_bytes: int, max_init_numel: int):
+    def __init__(self, *, client_id: str, expected_numel: int | None, max_upload_bytes: int, max_init_numel: int):
         self.client_id = client_id
-        self.model_numel = model_numel
+        self.expected_numel = expected_numel
         self.max_upload_bytes = max_upload_bytes
         self.max_init_numel = max_init_numel
         self.header: PushHeader | None = None
@@ -95,51 +90,47 @@ class PushReceiver:
 
     def on_header(self, header: PushHeader) -> None:
         if self.header is not None:
-            raise PushRejected("INVALID_ARGUMENT", "protocol", "a second header arrived in one push")
+            raise InvalidPush("protocol", "a second header arrived in one push")
         if not header.upload_id or len(header.upload_id) > 128:
-            raise PushRejected("INVALID_ARGUMENT", "protocol", "upload_id must be 1..128 characters")
+            raise InvalidPush("protocol", "upload_id must be 1..128 characters")
         if header.payload_bytes > self.max_upload_bytes:
-            raise PushRejected(
-                "RESOURCE_EXHAUSTED", "oversized",
+            raise PushTooLarge("oversized",
                 f"payload of {header.payload_bytes} bytes exceeds the cap of {self.max_upload_bytes} bytes",
             )
         if header.init:
             try:
                 expected = validate_manifest(header.manifest, max_numel=self.max_init_numel)
             except ValueError as exc:
-                raise PushRejected("INVALID_ARGUMENT", "manifest", f"init manifest: {exc}") from exc
+                raise InvalidPush("manifest", f"init manifest: {exc}") from exc
         else:
-            if self.model_numel is None:
-                raise PushRejected("FAILED_PRECONDITION", "no_model", "the PS has no model yet: the master must init")
-            expected = self.model_numel
+            if self.expected_numel is None:
+                raise NotReady("no_model", "the PS has no model yet: the master must init")
+            expected = self.expected_numel
         try:
             # A generous bound here so a wrong shape is reported as such; the exact check follows, and
             # nothing is decoded (or allocated) before it passes.
             self._decoder = decoder_for(header.codec_header, max_numel=max(expected, self.max_init_numel))
         except CodecError as exc:
-            raise PushRejected("INVALID_ARGUMENT", "codec", f"codec header: {exc}") from exc
+            raise InvalidPush("codec", f"codec header: {exc}") from exc
         if self._decoder.numel != expected:
-            raise PushRejected(
-                "INVALID_ARGUMENT", "shape",
-                f"delta has {self._decoder.numel} elements but the model has {expected}",
+            raise InvalidPush("shape",
+                f"delta has {self._decoder.numel} elements but the federation exchanges {expected}",
             )
         if header.init and not self._decoder.codec_name.startswith("fp32"):
-            raise PushRejected("INVALID_ARGUMENT", "codec", "the initial model must be sent with the fp32 codec")
+            raise InvalidPush("codec", "the initial model must be sent with the fp32 codec")
         self.header = header
         self._spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_RAM)
 
     def on_payload(self, offset: int, data: bytes) -> None:
         if self.header is None or self._spool is None:
-            raise PushRejected("INVALID_ARGUMENT", "protocol", "payload before header")
+            raise InvalidPush("protocol", "payload before header")
         if self._done:
-            raise PushRejected("INVALID_ARGUMENT", "protocol", "payload after trailer")
+            raise InvalidPush("protocol", "payload after trailer")
         if offset != self.received:
-            raise PushRejected(
-                "INVALID_ARGUMENT", "order", f"chunk at offset {offset}, expected offset {self.received}"
+            raise InvalidPush("order", f"chunk at offset {offset}, expected offset {self.received}"
             )
         if self.received + len(data) > self.header.payload_bytes:
-            raise PushRejected(
-                "INVALID_ARGUMENT", "size",
+            raise InvalidPush("size",
                 f"payload exceeds the declared {self.header.payload_bytes} bytes",
             )
         self.received += len(data)
@@ -150,32 +141,30 @@ class PushReceiver:
                 for off, values in self._decoder.feed(data):
                     if not np.isfinite(values).all():
                         bad = int(np.flatnonzero(~np.isfinite(values))[0]) + off
-                        raise PushRejected(
-                            "INVALID_ARGUMENT", "nonfinite", f"non-finite value (NaN/Inf) at element {bad}"
+                        raise InvalidPush("nonfinite", f"non-finite value (NaN/Inf) at element {bad}"
                         )
                     self._sq_norm += float(np.dot(values, values))
                     self._decoded = off + values.size
         except CodecError as exc:
-            raise PushRejected("INVALID_ARGUMENT", "codec", f"payload: {exc}") from exc
+            raise InvalidPush("codec", f"payload: {exc}") from exc
 
     def on_trailer(self, sha256: bytes) -> ReceivedPush:
         if self.header is None or self._spool is None:
-            raise PushRejected("INVALID_ARGUMENT", "protocol", "trailer before header")
+            raise InvalidPush("protocol", "trailer before header")
         self._done = True
         if self.received != self.header.payload_bytes:
-            raise PushRejected(
-                "INVALID_ARGUMENT", "truncated",
+            raise InvalidPush("truncated",
                 f"payload truncated: received {self.received} of {self.header.payload_bytes} bytes",
             )
         if sha256 != self._sha.digest():
-            raise PushRejected("DATA_LOSS", "checksum", "payload checksum mismatch")
+            raise CorruptPayload("checksum", "payload checksum mismatch")
         try:
             self._decoder.finish()
         except CodecError as exc:
-            raise PushRejected("INVALID_ARGUMENT", "codec", f"payload: {exc}") from exc
+            raise InvalidPush("codec", f"payload: {exc}") from exc
         norm = math.sqrt(self._sq_norm)
         if not math.isfinite(norm):
-            raise PushRejected("INVALID_ARGUMENT", "nonfinite", "delta norm overflows float")
+            raise InvalidPush("nonfinite", "delta norm overflows float")
         push = ReceivedPush(
             self.client_id, self.header, self._decoder.codec_name, self._decoder.numel, norm, self._spool
         )

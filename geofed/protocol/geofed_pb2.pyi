@@ -13,18 +13,24 @@ class PushStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCEPTED: _ClassVar[PushStatus]
     APPLIED: _ClassVar[PushStatus]
     DUPLICATE: _ClassVar[PushStatus]
+    STALE: _ClassVar[PushStatus]
 PUSH_STATUS_UNSPECIFIED: PushStatus
 ACCEPTED: PushStatus
 APPLIED: PushStatus
 DUPLICATE: PushStatus
+STALE: PushStatus
 
 class JoinRequest(_message.Message):
-    __slots__ = ("token", "client_id")
+    __slots__ = ("token", "client_id", "paradigm", "manifest")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PARADIGM_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
     token: str
     client_id: str
-    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+    paradigm: str
+    manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
     __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at")

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from geofed.manifest import Manifest, TensorEntry, as_manifest
+
 from . import geofed_pb2 as pb
 
 REPORT_FIELDS = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s")
-
-ManifestEntry = tuple[str, tuple[int, ...], str]
-
 
 def report_to_proto(report: dict | None) -> pb.ClientReport:
     """A client's progress report (unknown keys are ignored)."""
@@ -21,9 +20,9 @@ def report_from_proto(msg: pb.ClientReport) -> dict:
     return {k: getattr(msg, k) for k in REPORT_FIELDS}
 
 
-def manifest_to_proto(entries: Iterable[ManifestEntry]) -> list[pb.TensorSpec]:
-    return [pb.TensorSpec(name=n, shape=list(s), dtype=d) for n, s, d in entries]
+def manifest_to_proto(entries: Iterable[TensorEntry | tuple]) -> list[pb.TensorSpec]:
+    return [pb.TensorSpec(name=t.name, shape=list(t.shape), dtype=t.dtype) for t in as_manifest(entries)]
 
 
-def manifest_from_proto(specs: Sequence[pb.TensorSpec]) -> list[ManifestEntry]:
-    return [(s.name, tuple(int(d) for d in s.shape), s.dtype) for s in specs]
+def manifest_from_proto(specs: Sequence[pb.TensorSpec]) -> Manifest:
+    return tuple(TensorEntry(s.name, tuple(int(d) for d in s.shape), s.dtype) for s in specs)

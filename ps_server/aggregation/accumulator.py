@@ -46,3 +46,6 @@ class DeltaAccumulator:
             factor *= self.step_mass / self.weight
         self.sum *= np.float32(factor)
         return self.sum
+
+    def close(self) -> None:
+        """Nothing to release: the sum buffer goes on as the round's update."""

@@ -1,7 +1,10 @@
-"""The PS's aggregation state machine (Algorithm 1, PS side): admit, accumulate, close rounds, step.
+"""The PS's aggregation state machine (Algorithm 1, PS side): admit, accumulate, close rounds, publish.
 
-Plain Python over numpy: no gRPC here. The servicer hands it validated pushes; a timer thread calls
-`tick()` so straggler and buffer timeouts fire without traffic.
+What every paradigm shares lives here: admission and staleness, idempotent upload ids, when a round
+closes, the ledger, publishing versions and durability. What a paradigm changes (the payload, the
+accumulator, close → round sum, apply → next vector, the downlink) is its `Strategy`; a `Reducer` sits
+between close and apply. Plain Python over numpy: no gRPC here. The core hands it validated pushes; a
+timer thread calls `tick()` so straggler and buffer timeouts fire without traffic.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ import numpy as np
 
 from geofed.config import FederationConfig
 
-from .accumulator import DeltaAccumulator
-from .outer import OuterOptimizer, build_outer_optimizer
-from .robust import RobustAccumulator
-from .rounds import StaleDelta, admit, should_close
-from .weighting import base_weight, clip_scale, delta_scale
-from ..global_model import GlobalModel, Snapshot, TensorEntry
-from ..ingest import PushHeader, PushRejected, ReceivedPush
+from ..errors import InvalidPush, NotPermitted, NotReady, StaleDelta
+from ..global_model import GlobalModel, Manifest, Snapshot
+from ..ingest import PushHeader, ReceivedPush
+from .reducer import LocalReducer, Reducer
+from .rounds import admit, should_close
+from .strategies import build_strategy
+from .strategy import Accumulator, Strategy
 
 log = logging.getLogger("geofed.ps")
 
@@ -34,7 +37,7 @@ _UPLOADS_PER_CLIENT = 4  # upload ids remembered per client for idempotent retri
 class PushOutcome:
     """What a push led to; mirrors PushResult on the wire."""
 
-    status: str  # ACCEPTED | APPLIED | DUPLICATE
+    status: str  # ACCEPTED | APPLIED | DUPLICATE | STALE
     version: int
     staleness: int = 0
     weight: float = 0.0
@@ -51,7 +54,7 @@ class ClientLedger:
 
 
 class Aggregator:
-    """Owns the accumulator and outer optimizer and publishes new global versions."""
+    """Runs rounds of the federation's strategy and publishes new global versions."""
 
     def __init__(
         self,
@@ -62,26 +65,29 @@ class Aggregator:
         on_apply: Callable[[Snapshot], None] | None = None,
         on_staleness: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        strategy: Strategy | None = None,
+        reducer: Reducer | None = None,
     ) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
         self.model = model
+        self.strategy = strategy or build_strategy(fed)
+        self.reducer = reducer or LocalReducer()
         self.active_clients = active_clients
         self.on_apply = on_apply
         self.on_staleness = on_staleness
         self.clock = clock
         self.lock = threading.RLock()
-        self.outer: OuterOptimizer | None = None
-        self.acc: DeltaAccumulator | RobustAccumulator | None = None
+        self.acc: Accumulator | None = None
         self.first_at: float | None = None
         self.uploads: dict[str, OrderedDict[str, PushOutcome]] = {}  # client -> its recent upload ids
         self.ledger: dict[str, ClientLedger] = {}
         self._pending: dict[str, float] = {}  # client -> weight buffered, credited when applied
 
-    @property
-    def numel(self) -> int | None:
+    def payload_numel(self) -> int | None:
+        """Elements the next delta must decode to (None before Θ0 is installed)."""
         snap = self.model.current()
-        return snap.flat.size if snap else None
+        return self.strategy.payload_numel(snap) if snap else None
 
     @property
     def buffered(self) -> int:
@@ -90,29 +96,28 @@ class Aggregator:
     # ---- admission --------------------------------------------------------------------------------
 
     def precheck(self, client_id: str, header: PushHeader, *, master: bool) -> PushOutcome | None:
-        """Refuse early (before the payload crosses the WAN); return the old outcome of a retried upload."""
+        """Refuse early (before the payload crosses the WAN); return the outcome of a retried or stale upload."""
         with self.lock:
             done = self._recall(client_id, header.upload_id)
             if done is not None:
                 return PushOutcome("DUPLICATE", self.model.version, done.staleness, done.weight, "already received")
             if header.init:
                 if not master:
-                    raise PushRejected(
-                        "PERMISSION_DENIED", "not_master", "only the master client may send the initial model"
-                    )
+                    raise NotPermitted("not_master", "only the master client may send the initial model")
                 if self.model.current() is not None:
-                    raise PushRejected("FAILED_PRECONDITION", "initialised", "the global model is already initialised")
+                    raise NotReady("initialised", "the global model is already initialised")
                 return None
-            self._admit(header.base_version)
+            try:
+                self._admit(header.base_version)
+            except StaleDelta as exc:
+                return PushOutcome("STALE", self.model.version, message=exc.message)
         return None
 
     def _admit(self, base_version: int):
         try:
             return admit(self.cfg, base_version, self.model.version)
-        except StaleDelta as exc:
-            raise PushRejected("FAILED_PRECONDITION", "stale", str(exc)) from exc
         except ValueError as exc:
-            raise PushRejected("INVALID_ARGUMENT", "version", str(exc)) from exc
+            raise InvalidPush("version", str(exc)) from exc
 
     def _recall(self, client_id: str, upload_id: str) -> PushOutcome | None:
         return self.uploads.get(client_id, {}).get(upload_id)
@@ -136,12 +141,16 @@ class Aggregator:
         header = push.header
         with self.lock:
             if self.model.current() is not None:
-                raise PushRejected("FAILED_PRECONDITION", "initialised", "the global model is already initialised")
+                raise NotReady("initialised", "the global model is already initialised")
+            try:
+                self.strategy.check_manifest(header.manifest)
+            except ValueError as exc:
+                raise InvalidPush("manifest", f"paradigm {self.fed.paradigm.name}: {exc}") from exc
             flat = np.empty(push.numel, dtype=np.float32)
             for off, values in push.iter_values(push.numel):
                 flat[off : off + values.size] = values
             version = max(1, header.base_version)
-            self.outer = build_outer_optimizer(self.cfg, push.numel)
+            self.strategy.install(push.numel, header.manifest)
             self.acc = None
             snap = self.model.publish(version, flat, header.manifest)
             outcome = PushOutcome("APPLIED", version, message="initial model installed")
@@ -152,7 +161,7 @@ class Aggregator:
         return outcome
 
     def submit(self, push: ReceivedPush) -> PushOutcome:
-        """Fold one validated delta into the running sum; may close the round."""
+        """Fold one validated payload into the round; may close it. A stale one comes back as STALE."""
         header = push.header
         snap = None
         with self.lock:
@@ -161,24 +170,15 @@ class Aggregator:
                 return PushOutcome("DUPLICATE", self.model.version, done.staleness, done.weight, "already received")
             current = self.model.current()
             if current is None:
-                raise PushRejected("FAILED_PRECONDITION", "no_model", "the PS has no model yet")
-            adm = self._admit(header.base_version)
-            base = base_weight(self.cfg, header.num_tokens)
-            weight = base * adm.factor
-            clip = clip_scale(push.norm, self.cfg.clip_norm)
-            robust = self.cfg.robust != "none"
-            # Order statistics ignore weights: a poisoned client must not buy influence with a token count.
-            scale = clip if robust else delta_scale(self.cfg, weight, header.local_steps) * clip
+                raise NotReady("no_model", "the PS has no model yet")
+            try:
+                adm = self._admit(header.base_version)
+            except StaleDelta as exc:  # the version moved on while the payload was arriving
+                return PushOutcome("STALE", self.model.version, message=exc.message)
             if self.acc is None:
-                self.acc = (
-                    RobustAccumulator(current.flat.size, self.cfg.robust, self.cfg.trim_fraction)
-                    if robust else DeltaAccumulator(current.flat.size)
-                )
-            for off, values in push.iter_values(current.flat.size):
-                self.acc.add(off, values, scale)
-            # Normalise by the *base* weight: the staleness factor must shrink a stale delta, not cancel out
-            # (with K = 1, dividing by w·f would apply every delta at full strength however stale it is).
-            self.acc.commit(push.client_id, base, header.local_steps)
+                self.acc = self.strategy.open_round(current)
+            weight = self.strategy.fold(self.acc, push, adm, num_tokens=header.num_tokens,
+                                        local_steps=header.local_steps)
             if self.first_at is None:
                 self.first_at = self.clock()
             ledger = self.ledger.setdefault(push.client_id, ClientLedger())
@@ -214,29 +214,33 @@ class Aggregator:
         return snap
 
     def _apply(self) -> Snapshot:
-        """ϕ ← ϕ + outer(mean δ): the outer step, built in the accumulator's own buffer."""
+        """close → reduce → apply → publish (Algorithm 1, step 13)."""
         acc, current = self.acc, self.model.current()
-        assert acc is not None and current is not None and self.outer is not None
-        update = acc.mean_(self.cfg.fednova)
-        self.outer.increment_(update)
-        update += current.flat  # θ_new = θ + u, in place: no extra model-sized buffer
+        assert acc is not None and current is not None
+        round_sum = self.reducer.reduce(self.strategy.close(acc), current.version)
+        flat = self.strategy.apply(current, round_sum)
         new_version = current.version + 1
         for client_id, weight in self._pending.items():
             self.ledger.setdefault(client_id, ClientLedger()).contribution += weight
         log.info(
-            "event=apply version=%d deltas=%d clients=%d weight=%.1f", new_version, acc.count, len(acc.clients),
-            acc.weight,
+            "event=apply version=%d deltas=%d clients=%d weight=%.1f", new_version, round_sum.count,
+            len(round_sum.clients), round_sum.weight,
         )
         self.acc, self.first_at, self._pending = None, None, {}
-        return self.model.publish(new_version, update, current.manifest)
+        return self.model.publish(new_version, flat, current.manifest)
+
+    def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Snapshot:
+        """What a client holding `have_version` is streamed for `snapshot` (the strategy decides)."""
+        return self.strategy.downlink(snapshot, have_version)
 
     # ---- durability -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Outer optimizer, upload ids and ledger; buffered (unapplied) deltas are not persisted."""
+        """Strategy state, upload ids and ledger; buffered (unapplied) deltas are not persisted."""
         with self.lock:
             return {
-                "outer": self.outer.state_dict() if self.outer else {},
+                "paradigm": self.strategy.name,
+                "strategy": self.strategy.state_dict(),
                 "uploads": [
                     [c, u, o.status, o.version, o.staleness, o.weight]
                     for c, recent in self.uploads.items() for u, o in recent.items()
@@ -244,12 +248,19 @@ class Aggregator:
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
             }
 
-    def restore(self, snapshot_version: int, flat: np.ndarray, manifest: tuple[TensorEntry, ...], state: dict) -> None:
-        """Resume from a checkpoint: publish its model and reload optimizer state and upload ids."""
+    def restore(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, state: dict) -> None:
+        """Resume from a checkpoint: publish its model and reload strategy state and upload ids."""
         with self.lock:
-            self.outer = build_outer_optimizer(self.cfg, flat.size)
-            if state.get("outer"):
-                self.outer.load_state_dict(state["outer"])
+            saved = state.get("paradigm", "pretrain")
+            if saved != self.strategy.name:
+                raise ValueError(
+                    f"the checkpoint was written by a federation running paradigm {saved!r}, this PS runs "
+                    f"{self.strategy.name!r}; start it with the checkpoint's paradigm or an empty checkpoint dir"
+                )
+            self.strategy.install(flat.size, manifest)
+            strategy_state = state.get("strategy", {"outer": state["outer"]} if state.get("outer") else {})
+            if strategy_state:
+                self.strategy.load_state_dict(strategy_state)
             self.uploads = {}
             for client_id, upload_id, status, version, staleness, weight in state.get("uploads", []):
                 outcome = PushOutcome(status, version, staleness, weight)

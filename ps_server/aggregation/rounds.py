@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from geofed.config import AggregationConfig
 
+from ..errors import StaleDelta
 from .weighting import staleness_factor
 
 
@@ -18,22 +19,18 @@ class Admission:
     factor: float
 
 
-class StaleDelta(Exception):
-    """The delta is too old to use; the client must fetch the current model and start again."""
-
-
 def admit(cfg: AggregationConfig, base_version: int, current_version: int) -> Admission:
     """Decide staleness weighting for a delta computed against `base_version`."""
     if base_version > current_version:
         # The PS restarted from a checkpoint older than the client's model: recoverable by a resync.
         raise StaleDelta(
-            f"base version {base_version} is ahead of the global version {current_version} "
+            "ahead", f"base version {base_version} is ahead of the global version {current_version} "
             "(the PS restarted from an older checkpoint): resync and retrain"
         )
     staleness = current_version - base_version
     if staleness > cfg.max_staleness:
         raise StaleDelta(
-            f"delta is {staleness} versions behind (max_staleness={cfg.max_staleness}): resync and retrain"
+            "stale", f"delta is {staleness} versions behind (max_staleness={cfg.max_staleness}): resync and retrain"
         )
     if cfg.mode == "sync" and cfg.late_policy == "accept":
         return Admission(staleness, 1.0)

@@ -29,10 +29,10 @@ def model():
 def test_manifest_follows_named_parameters_and_skips_tied(model):
     entries = manifest(model)
 
-    names = [name for name, _, _ in entries]
+    names = [t.name for t in entries]
     assert names == [name for name, _ in model.named_parameters()]
     assert "lm_head.weight" not in names  # tied to transformer.wte.weight, exchanged once
-    assert entries[0] == ("transformer.wte.weight", (257, 64), "float32")
+    assert (entries[0].name, entries[0].shape, entries[0].dtype) == ("transformer.wte.weight", (257, 64), "float32")
     assert flat_numel(model) == sum(p.numel() for p in model.parameters())
 
 
@@ -99,15 +99,15 @@ def test_select_exchanges_a_subset(model):
 def test_requires_grad_select_skips_frozen(model):
     frozen = build_model(CFG)
     frozen.transformer.wte.weight.requires_grad_(False)
-    assert [n for n, _, _ in manifest(frozen, requires_grad)][0] == "transformer.wpe.weight"
+    assert [t.name for t in manifest(frozen, requires_grad)][0] == "transformer.wpe.weight"
 
 
 def test_check_manifest(model):
-    expected = [[name, list(shape), dtype] for name, shape, dtype in manifest(model)]  # as JSON gives it
+    expected = [[t.name, list(t.shape), t.dtype] for t in manifest(model)]  # as JSON gives it
     check_manifest(model, expected)
 
     llama = build_model(CFG.model_copy(update={"family": "llama"}))
-    with pytest.raises(ManifestMismatch, match="parameter #0"):
+    with pytest.raises(ManifestMismatch, match="tensor #0 is model.embed_tokens.weight"):
         check_manifest(llama, expected)
-    with pytest.raises(ManifestMismatch, match="expected"):
+    with pytest.raises(ManifestMismatch, match="exchanged tensors here, .* in the federation"):
         check_manifest(model, expected[:-1])

@@ -5,18 +5,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fedtools import MANIFEST, NUMEL, init_model, join_client, push, theta0
-from psproc import PSProcess
 
 from client_agent.ps_client import PushError, StaleDeltaError
+from geofed_testing.procs import PSNode
+from geofed_testing.wire import (
+    MANIFEST,
+    NUMEL,
+    delta_messages,
+    encoded,
+    init_model,
+    join,
+    push,
+    raw_push,
+    raw_session,
+    theta0,
+)
 
 
 @pytest.fixture
 def make_ps(tmp_path):
     procs = []
 
-    def make(federation: dict, name: str = "ps", extra=None) -> PSProcess:
-        ps = PSProcess(tmp_path / name, federation, extra).start()
+    def make(federation: dict, name: str = "ps", extra=None) -> PSNode:
+        ps = PSNode(tmp_path / name, federation, extra=extra).start()
         procs.append(ps)
         return ps
 
@@ -38,11 +49,11 @@ def _deltas(n: int, seed: int = 1) -> list[np.ndarray]:
 def test_master_bootstrap_then_sync_fedavg_round_matches_weighted_mean(make_ps):
     ps = make_ps({"aggregation": {"mode": "sync", "outer_optimizer": "fedavg", "global_lr": 0.7,
                                   "straggler_timeout_s": 60}})
-    master = join_client(ps, "a.master", master=True)
+    master = join(ps, "a.master", master=True)
     assert master.master, "the first master-token client of an empty PS must bootstrap"
     receipt = init_model(master)
     assert (receipt.status, receipt.version) == ("APPLIED", 1)
-    others = [join_client(ps, f"a.c{i}") for i in (1, 2)]
+    others = [join(ps, f"a.c{i}") for i in (1, 2)]
     clients = [master, *others]
     for c in clients:
         assert c.wait_for_version(0, timeout=20).version == 1
@@ -56,16 +67,16 @@ def test_master_bootstrap_then_sync_fedavg_round_matches_weighted_mean(make_ps):
         got = c.wait_for_version(1, timeout=20)
         assert got.version == 2
         np.testing.assert_allclose(got.flat, expected, rtol=1e-5, atol=1e-6)
-        assert [tuple(m) for m in got.manifest] == [(n, s, d) for n, s, d in MANIFEST]
+        assert [(t.name, t.shape, t.dtype) for t in got.manifest] == [(n, s, d) for n, s, d in MANIFEST]
     _close(*clients)
 
 
 def test_nesterov_outer_steps_match_torch_sgd(make_ps):
     ps = make_ps({"aggregation": {"mode": "sync", "outer_optimizer": "nesterov", "global_lr": 0.7, "momentum": 0.9,
                                   "weighting": "uniform"}})
-    a = join_client(ps, "n.a", master=True)
+    a = join(ps, "n.a", master=True)
     init_model(a)
-    b = join_client(ps, "n.b")
+    b = join(ps, "n.b")
     param = torch.nn.Parameter(torch.from_numpy(theta0().copy()))
     reference = torch.optim.SGD([param], lr=0.7, momentum=0.9, nesterov=True)
     version = 1
@@ -87,9 +98,9 @@ def test_nesterov_outer_steps_match_torch_sgd(make_ps):
 def test_async_stale_delta_downweighted_and_too_stale_refused(make_ps):
     ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 1, "max_staleness": 1, "staleness_exponent": 0.5,
                                   "weighting": "uniform", "global_lr": 1.0}})
-    a = join_client(ps, "s.a", master=True)
+    a = join(ps, "s.a", master=True)
     init_model(a)
-    b, c = join_client(ps, "s.b"), join_client(ps, "s.c")
+    b, c = join(ps, "s.b"), join(ps, "s.c")
     da, db, dc = _deltas(3, seed=7)
 
     assert push(a, 1, da).version == 2  # fresh: applied at full weight
@@ -110,9 +121,9 @@ def test_async_stale_delta_downweighted_and_too_stale_refused(make_ps):
 def test_async_buffer_of_two_waits_then_applies_staleness_weighted_mean(make_ps):
     ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 2, "buffer_timeout_s": 60, "weighting": "tokens",
                                   "global_lr": 1.0}})
-    a = join_client(ps, "k.a", master=True)
+    a = join(ps, "k.a", master=True)
     init_model(a)
-    b = join_client(ps, "k.b")
+    b = join(ps, "k.b")
     da, db = _deltas(2, seed=3)
     assert push(a, 1, da, tokens=200).status == "ACCEPTED"
     assert push(b, 1, db, tokens=600).status == "APPLIED"
@@ -123,7 +134,7 @@ def test_async_buffer_of_two_waits_then_applies_staleness_weighted_mean(make_ps)
 
 def test_quantized_int8_huffman_delta_lands_within_half_a_step(make_ps):
     ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 1, "global_lr": 1.0}})
-    a = join_client(ps, "q.a", master=True)
+    a = join(ps, "q.a", master=True)
     init_model(a)
     (d,) = _deltas(1, seed=5)
     push(a, 1, d, codec="int8")
@@ -136,9 +147,9 @@ def test_quantized_int8_huffman_delta_lands_within_half_a_step(make_ps):
 def test_sync_straggler_timeout_closes_round_without_the_slow_client(make_ps):
     ps = make_ps({"aggregation": {"mode": "sync", "straggler_timeout_s": 1.0, "weighting": "uniform",
                                   "global_lr": 1.0}})
-    a = join_client(ps, "t.a", master=True)
+    a = join(ps, "t.a", master=True)
     init_model(a)
-    slow = join_client(ps, "t.slow")
+    slow = join(ps, "t.slow")
     (d,) = _deltas(1, seed=9)
     assert push(a, 1, d).status == "ACCEPTED"  # 1 of 2 active clients: waits for the straggler ...
     got = a.wait_for_version(1, timeout=15)  # ... until T passes and the round closes without it
@@ -149,10 +160,8 @@ def test_sync_straggler_timeout_closes_round_without_the_slow_client(make_ps):
 
 def test_retried_upload_is_applied_once(make_ps):
     ps = make_ps({"aggregation": {"mode": "async", "buffer_size": 1, "global_lr": 1.0}})
-    a = join_client(ps, "r.a", master=True)
+    a = join(ps, "r.a", master=True)
     init_model(a)
-    from fedtools import delta_messages, encoded, raw_push, raw_session
-
     stub, session = raw_session(ps, "r.raw")
     (d,) = _deltas(1, seed=4)
     header, payload = encoded(d)
@@ -167,11 +176,11 @@ def test_retried_upload_is_applied_once(make_ps):
 
 def test_init_only_by_master_and_only_once(make_ps):
     ps = make_ps({})
-    plain = join_client(ps, "i.plain")
+    plain = join(ps, "i.plain")
     assert not plain.master
     with pytest.raises(PushError, match="PERMISSION_DENIED"):
         init_model(plain)
-    master = join_client(ps, "i.master", master=True)
+    master = join(ps, "i.master", master=True)
     init_model(master)
     with pytest.raises(PushError, match="already initialised"):
         init_model(master)

@@ -7,35 +7,35 @@ import time
 import grpc
 import numpy as np
 import pytest
-from fedtools import (
+
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol import geofed_pb2_grpc as pb_grpc
+from geofed.protocol.auth import admin as admin_md
+from geofed.protocol.auth import bearer
+from geofed_testing.procs import PSNode
+from geofed_testing.wire import (
     MANIFEST,
     NUMEL,
     delta_messages,
     encoded,
     fetch_model,
     init_model,
-    join_client,
+    join,
     mint,
     raw_push,
     raw_session,
     rpc_code,
     theta0,
 )
-from psproc import PSProcess
-
-from geofed.protocol import geofed_pb2 as pb
-from geofed.protocol import geofed_pb2_grpc as pb_grpc
-from geofed.protocol.auth import admin as admin_md
-from geofed.protocol.auth import bearer
 
 CAP = 20_000  # bytes: the fp32 model (12.2 kB) fits, a declared 30 kB does not
 
 
 @pytest.fixture(scope="module")
 def ps(tmp_path_factory):
-    proc = PSProcess(tmp_path_factory.mktemp("bad"), {"aggregation": {"mode": "async", "buffer_size": 1}},
-                     ["--max-upload-bytes", str(CAP)]).start()
-    master = join_client(proc, "bad.master", master=True)
+    proc = PSNode(tmp_path_factory.mktemp("bad"), {"aggregation": {"mode": "async", "buffer_size": 1}},
+                  extra=["--max-upload-bytes", str(CAP)]).start()
+    master = join(proc, "bad.master", master=True)
     init_model(master)
     master.close()
     yield proc
@@ -95,10 +95,9 @@ CASES = [
     ("unknown_codec", grpc.StatusCode.INVALID_ARGUMENT, "codec header"),
     ("nan", grpc.StatusCode.INVALID_ARGUMENT, "non-finite value"),
     ("inf", grpc.StatusCode.INVALID_ARGUMENT, "non-finite value"),
-    ("wrong_shape", grpc.StatusCode.INVALID_ARGUMENT, "elements but the model has"),
+    ("wrong_shape", grpc.StatusCode.INVALID_ARGUMENT, "elements but the federation exchanges"),
     ("oversized", grpc.StatusCode.RESOURCE_EXHAUSTED, "exceeds the cap"),
     ("payload_first", grpc.StatusCode.INVALID_ARGUMENT, "must be its header"),
-    ("base_ahead", grpc.StatusCode.FAILED_PRECONDITION, "ahead of the global version"),
     ("init_again_by_non_master", grpc.StatusCode.PERMISSION_DENIED, "only the master"),
 ]
 
@@ -113,6 +112,17 @@ def test_bad_push_refused_and_model_untouched(ps, session, name, code, fragment)
     assert got_code == code, details
     assert fragment in details
     assert fetch_model(stub, sess) == before  # version and every byte of the global model unchanged
+
+
+def test_delta_ahead_of_the_ps_is_answered_stale_and_model_untouched(ps, session):
+    """A base version the PS does not have yet (it restarted behind the client) is a STALE outcome, not an error."""
+    stub, sess = session
+    before = fetch_model(stub, sess)
+
+    result = raw_push(stub, sess, _case("base_ahead"))
+
+    assert result.status == pb.STALE and "ahead of the global version" in result.message
+    assert fetch_model(stub, sess) == before
 
 
 def test_rejections_are_counted_by_reason(ps, session):

@@ -1,0 +1,47 @@
+"""Why the PS refuses a push, in domain terms; only `grpc_api` maps these to gRPC status codes.
+
+`reason` is the short label the rejection metric counts by; `message` is what the client reads.
+A stale delta is not an error but an outcome (`PushOutcome("STALE")`): the client resyncs and retrains.
+"""
+
+from __future__ import annotations
+
+
+class PushRejected(Exception):
+    """A push the PS refuses; nothing of it reaches the global model."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+class InvalidPush(PushRejected):
+    """Malformed: protocol order, shape, codec, sizes, non-finite values, bad manifest."""
+
+
+class PushTooLarge(PushRejected):
+    """Over a size or rate limit the PS enforces."""
+
+
+class CorruptPayload(PushRejected):
+    """The payload does not match its checksum."""
+
+
+class NotPermitted(PushRejected):
+    """The session may not do this (e.g. a non-master sending Θ0)."""
+
+
+class NotReady(PushRejected):
+    """The PS is not in a state to take it (no model yet, model already initialised)."""
+
+
+class AlreadySent(PushRejected):
+    """This client already sent a delta for this base version or round."""
+
+
+class StaleDelta(PushRejected):
+    """The delta's base version is too old (or ahead of a restarted PS): resync and retrain."""
+
+
+class ParadigmMismatch(Exception):
+    """A joining client runs another paradigm or exchanges another layout than the federation."""
