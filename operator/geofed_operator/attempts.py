@@ -86,8 +86,19 @@ def _waiting_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def classify_attempt(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> AttemptState:
-    """What one attempt's Job and pods say: succeeded, failed (and why), running, pending or gone."""
+def _failed_create(events: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """The Job controller's newest FailedCreate warning: quota, Pod Security, a missing PriorityClass..."""
+    failed = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not failed:
+        return None
+    newest = max(failed, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return "FailedCreate", f"the Job cannot create its pod: {newest.get('message', '')}"
+
+
+def classify_attempt(
+    job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = ()
+) -> AttemptState:
+    """What one attempt's Job, pods and the Job's events say: succeeded, failed (and why), running, pending, gone."""
     if job is None:
         return AttemptState(Outcome.MISSING, "JobMissing", "the attempt's Job is gone (deleted or garbage-collected)")
     status = job.get("status") or {}
@@ -109,6 +120,9 @@ def classify_attempt(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, 
         problem = _waiting_problem(pod)
         if problem is not None:
             return AttemptState(Outcome.PENDING, *problem)
+    refused = _failed_create(events) if not pods else None
+    if refused is not None:
+        return AttemptState(Outcome.PENDING, *refused)
     return AttemptState(Outcome.PENDING, "Pending", "waiting for the client pod to start")
 
 
@@ -215,13 +229,17 @@ def decide(
         return Observe(state.phase, "Finished", "the SiteClient has finished; delete and re-create it to run again")
     if state.attempt == 0 or observed is None:
         return Launch(1, counts_restart=False, reason="Created")
-    if state.phase == "Backoff":
+    # A relaunch that was due and then blocked (Degraded) keeps its nextLaunchTime: retry it.
+    if state.phase == "Backoff" or (state.phase == "Degraded" and state.next_launch_at is not None):
         if state.next_launch_at is None or now >= state.next_launch_at:
             return Launch(state.attempt + 1, counts_restart=True, reason="Relaunch")
         wait = (state.next_launch_at - now).total_seconds()
         return Observe("Backoff", "Backoff", f"relaunching attempt {state.attempt + 1} in {wait:.0f}s")
     if observed.outcome is Outcome.SUCCEEDED:
         return Finish("Succeeded", observed.reason, observed.message)
+    # Before failures: replacing an attempt deletes its Job, which must not count as a failure.
+    if state.attempt_generation is not None and generation != state.attempt_generation:
+        return Launch(state.attempt + 1, counts_restart=False, reason="SpecChanged", replace=True)
     if observed.outcome in (Outcome.FAILED, Outcome.MISSING):
         if policy.max_restarts and state.restarts >= policy.max_restarts:
             return Finish(
@@ -234,7 +252,5 @@ def decide(
         streak = 1 if ran_long else state.consecutive_failures + 1
         until = now + dt.timedelta(seconds=policy.delay(streak))
         return Backoff(until, streak, observed.reason, observed.message)
-    if state.attempt_generation is not None and generation != state.attempt_generation:
-        return Launch(state.attempt + 1, counts_restart=False, reason="SpecChanged", replace=True)
     phase = "Running" if observed.outcome is Outcome.RUNNING else "Launching"
     return Observe(phase, observed.reason, observed.message, observed.started_at)

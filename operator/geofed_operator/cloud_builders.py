@@ -18,6 +18,7 @@ import yaml
 from geofed.config import FederationConfig
 from geofed_operator import names
 from geofed_operator.federation_spec import parse_federation_spec, spec_to_federation_config
+from geofed_operator.k8s_types import pod_placement
 from geofed_operator.keys import k8s_dump
 from geofed_operator.tls import TLSMaterial
 
@@ -123,8 +124,12 @@ def build_admin_secret(fed: FederationObject, credential: str) -> dict[str, Any]
     }
 
 
-def tls_names(fed: FederationObject) -> list[str]:
-    """Names the generated certificate covers: the Service's DNS names, localhost (probes), extras."""
+def tls_names(fed: FederationObject, public_hosts: tuple[str, ...] = ()) -> list[str]:
+    """Names the generated certificate covers: the Service's DNS names, localhost (probes), extras.
+
+    `public_hosts` are the load balancer's hostnames and IPs from the Service's status: sites dial
+    them, so the certificate must cover them without anyone listing them by hand.
+    """
     svc = names.ps_name(fed.name)
     base = [
         f"{svc}.{fed.namespace}.svc",
@@ -134,25 +139,32 @@ def tls_names(fed: FederationObject) -> list[str]:
         "localhost",
         "127.0.0.1",
     ]
-    extra = [*fed.spec.tls.dns_names, *fed.spec.tls.ip_addresses]
-    return base + [n for n in extra if n not in base]
+    extra = [*fed.spec.tls.dns_names, *fed.spec.tls.ip_addresses, *public_hosts]
+    return base + [n for i, n in enumerate(extra) if n not in base and n not in extra[:i]]
 
 
-def build_tls_secret(fed: FederationObject, material: TLSMaterial) -> dict[str, Any]:
-    """kubernetes.io/tls Secret with the generated certificate, its CA and (for re-issuing) the CA key."""
+def build_tls_secret(fed: FederationObject, material: TLSMaterial, cert_names: list[str]) -> dict[str, Any]:
+    """kubernetes.io/tls Secret with the generated certificate and its CA certificate (what sites copy)."""
     meta = _meta(fed, names.tls_secret_name(fed.name), "tls")
-    meta["annotations"] = {names.ANNOTATION_TLS_NAMES: ",".join(tls_names(fed))}
-    data = {
-        "tls.crt": material.cert_pem,
-        "tls.key": material.key_pem,
-        "ca.crt": material.ca_pem,
-        "ca.key": material.ca_key_pem,
-    }
+    meta["annotations"] = {names.ANNOTATION_TLS_NAMES: ",".join(cert_names)}
+    data = {"tls.crt": material.cert_pem, "tls.key": material.key_pem, "ca.crt": material.ca_pem}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": meta,
         "type": "kubernetes.io/tls",
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
+
+
+def build_ca_secret(fed: FederationObject, material: TLSMaterial) -> dict[str, Any]:
+    """The private CA (certificate and key) that re-issues the server certificate; read by the operator only."""
+    data = {"ca.crt": material.ca_pem, "ca.key": material.ca_key_pem}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(fed, names.ca_secret_name(fed.name), "ca"),
+        "type": "Opaque",
         "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
     }
 
@@ -174,26 +186,44 @@ def build_pvc(fed: FederationObject) -> dict[str, Any]:
 
 
 def build_service(fed: FederationObject) -> dict[str, Any]:
-    """Service: gRPC on one port (the only one sites dial out to), metrics on another."""
+    """The public Service: gRPC on one port, the only one sites dial out to (metrics are not on it)."""
     svc = fed.spec.service
     grpc_port: dict[str, Any] = {"name": "grpc", "port": svc.port, "targetPort": "grpc", "protocol": "TCP"}
     grpc_port["appProtocol"] = "kubernetes.io/h2c" if fed.spec.insecure else "grpc"
     if svc.node_port is not None:
         grpc_port["nodePort"] = svc.node_port
-    spec: dict[str, Any] = {
-        "type": svc.type,
-        "selector": selector_labels(fed),
-        "ports": [
-            grpc_port,
-            {"name": "metrics", "port": svc.metrics_port, "targetPort": "metrics", "protocol": "TCP"},
-        ],
-    }
+    spec: dict[str, Any] = {"type": svc.type, "selector": selector_labels(fed), "ports": [grpc_port]}
     if svc.type == "LoadBalancer" and svc.load_balancer_source_ranges:
         spec["loadBalancerSourceRanges"] = list(svc.load_balancer_source_ranges)
     meta = _meta(fed, names.ps_name(fed.name), "ps")
     if svc.annotations:
         meta["annotations"] = dict(svc.annotations)
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+
+
+def build_metrics_service(fed: FederationObject) -> dict[str, Any]:
+    """A ClusterIP Service for the unauthenticated metrics port (client ids, losses): in-cluster only."""
+    port = {"name": "metrics", "port": fed.spec.service.metrics_port, "targetPort": "metrics", "protocol": "TCP"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(fed, names.metrics_service_name(fed.name), "metrics"),
+        "spec": {"type": "ClusterIP", "selector": selector_labels(fed), "ports": [port]},
+    }
+
+
+def build_pdb(fed: FederationObject) -> dict[str, Any]:
+    """Keeps voluntary evictions (node drains) off a healthy PS; an unready one may always be evicted."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(fed, names.ps_name(fed.name), "ps"),
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": selector_labels(fed)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
 
 
 def _server_flags(fed: FederationObject) -> list[str]:
@@ -310,12 +340,7 @@ def build_ps_deployment(fed: FederationObject, *, config_hash: str, tls: ServedT
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod_spec["tolerations"] = [k8s_dump(t) for t in spec.tolerations]
-    if spec.priority_class_name:
-        pod_spec["priorityClassName"] = spec.priority_class_name
+    pod_spec.update(pod_placement(spec))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -327,7 +352,7 @@ def build_ps_deployment(fed: FederationObject, *, config_hash: str, tls: ServedT
             "template": {
                 "metadata": {
                     "labels": common_labels(fed, "ps"),
-                    "annotations": {names.ANNOTATION_CONFIG_HASH: config_hash},
+                    "annotations": {**spec.pod_annotations, names.ANNOTATION_CONFIG_HASH: config_hash},
                 },
                 "spec": pod_spec,
             },

@@ -16,17 +16,24 @@ from geofed_operator.openapi import model_schema
 from geofed_operator.siteclient_spec import SiteClientSpec
 from geofed_operator.status_models import FederationStatus, SiteClientStatus
 
+READY = {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'}
+REASON = {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'}
 FEDERATION_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    READY,
+    REASON,
     {"name": "Version", "type": "integer", "jsonPath": ".status.version"},
     {"name": "Clients", "type": "integer", "jsonPath": ".status.connectedClients"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.trainLoss"},
     {"name": "Eval", "type": "number", "jsonPath": ".status.evalLoss", "priority": 1},
     {"name": "Mode", "type": "string", "jsonPath": ".spec.aggregation.mode", "priority": 1},
+    {"name": "Address", "type": "string", "jsonPath": ".status.publicAddress", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 SITECLIENT_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    READY,
+    REASON,
     {"name": "Federation", "type": "string", "jsonPath": ".spec.federation"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Last Sync", "type": "date", "jsonPath": ".status.lastSyncTime"},

@@ -15,7 +15,9 @@ from pydantic import ConfigDict, Field, create_model, model_validator
 
 from geofed.config import FederationConfig, ServerConfig
 from geofed_operator.k8s_types import (
+    Affinity,
     K8sModel,
+    LocalObjectReference,
     PullPolicy,
     Quantity,
     ResourceRequirements,
@@ -120,6 +122,9 @@ class _FederationK8sFields(K8sModel):
         description="PS container image; the operator's default (chart value) when unset.",
     )
     image_pull_policy: PullPolicy = Field("IfNotPresent", description="Image pull policy.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list, description="Secrets for pulling the PS image from a private registry."
+    )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="PS container resources.")
     service: ServiceSpec = Field(default_factory=ServiceSpec, description="The PS Service.")
     storage: StorageSpec = Field(default_factory=StorageSpec, description="The PS checkpoint volume.")
@@ -137,6 +142,15 @@ class _FederationK8sFields(K8sModel):
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the PS pod requires.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the PS pod.")
     priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the PS pod.")
+    affinity: Affinity = Field(None, description="Affinity of the PS pod (core/v1 Affinity, as written).")
+    pod_annotations: dict[str, str] = Field(
+        default_factory=dict, description="Extra annotations of the PS pod (e.g. for a service mesh)."
+    )
+    pod_disruption_budget: bool = Field(
+        True,
+        description="A PodDisruptionBudget (minAvailable 1) that keeps node drains from evicting a healthy PS "
+        "mid-training; a drain then waits until the PS is moved deliberately.",
+    )
 
 
 # Transition rules (CEL) the API server enforces on update, plus the one cross-field rule of the model.

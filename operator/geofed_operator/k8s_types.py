@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from geofed_operator.keys import k8s_dump
 from geofed_operator.openapi import INT_OR_STRING
 
 # A DNS-1123 label: what Kubernetes accepts as most object names (and what we derive names from).
@@ -66,6 +67,36 @@ class LocalObjectReference(K8sModel):
     """An object in the same namespace, by name (an imagePullSecrets entry)."""
 
     name: str = Field(min_length=1, max_length=253, description="Object name.")
+
+
+def _mapping_or_none(value: Any) -> Any:
+    if value is not None and not isinstance(value, dict):
+        raise ValueError("must be a mapping (a core/v1 Affinity)")
+    return value
+
+
+# A core/v1 Affinity, passed through to the pod as written (the API server validates it on the pod).
+Affinity = Annotated[
+    Any,
+    AfterValidator(_mapping_or_none),
+    Field(json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+
+def pod_placement(spec: Any) -> dict[str, Any]:
+    """The pod-spec fields both CRs share: scheduling, pull secrets (only those that are set)."""
+    out: dict[str, Any] = {}
+    if spec.node_selector:
+        out["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        out["tolerations"] = [k8s_dump(t) for t in spec.tolerations]
+    if spec.affinity:
+        out["affinity"] = spec.affinity
+    if spec.priority_class_name:
+        out["priorityClassName"] = spec.priority_class_name
+    if spec.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": ref.name} for ref in spec.image_pull_secrets]
+    return out
 
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]

@@ -21,6 +21,8 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Service"): "services",
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("v1", "Pod"): "pods",
+    ("v1", "Event"): "events",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("apps/v1", "Deployment"): "deployments",
     ("batch/v1", "Job"): "jobs",
     ("geofed.io/v1alpha1", "Federation"): "federations",
@@ -118,6 +120,18 @@ class Kube:
             o
             for o in items
             if all(((o.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
+
+    def events_about(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """Events whose involvedObject is `kind`/`name` in `namespace` (e.g. a Job's FailedCreate)."""
+        fields = f"involvedObject.kind={kind},involvedObject.name={name}"
+        path = resource_path("v1", "Event", namespace)
+        items = self.request("GET", path, query=[("fieldSelector", fields)]).get("items") or []
+        return [
+            e
+            for e in items
+            if (e.get("involvedObject") or {}).get("kind") == kind
+            and (e.get("involvedObject") or {}).get("name") == name
         ]
 
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:

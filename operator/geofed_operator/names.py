@@ -63,6 +63,16 @@ def tls_secret_name(federation: str) -> str:
     return child_name(federation, "tls")
 
 
+def ca_secret_name(federation: str) -> str:
+    """Secret holding the generated private CA (ca.crt and ca.key), never mounted anywhere."""
+    return child_name(federation, "ca")
+
+
+def metrics_service_name(federation: str) -> str:
+    """ClusterIP Service of the PS metrics port (never exposed with the public gRPC Service)."""
+    return child_name(federation, "ps-metrics")
+
+
 def config_map_name(federation: str) -> str:
     """ConfigMap holding `federation.yaml`, the PS's copy of the federation settings."""
     return child_name(federation, "config")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from geofed_operator import names
+from geofed_operator.k8s_types import pod_placement
 from geofed_operator.keys import k8s_dump
 from geofed_operator.siteclient_spec import SiteClientSpec, parse_siteclient_spec
 
@@ -195,22 +196,21 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod_spec["tolerations"] = [k8s_dump(t) for t in spec.tolerations]
-    if spec.priority_class_name:
-        pod_spec["priorityClassName"] = spec.priority_class_name
+    pod_spec.update(pod_placement(spec))
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
-    if spec.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": ref.name} for ref in spec.image_pull_secrets]
+    template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
+    if spec.pod_annotations:
+        template["metadata"]["annotations"] = dict(spec.pod_annotations)
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,  # a relaunch needs a new one-time token: the operator does it
+        "template": template,
+    }
+    if spec.attempt_deadline_s:
+        job_spec["activeDeadlineSeconds"] = spec.attempt_deadline_s
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": names.job_name(sc.name, attempt), "namespace": sc.namespace, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,  # a relaunch needs a new one-time token: the operator does it
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-        },
+        "spec": job_spec,
     }

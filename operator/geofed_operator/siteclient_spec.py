@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from geofed_operator.k8s_types import (
     DNS_LABEL,
+    Affinity,
     CASecretRef,
     EnvVar,
     K8sModel,
@@ -179,6 +180,14 @@ class SiteClientSpec(K8sModel):
         default_factory=list, description="Tolerations, e.g. for preemptible GPU nodes."
     )
     priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the client pod.")
+    affinity: Affinity = Field(None, description="Affinity of the client pod (core/v1 Affinity, as written).")
+    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations of the client pod.")
+    attempt_deadline_s: int | None = Field(
+        None,
+        ge=60,
+        description="Longest an attempt may run (the Job's activeDeadlineSeconds); a timed-out attempt counts as "
+        "a failure and is relaunched with a new token. Unset: no limit.",
+    )
     service_account_name: str | None = Field(None, max_length=253, description="ServiceAccount of the client pod.")
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments appended to the client command.")

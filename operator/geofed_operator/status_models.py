@@ -55,6 +55,12 @@ class FederationStatus(K8sModel):
     num_parameters: int | None = Field(None, ge=0, description="Parameters in the global model.")
     server_instance: str | None = Field(None, max_length=253, description="Changes on every PS start.")
     ps_address: str | None = Field(None, max_length=261, description="In-cluster host:port of the PS.")
+    public_address: str | None = Field(
+        None,
+        max_length=261,
+        description="host:port sites dial (the load balancer's, or <node-address>:nodePort); the "
+        "--ps-address of `geofed site enroll`.",
+    )
     admin_secret_name: str | None = Field(None, max_length=253, description="Secret with the admin credential.")
     tls_secret_name: str | None = Field(None, max_length=253, description="Secret with the served certificate.")
     tls_note: str | None = Field(None, max_length=1024, description="How TLS is set up, e.g. generated self-signed.")

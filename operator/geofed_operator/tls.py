@@ -118,3 +118,15 @@ def certificate_names(cert_pem: bytes) -> list[str]:
         *san.get_values_for_type(x509.DNSName),
         *(str(ip) for ip in san.get_values_for_type(x509.IPAddress)),
     ]
+
+
+def renewal_due(cert_pem: bytes, *, now: dt.datetime | None = None) -> bool:
+    """True once a certificate is in the last third of its lifetime (or expired): re-issue it then.
+
+    cert-manager renews at two thirds by default; the PS rolls once to serve the new certificate, so
+    sites never meet an expired one while the old one is still trusted.
+    """
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    now = now or dt.datetime.now(dt.UTC)
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    return now >= end - (end - start) / 3

@@ -14,7 +14,10 @@ from geofed_operator.cloud_builders import (
     FederationObject,
     ServedTLS,
     build_admin_secret,
+    build_ca_secret,
     build_config_map,
+    build_metrics_service,
+    build_pdb,
     build_ps_deployment,
     build_pvc,
     build_service,
@@ -122,12 +125,37 @@ def test_probe_checks_grpc_health_over_the_served_tls(spec: dict[str, Any], tls:
     ],
 )
 def test_service_types(service: dict[str, Any], expect: dict[str, Any]) -> None:
-    svc = valid(build_service(fed(service=service)))
+    """The public Service carries gRPC only; metrics sit on an in-cluster ClusterIP Service."""
+    f = fed(service=service)
+    svc = valid(build_service(f))
     assert expect.items() <= svc["spec"].items()
-    grpc, metrics = svc["spec"]["ports"]
-    assert (grpc["name"], grpc["targetPort"], metrics["name"]) == ("grpc", "grpc", "metrics")
+    (grpc,) = svc["spec"]["ports"]
+    assert (grpc["name"], grpc["targetPort"]) == ("grpc", "grpc")
     assert grpc.get("nodePort") == service.get("nodePort")
     assert svc["spec"]["selector"] == {names.LABEL_NAME: names.PS_APP, names.LABEL_INSTANCE: "demo"}
+    metrics = valid(build_metrics_service(f))
+    assert metrics["metadata"]["name"] == "demo-ps-metrics" and metrics["spec"]["type"] == "ClusterIP"
+    assert [p["name"] for p in metrics["spec"]["ports"]] == ["metrics"]
+    assert metrics["spec"]["selector"] == svc["spec"]["selector"]
+
+
+def test_pdb_and_pod_extras() -> None:
+    """PDB for the PS; pull secrets, affinity and annotations reach both pods."""
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}  # fmt: skip
+    extras = {"imagePullSecrets": [{"name": "regcred"}], "affinity": affinity, "podAnnotations": {"a/b": "c"}}
+    f = fed(**extras)
+    pdb = valid(build_pdb(f))
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"][names.LABEL_INSTANCE] == "demo"
+    for template in (
+        valid(build_ps_deployment(f, config_hash="abc"))["spec"]["template"],
+        valid(build_client_job(site(**extras, attemptDeadlineSeconds=3600), 1, "gpu0-token-1"))["spec"]["template"],
+    ):
+        assert template["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+        assert template["spec"]["affinity"] == affinity
+        assert template["metadata"]["annotations"]["a/b"] == "c"
+    job = build_client_job(site(attemptDeadlineSeconds=3600), 1, "gpu0-token-1")
+    assert job["spec"]["activeDeadlineSeconds"] == 3600
 
 
 @pytest.mark.parametrize(("storage", "klass"), [({}, None), ({"storageClassName": "fast", "size": "50Gi"}, "fast")])
@@ -152,7 +180,9 @@ def test_secrets_and_self_signed_tls() -> None:
     admin = valid(build_admin_secret(f, "s3cret"))
     assert base64.b64decode(admin["data"]["credential"]) == b"s3cret"
     material = issue_self_signed(tls_names(f))
-    secret = valid(build_tls_secret(f, material))
+    secret = valid(build_tls_secret(f, material, tls_names(f)))
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}  # sites read ca.crt here: no CA key
+    assert set(valid(build_ca_secret(f, material))["data"]) == {"ca.crt", "ca.key"}
     cert = base64.b64decode(secret["data"]["tls.crt"])
     assert set(certificate_names(cert)) >= {"demo-ps.ml.svc", "localhost", "127.0.0.1", "ps.example.org", "203.0.113.7"}
     assert secret["type"] == "kubernetes.io/tls"

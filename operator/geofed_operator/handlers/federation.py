@@ -6,6 +6,8 @@ only reads and writes the API and the PS admin API.
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import logging
 import secrets
 from collections.abc import Mapping
@@ -21,7 +23,10 @@ from geofed_operator.cloud_builders import (
     FederationObject,
     ServedTLS,
     build_admin_secret,
+    build_ca_secret,
     build_config_map,
+    build_metrics_service,
+    build_pdb,
     build_ps_deployment,
     build_pvc,
     build_service,
@@ -30,6 +35,7 @@ from geofed_operator.cloud_builders import (
     tls_names,
 )
 from geofed_operator.conditions import set_conditions
+from geofed_operator.events import post_event
 from geofed_operator.federation_status import (
     deployment_ready,
     federation_status_degraded,
@@ -37,10 +43,11 @@ from geofed_operator.federation_status import (
     federation_status_not_ready,
 )
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
-from geofed_operator.kube import Kube
+from geofed_operator.kube import Kube, KubeError
 from geofed_operator.ps_admin import explain_admin_error
+from geofed_operator.quantity import parse_quantity
 from geofed_operator.status_models import FederationStatus, status_patch
-from geofed_operator.tls import certificate_names, issue_self_signed
+from geofed_operator.tls import TLSMaterial, certificate_names, issue_self_signed, renewal_due
 
 RESOURCE = (names.GROUP, names.VERSION, names.FEDERATION_PLURAL)
 RETRY_S = 30.0
@@ -53,6 +60,7 @@ class TLSState:
     cert_pem: bytes | None
     served: ServedTLS
     note: str
+    issued: str | None = None  # the Event reason when this pass (re-)issued the generated certificate
 
 
 def _write(patch: Any, body: Mapping[str, Any], update: Mapping[str, Any]) -> None:
@@ -84,11 +92,34 @@ def ensure_admin_secret(kube: Kube, fed: FederationObject, owner: Any) -> None:
     kube.ensure(secret)
 
 
-def ensure_tls(kube: Kube, fed: FederationObject, owner: Any) -> TLSState:
-    """Use the named TLS Secret, or generate (and re-issue on new names) a self-signed one."""
+def _data(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
+    value = ((secret or {}).get("data") or {}).get(key)
+    return base64.b64decode(value) if value else None
+
+
+def public_hosts(service: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The load balancer's hostnames and IPs, as the cloud reported them in the Service's status."""
+    ingress = (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return tuple(h for entry in ingress for h in (entry.get("hostname"), entry.get("ip")) if h)
+
+
+def public_address(fed: FederationObject, service: Mapping[str, Any] | None) -> str | None:
+    """host:port sites dial: the load balancer's, or `<node>:<nodePort>` for NodePort; None in-cluster only."""
+    hosts = public_hosts(service)
+    if fed.spec.service.type == "LoadBalancer" and hosts:
+        return f"{hosts[0]}:{fed.spec.service.port}"
+    if fed.spec.service.type == "NodePort":
+        ports = ((service or {}).get("spec") or {}).get("ports") or []
+        node_port = next((p.get("nodePort") for p in ports if p.get("name") == "grpc" and p.get("nodePort")), None)
+        return f"<node-address>:{node_port}" if node_port else None
+    return None
+
+
+def ensure_tls(kube: Kube, fed: FederationObject, owner: Any, hosts: tuple[str, ...], now: dt.datetime) -> TLSState:
+    """Use the named TLS Secret, or generate one (re-issued for new names and before it expires)."""
     if fed.tls_secret is None:
         return TLSState(None, ServedTLS(), "insecure: plaintext gRPC (spec.insecure); for local clusters only")
-    if fed.spec.tls_secret_name:
+    if fed.spec.tls_secret_name:  # read on every pass: a renewed certificate (cert-manager) rolls the PS
         name = fed.spec.tls_secret_name
         cert = read_secret_key(kube, fed.namespace, name, "tls.crt")
         read_secret_key(kube, fed.namespace, name, "tls.key")
@@ -97,58 +128,158 @@ def ensure_tls(kube: Kube, fed: FederationObject, owner: Any) -> TLSState:
         local = "127.0.0.1" in covered or "localhost" in covered
         server_name = None if local or not covered else covered[0]
         return TLSState(cert, ServedTLS(has_ca, server_name), f"serving the certificate from Secret {name!r}")
-    name = names.tls_secret_name(fed.name)
-    wanted = tls_names(fed)
+    name, ca_name = names.tls_secret_name(fed.name), names.ca_secret_name(fed.name)
+    wanted = tls_names(fed, hosts)
     existing = kube.get("v1", "Secret", fed.namespace, name)
+    ca_secret = kube.get("v1", "Secret", fed.namespace, ca_name)
+    # Before 0.2 the CA key sat in the TLS Secret that sites read ca.crt from: move it out.
+    ca_source = ca_secret if _data(ca_secret, "ca.key") else existing
+    ca, ca_key = _data(ca_source, "ca.crt"), _data(ca_source, "ca.key")
+    cert = _data(existing, "tls.crt")
     annotations = ((existing or {}).get("metadata") or {}).get("annotations") or {}
-    if existing is None or annotations.get(names.ANNOTATION_TLS_NAMES) != ",".join(wanted):
-        ca = read_secret_key(kube, fed.namespace, name, "ca.crt", optional=True)
-        ca_key = read_secret_key(kube, fed.namespace, name, "ca.key", optional=True)
-        material = issue_self_signed(wanted, validity_days=fed.spec.tls.validity_days, ca_pem=ca, ca_key_pem=ca_key)
-        secret = build_tls_secret(fed, material)
-        kopf.adopt(secret, owner=owner)
-        kube.apply(secret)
+    issued = None
+    if cert is None:
+        issued = "CertificateIssued"
+    elif annotations.get(names.ANNOTATION_TLS_NAMES) != ",".join(wanted):
+        issued = "CertificateReissued"
+    elif renewal_due(cert, now=now):
+        issued = "CertificateRenewed"
+    if issued or ca_secret is None or _data(existing, "ca.key"):
+        if issued:
+            material = issue_self_signed(wanted, validity_days=fed.spec.tls.validity_days, ca_pem=ca, ca_key_pem=ca_key)
+        else:
+            material = TLSMaterial(cert or b"", _data(existing, "tls.key") or b"", ca or b"", ca_key or b"")
+        for secret in (build_ca_secret(fed, material), build_tls_secret(fed, material, wanted)):
+            kopf.adopt(secret, owner=owner)
+            kube.apply(secret)
+        if _data(existing, "ca.key"):  # apply keeps keys it did not set on simpler servers: drop it
+            kube.patch("v1", "Secret", fed.namespace, name, {"data": {"ca.key": None}})
         cert = material.cert_pem
-    else:
-        cert = read_secret_key(kube, fed.namespace, name, "tls.crt")
     note = (
-        f"generated a self-signed certificate; sites must trust ca.crt from Secret {name!r} "
-        "(geofed site enroll --ca); list external names in spec.tls.dnsNames or set spec.tlsSecretName"
+        f"generated a self-signed certificate (renewed automatically); sites must trust ca.crt from Secret "
+        f"{name!r} (geofed site enroll --ca); it covers the Service names, spec.tls.dnsNames/ipAddresses and the "
+        "load balancer's address"
     )
-    return TLSState(cert, ServedTLS(), note)
+    return TLSState(cert, ServedTLS(), note, issued)
 
 
-def reconcile_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: logging.Logger) -> None:
-    """Create or update every child of a Federation and record what was rolled out."""
+class ChildRejected(Exception):
+    """The API server refused to create or change a child (quota, admission, invalid name...)."""
+
+    def __init__(self, kind: str, name: str, exc: KubeError) -> None:
+        super().__init__(f"the API server refused {kind} {name!r}: {exc.status} {exc.reason}: {exc.message}")
+
+
+def _apply(kube: Kube, obj: dict[str, Any], *, create_only: bool = False) -> dict[str, Any]:
+    try:
+        return kube.ensure(obj)[0] if create_only else kube.apply(obj)
+    except KubeError as exc:
+        raise ChildRejected(obj["kind"], obj["metadata"]["name"], exc) from None
+
+
+class StorageMismatch(Exception):
+    """The checkpoint PVC cannot become what the spec asks (shrinking, another StorageClass)."""
+
+
+def reconcile_pvc(kube: Kube, fed: FederationObject, owner: Mapping[str, Any]) -> None:
+    """Create the checkpoint PVC; keep its ownership in line with retainOnDelete; grow it on request."""
+    pvc = build_pvc(fed)
+    if not fed.spec.storage.retain_on_delete:
+        kopf.adopt(pvc, owner=owner)
+    live = _apply(kube, pvc, create_only=True)  # a bound PVC's spec is immutable except its size
+    name = names.pvc_name(fed.name)
+    uid = owner["metadata"].get("uid")
+    refs = (live.get("metadata") or {}).get("ownerReferences") or []
+    ours = [r for r in refs if r.get("uid") == uid]
+    wanted = [] if fed.spec.storage.retain_on_delete else pvc["metadata"].get("ownerReferences", [])
+    if [r.get("uid") for r in ours] != [r.get("uid") for r in wanted]:
+        others = [r for r in refs if r.get("uid") != uid]
+        try:
+            kube.patch(
+                "v1", "PersistentVolumeClaim", fed.namespace, name, {"metadata": {"ownerReferences": others + wanted}}
+            )
+        except KubeError as exc:
+            raise ChildRejected("PersistentVolumeClaim", name, exc) from None
+    live_spec = live.get("spec") or {}
+    want_class = fed.spec.storage.storage_class_name
+    if want_class is not None and live_spec.get("storageClassName") not in (None, want_class):
+        raise StorageMismatch(
+            f"PVC {name!r} uses StorageClass {live_spec.get('storageClassName')!r}, not {want_class!r}: a PVC cannot "
+            "change class; move the checkpoints to a new Federation"
+        )
+    have = parse_quantity((live_spec.get("resources") or {}).get("requests", {}).get("storage", "0"))
+    want = parse_quantity(fed.spec.storage.size)
+    if want < have:
+        raise StorageMismatch(f"PVC {name!r} holds {have} bytes; storage.size {fed.spec.storage.size} would shrink it")
+    if want > have:  # needs a StorageClass with allowVolumeExpansion; a refusal is reported as is
+        resize = {"spec": {"resources": {"requests": {"storage": str(fed.spec.storage.size)}}}}
+        try:
+            kube.patch("v1", "PersistentVolumeClaim", fed.namespace, name, resize)
+        except KubeError as exc:
+            raise ChildRejected("PersistentVolumeClaim", name, exc) from None
+
+
+def reconcile_children(deps: Deps, fed: FederationObject, body: Mapping[str, Any]) -> tuple[TLSState, str, str | None]:
+    """Create or update every child (re-creating deleted ones); (TLS state, config hash, public address)."""
+    kube, owner = deps.kube, body
+    ensure_admin_secret(kube, fed, owner)
+    service = kube.get("v1", "Service", fed.namespace, names.ps_name(fed.name))
+    tls = ensure_tls(kube, fed, owner, public_hosts(service), deps.clock())
+    digest = config_hash(fed, tls.cert_pem)
+    children = [
+        build_config_map(fed),
+        build_service(fed),
+        build_metrics_service(fed),
+        build_ps_deployment(fed, config_hash=digest, tls=tls.served),
+    ]
+    if fed.spec.pod_disruption_budget:
+        children.append(build_pdb(fed))
+    else:
+        kube.delete("policy/v1", "PodDisruptionBudget", fed.namespace, names.ps_name(fed.name))
+    kopf.adopt(children, owner=owner)
+    for child in children:
+        _apply(kube, child)
+    reconcile_pvc(kube, fed, owner)
+    return tls, digest, public_address(fed, service)
+
+
+def reconcile_federation(
+    deps: Deps, body: Mapping[str, Any], patch: Any, logger: logging.Logger, *, on_change: bool = True
+) -> bool:
+    """Bring the children in line with the spec and record what was rolled out; False if it could not."""
     try:
         fed = FederationObject.from_body(body, deps.settings.ps_image)
     except ValidationError as exc:
         _degrade(patch, body, "InvalidSpec", readable(exc), deps)
-        raise kopf.PermanentError(readable(exc)) from None
-    kube, owner = deps.kube, body
+        if on_change:
+            raise kopf.PermanentError(readable(exc)) from None
+        return False
+    now = deps.clock()
     try:
-        ensure_admin_secret(kube, fed, owner)
-        tls = ensure_tls(kube, fed, owner)
-    except MissingSecret as exc:
-        _degrade(patch, body, "TLSSecretMissing", str(exc), deps)
-        raise kopf.TemporaryError(str(exc), delay=RETRY_S) from None
-    digest = config_hash(fed, tls.cert_pem)
-    children = [build_config_map(fed), build_service(fed), build_ps_deployment(fed, config_hash=digest, tls=tls.served)]
-    kopf.adopt(children, owner=owner)
-    pvc = build_pvc(fed)
-    if not fed.spec.storage.retain_on_delete:
-        kopf.adopt(pvc, owner=owner)
-    kube.ensure(pvc)  # a PVC's spec is immutable once bound: create only
-    for child in children:
-        kube.apply(child)
+        tls, digest, address = reconcile_children(deps, fed, body)
+    except (MissingSecret, ChildRejected, StorageMismatch, KubeError) as exc:
+        reason = {MissingSecret: "TLSSecretMissing", ChildRejected: "ChildRejected", StorageMismatch: "StorageMismatch"}
+        why = reason.get(type(exc), "APIError")
+        if (body.get("status") or {}).get("phase") != "Degraded":
+            post_event(deps.kube, body, "Warning", why, str(exc), now)
+        _degrade(patch, body, why, str(exc), deps)
+        logger.warning("federation %s/%s: %s", fed.namespace, fed.name, exc)
+        if on_change:
+            raise kopf.TemporaryError(str(exc), delay=RETRY_S) from None
+        return False
     status = body.get("status") or {}
     rolled = status.get("configHash") != digest or not status.get("phase")
+    if tls.issued:
+        post_event(deps.kube, body, "Normal", tls.issued, f"server certificate for {fed.service_host}", now)
+    if rolled:
+        post_event(deps.kube, body, "Normal", "RollingOut", f"PS configuration {digest} applied", now)
     generation = body["metadata"].get("generation")
     fields: dict[str, Any] = {"phase": "Progressing"} if rolled else {}
     update = status_patch(
         FederationStatus,
         observed_generation=generation,
         ps_address=fed.ps_address,
+        public_address=address,
         admin_secret_name=names.admin_secret_name(fed.name),
         tls_secret_name=fed.tls_secret,
         tls_note=tls.note,
@@ -156,13 +287,14 @@ def reconcile_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger
         conditions=set_conditions(
             status.get("conditions"),
             {"Progressing": (True, "RollingOut", "applied the PS configuration")} if rolled else {},
-            now=deps.clock(),
+            now=now,
             generation=generation,
         ),
         **fields,
     )
     _write(patch, body, update)
     logger.info("federation %s/%s reconciled (config %s)", fed.namespace, fed.name, digest)
+    return True
 
 
 def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: logging.Logger) -> None:
@@ -217,4 +349,6 @@ def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
 
     @kopf.timer(*RESOURCE, interval=deps.settings.status_interval_s, registry=registry)
     def poll(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:
-        poll_federation(deps, body, patch, logger)
+        # Level-triggered: re-create deleted children, roll a renewed certificate, then read the PS.
+        if reconcile_federation(deps, body, patch, logger, on_change=False):
+            poll_federation(deps, body, patch, logger)

@@ -29,14 +29,27 @@ from geofed_operator.attempts import (
     classify_attempt,
     decide,
 )
-from geofed_operator.conditions import rfc3339, set_conditions
+from geofed_operator.conditions import parse_time, rfc3339, set_conditions
+from geofed_operator.events import post_event
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
-from geofed_operator.kube import Kube
+from geofed_operator.kube import Kube, KubeError
 from geofed_operator.ps_admin import explain_admin_error
-from geofed_operator.site_builders import SiteClientObject, build_client_job, build_token_secret
+from geofed_operator.site_builders import TOKEN_KEY, SiteClientObject, build_client_job, build_token_secret
 from geofed_operator.status_models import SiteClientStatus, status_patch
 
 RESOURCE = (names.GROUP, names.VERSION, names.SITECLIENT_PLURAL)
+# Pod failure reasons that mean the pod was taken away, not that the client crashed.
+PREEMPTION_REASONS = frozenset(
+    {
+        "PreemptionByScheduler",
+        "EvictionByEvictionAPI",
+        "DeletionByTaintManager",
+        "TerminationByKubelet",
+        "Evicted",
+        "NodeLost",
+        "DisruptionTarget",
+    }
+)
 Conditions = dict[str, tuple[bool | None, str, str]]
 
 
@@ -45,11 +58,17 @@ def _fields(**fields: Any) -> dict[str, Any]:
     return status_patch(SiteClientStatus, **fields)
 
 
+def _attempt_pods(kube: Kube, sc: SiteClientObject, attempt: int) -> list[dict[str, Any]]:
+    return kube.list("v1", "Pod", sc.namespace, {names.LABEL_SITECLIENT: sc.name, names.LABEL_ATTEMPT: str(attempt)})
+
+
 def observe_attempt(kube: Kube, sc: SiteClientObject, attempt: int) -> AttemptState:
-    """Classify one attempt from its Job and pods."""
-    job = kube.get("batch/v1", "Job", sc.namespace, names.job_name(sc.name, attempt))
-    pods = kube.list("v1", "Pod", sc.namespace, {names.LABEL_SITECLIENT: sc.name, names.LABEL_ATTEMPT: str(attempt)})
-    return classify_attempt(job, pods)
+    """Classify one attempt from its Job, its pods and (while it has none) the Job's events."""
+    job_name = names.job_name(sc.name, attempt)
+    job = kube.get("batch/v1", "Job", sc.namespace, job_name)
+    pods = _attempt_pods(kube, sc, attempt)
+    events = kube.events_about(sc.namespace, "Job", job_name) if job is not None and not pods else []
+    return classify_attempt(job, pods, events)
 
 
 def _attempt_of(obj: Mapping[str, Any]) -> int:
@@ -101,22 +120,58 @@ def _mint(deps: Deps, sc: SiteClientObject) -> tuple[str, float]:
         raise _LaunchBlocked(*explain_admin_error(exc, spec.ps_address, f"mint a token for {sc.client_id}")) from None
 
 
+class _Replacing(Exception):
+    """The previous attempt's pod is still stopping; the next one starts once it is gone."""
+
+
+def _stop_previous(kube: Kube, sc: SiteClientObject, attempt: int) -> None:
+    """Delete the replaced attempt's Job; _Replacing while its pod still runs (one pod per client id)."""
+    kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, attempt), propagation="Foreground")
+    alive = [
+        p["metadata"]["name"]
+        for p in _attempt_pods(kube, sc, attempt)
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+    if alive:
+        raise _Replacing(f"waiting for pod {alive[0]} of attempt {attempt} to stop before attempt {attempt + 1}")
+
+
+def _usable_token(kube: Kube, sc: SiteClientObject, attempt: int, now: dt.datetime) -> tuple[str, str] | None:
+    """(token, expiry) already minted for this attempt and not yet expired: a retried launch reuses it."""
+    secret = kube.get("v1", "Secret", sc.namespace, names.token_secret_name(sc.name, attempt))
+    if secret is None:
+        return None
+    expires_at = ((secret.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_TOKEN_EXPIRES, "")
+    expiry = parse_time(expires_at) if expires_at else None
+    if expiry is not None and expiry <= now + dt.timedelta(minutes=1):
+        return None
+    token = read_secret_key(kube, sc.namespace, names.token_secret_name(sc.name, attempt), TOKEN_KEY, optional=True)
+    return (token.decode(), expires_at) if token else None
+
+
 def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decision: Launch) -> dict[str, Any]:
-    """Mint a token, store it, create the attempt's Job; returns the status fields to set."""
+    """Mint a token (once per attempt), store it, create the attempt's Job; returns the status fields to set."""
     kube, n, now = deps.kube, decision.attempt, deps.clock()
     secret_name = names.token_secret_name(sc.name, n)
     expires_at: str | None = None
     if kube.get("batch/v1", "Job", sc.namespace, names.job_name(sc.name, n)) is None:
-        token, expires = _mint(deps, sc)  # before touching the running attempt: a failure leaves it be
         if decision.replace and state.attempt:
-            kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt))
-        expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.UTC)) if expires else None
-        secret = build_token_secret(sc, n, token, expires_at or "")
-        kopf.adopt(secret, owner=body)
-        kube.apply(secret)
+            _stop_previous(kube, sc, state.attempt)
+        reused = _usable_token(kube, sc, n, now)
+        if reused is None:
+            token, expires = _mint(deps, sc)
+            expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.UTC)) if expires else None
+            secret = build_token_secret(sc, n, token, expires_at or "")
+            kopf.adopt(secret, owner=body)
+            _create_child(kube, secret, apply=True)
+        else:
+            expires_at = reused[1] or None
         job = build_client_job(sc, n, secret_name)
         kopf.adopt(job, owner=body)
-        kube.ensure(job)
+        _create_child(kube, job)
+        post_event(
+            kube, body, "Normal", "Launched", f"attempt {n} (Job {job['metadata']['name']}): {decision.reason}", now
+        )
     prune(kube, sc, n)
     message = f"launched attempt {n} (Job {names.job_name(sc.name, n)}): {decision.reason}"
     return _fields(
@@ -141,6 +196,17 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
             },
         ),
     )
+
+
+def _create_child(kube: Kube, obj: dict[str, Any], *, apply: bool = False) -> None:
+    """Create (or apply) a child; the API server's refusal (quota, admission, names) blocks the launch."""
+    try:
+        kube.apply(obj) if apply else kube.ensure(obj)
+    except KubeError as exc:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        raise _LaunchBlocked(
+            f"{kind}Rejected", f"the API server refused {kind} {name!r}: {exc.status} {exc.reason}: {exc.message}"
+        ) from None
 
 
 def _conds(body: Mapping[str, Any], generation: int, now: dt.datetime, updates: Conditions) -> list[dict[str, Any]]:
@@ -197,9 +263,11 @@ def _report(body: Any, sc: SiteClientObject, state: SiteState, decision: Decisio
         }
         return _fields(phase="Running", running_since=rfc3339(since), conditions=_conds(body, gen, now, updates))
     if decision.phase == "Launching":
+        stuck = decision.reason == "FailedCreate"  # waits forever unless someone fixes quota/policy/class
         updates = {
             "Ready": (False, decision.reason, decision.message),
             "Progressing": (True, decision.reason, decision.message),
+            "Degraded": (stuck, decision.reason if stuck else "Healthy", decision.message if stuck else ""),
         }
         return _fields(phase="Launching", conditions=_conds(body, gen, now, updates))
     return {}  # waiting out a backoff, or finished: nothing new
@@ -256,14 +324,29 @@ def reconcile_siteclient(deps: Deps, body: Any, patch: Any, logger: logging.Logg
                     prune(deps.kube, sc, state.attempt + 1)  # no token of a finished run is needed
         except _LaunchBlocked as exc:
             logger.warning("%s: cannot launch: %s", sc.client_id, exc.message)
+            if status.get("phase") != "Degraded":
+                post_event(deps.kube, body, "Warning", exc.reason, exc.message, now)
             update = _degraded(body, generation, now, exc.reason, exc.message)
+        except _Replacing as exc:
+            update = _fields(conditions=_conds(body, generation, now, {"Progressing": (True, "SpecChanged", str(exc))}))
+        _announce(deps, body, status, decision, now)
         if update.get("phase", status.get("phase")) == "Running":
             update.update(last_sync(deps, sc, logger))
-        update["clientId"] = sc.client_id
+        update.update(_fields(client_id=sc.client_id))
     update["observedGeneration"] = generation
     for key, value in update.items():
         if status.get(key) != value:
             patch.status[key] = value
+
+
+def _announce(deps: Deps, body: Any, status: Mapping[str, Any], decision: Decision, now: dt.datetime) -> None:
+    """Events for what `kubectl describe` readers look for: preemptions, failures, the end of a run."""
+    if isinstance(decision, Backoff) and status.get("phase") != "Backoff":
+        kind = "Preempted" if decision.reason in PREEMPTION_REASONS else "AttemptFailed"
+        post_event(deps.kube, body, "Warning", kind, f"{decision.reason}: {decision.message}", now)
+    elif isinstance(decision, Finish) and status.get("phase") != decision.phase:
+        type_ = "Warning" if decision.phase == "Failed" else "Normal"
+        post_event(deps.kube, body, type_, decision.phase, f"{decision.reason}: {decision.message}", now)
 
 
 def cleanup_siteclient(deps: Deps, body: Any, logger: logging.Logger) -> None:
