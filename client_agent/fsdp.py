@@ -10,6 +10,7 @@ a checkpoint taken on N GPUs restores on M.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -32,15 +33,20 @@ def local_device() -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(backend: str | None = None) -> tuple[int, int]:
-    """(rank, world) from torchrun's environment; (0, 1) without initialising anything when run alone."""
+def init_distributed(backend: str | None = None, timeout_s: float | None = None) -> tuple[int, int]:
+    """(rank, world) from torchrun's environment; (0, 1) without initialising anything when run alone.
+
+    `timeout_s` bounds every collective (torch's default: 10 min for NCCL, 30 for gloo). Waits for the
+    PS are not collectives: the other ranks spend them in `leader_wait`, which never reaches this limit.
+    """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1
     if not dist.is_initialized():
         device = local_device()
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"))
+        timeout = timedelta(seconds=timeout_s) if timeout_s else None
+        dist.init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"), timeout=timeout)
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -51,9 +57,17 @@ def _blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def shard_model(model: nn.Module, precision: Precision | None = None) -> nn.Module:
-    """`fully_shard` each transformer block, then the root; bf16/fp16 compute with fp32 gradient reduction."""
+    """`fully_shard` each transformer block, then the root; bf16/fp16 compute with fp32 gradient reduction.
+
+    `model` may live on the CPU (random init, a pretrained load, or the uninitialised shell of
+    `build_model_shell`). Note: it is sharded on the meta device and only this rank's shards are then
+    allocated on the local device (torchtitan's meta-device init), so no GPU ever holds the whole model;
+    each shard is cut from the rank's own CPU copy, one parameter at a time, without communication.
+    Buffers (e.g. rotary frequencies) are small and are copied whole.
+    """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import distribute_tensor
 
     device = local_device()
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
@@ -61,9 +75,22 @@ def shard_model(model: nn.Module, precision: Precision | None = None) -> nn.Modu
         policy = MixedPrecisionPolicy()
     else:
         policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32)
+    values = {name: p.detach() for name, p in model.named_parameters()}
+    buffers = {name: b.detach() for name, b in model.named_buffers()}
+    model.to("meta")
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()  # moving to meta makes new parameter objects: tie the embeddings again
     for block in _blocks(model):
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    model.to_empty(device=device)  # allocates the shards only
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            full = values.pop(name)
+            shard = distribute_tensor(full.to(device), param.device_mesh, param.placements, src_data_rank=None)
+            param.to_local().copy_(shard.to_local())
+        for name, buf in model.named_buffers():
+            buf.copy_(buffers[name])
     return model
 
 

@@ -89,15 +89,27 @@ def grad_scaler(precision: Precision, device: torch.device | str, distributed: b
     return torch.amp.GradScaler(kind, enabled=precision.use_scaler)
 
 
+def local_numel(param: torch.Tensor) -> int:
+    """Elements this rank stores of `param`: its shard (a DTensor's local part) or the whole tensor."""
+    return param.to_local().numel() if hasattr(param, "to_local") else param.numel()
+
+
+def adamw_state_numel(model: nn.Module) -> int:
+    """fp32 elements of AdamW's two moments on this rank: twice the trainable elements it stores."""
+    return 2 * sum(local_numel(p) for p in model.parameters() if p.requires_grad)
+
+
 def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 @contextlib.contextmanager
 def _optimizer_headroom(model: nn.Module, device: torch.device) -> Iterator[None]:
-    """Hold memory for AdamW's two fp32 moments while probing, so the chosen micro-batch still fits later."""
-    n = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    reserve = torch.empty(2 * n, dtype=torch.float32, device=device)
+    """Hold memory for AdamW's two fp32 moments while probing, so the chosen micro-batch still fits later.
+
+    Under FSDP each rank keeps the moments of its shards only, so only the shards' size is reserved.
+    """
+    reserve = torch.empty(adamw_state_numel(model), dtype=torch.float32, device=device)
     try:
         yield
     finally:
@@ -118,18 +130,31 @@ def _probe(model: nn.Module, micro: int, block_size: int, device: torch.device, 
         model.zero_grad(set_to_none=True)
 
 
-def largest_fitting(target: int, fits: Callable[[int], None], cleanup: Callable[[], None], where: str) -> int:
-    """Try `fits(micro)` from `target`, halving after each out-of-memory error; the first size that runs."""
+def largest_fitting(
+    target: int,
+    fits: Callable[[int], None],
+    cleanup: Callable[[], None],
+    where: str,
+    agree: Callable[[bool], bool] = bool,
+) -> int:
+    """Try `fits(micro)` from `target`, halving after each out-of-memory error; the first size that runs.
+
+    `agree(ok)` turns this process's outcome into the group's (all ranks of an FSDP client must try
+    the same sizes, since each try is a sharded forward/backward: any rank out of memory halves all).
+    """
     micro = target
     while True:
+        error = None
         try:
             fits(micro)
-            return micro
         except RuntimeError as exc:
             if not _is_oom(exc):
                 raise
-            if micro == 1:
-                raise DeviceMemoryError(f"the model does not fit {where} even at micro-batch 1") from exc
+            error = exc
+        if agree(error is None):
+            return micro
+        if micro == 1:
+            raise DeviceMemoryError(f"the model does not fit {where} even at micro-batch 1") from error
         cleanup()
         micro //= 2
 
@@ -140,10 +165,12 @@ def pick_micro_batch(
     device: torch.device | str,
     target_batch: int,
     precision: Precision | None = None,
+    agree: Callable[[bool], bool] = bool,
 ) -> int:
     """Largest micro-batch (≤ target) whose forward/backward fits; accumulation steps = ceil(batch / micro).
 
-    On CUDA, probe `target_batch`, then halve on out-of-memory down to 1, with AdamW's state reserved.
+    On CUDA, probe `target_batch`, then halve on out-of-memory down to 1, with AdamW's state reserved;
+    under FSDP `agree` makes every rank halve when any rank ran out of memory (see `largest_fitting`).
     On CPU memory is rarely the limit and larger batches only add latency: cap at `CPU_MICRO_BATCH_CAP`.
     """
     if target_batch < 1:
@@ -158,4 +185,4 @@ def pick_micro_batch(
             _probe(model, micro, block_size, device, precision)
 
     where = f"on {device} with block_size {block_size}"
-    return largest_fitting(target_batch, fits, torch.cuda.empty_cache, where)
+    return largest_fitting(target_batch, fits, torch.cuda.empty_cache, where, agree)

@@ -88,3 +88,17 @@ def load_tokenizer(path: str | Path | None) -> ByteTokenizer | HFTokenizer:
 def token_dtype(vocab_size: int) -> np.dtype:
     """Smallest unsigned dtype holding every id: uint16 up to 65536 ids (GPT-2), else uint32 (Llama 3)."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def check_vocab(tokenizer: Tokenizer, model_vocab: int) -> None:
+    """Refuse a tokenizer whose ids the model cannot embed (ids >= `model_vocab`).
+
+    A larger model vocabulary is fine (nanoGPT pads GPT-2's 50257 to 50304); a smaller one makes the
+    embedding lookup fail mid-training (IndexError on CPU, a device-side assert on CUDA).
+    """
+    if tokenizer.vocab_size > model_vocab or not 0 <= tokenizer.eos_id < model_vocab:
+        raise TokenizerError(
+            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} ids (EOS {tokenizer.eos_id}) but the"
+            f" federation's model embeds {model_vocab}: use the federation's tokenizer, or a model.vocab_size"
+            f" of at least {tokenizer.vocab_size}"
+        )

@@ -4,13 +4,18 @@ The inner AdamW lives here and survives across rounds: Algorithm 1 keeps the inn
 the client, and only the parameter delta crosses the WAN. Every step covers exactly `batch_size`
 sequences whatever the device's micro-batch, by gradient accumulation (§III-C2), so a V100 client and
 an H100 client do the same work per step and their deltas weigh alike at the PS.
+
+Under FSDP the micro-batch plan is global: every rank runs the same number of forward/backward passes
+per step (its collectives must pair up with the other ranks'), and a rank with no rows left for a
+micro-step joins it with a zero-weight pass. A step whose gradient is not finite is skipped, as
+GradScaler skips an fp16 overflow; only a round in which every step was skipped is an error.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,7 +33,7 @@ ADAM_BETAS = (0.9, 0.95)  # the usual LLM-pretraining betas (GPT-3, Llama); β2 
 
 
 class NonFiniteLossError(RuntimeError):
-    """Training produced NaN/inf loss; the local model must be reset to the global one, not pushed."""
+    """Every step of a round had a non-finite loss or gradient: reset to the global model, do not push."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class TrainStats:
     stopped_by: Literal["steps", "deadline", "max_steps"]
     lr: float
     grad_norm: float
+    skipped_steps: int = 0  # steps whose gradient was not finite: data consumed, parameters left as they were
 
 
 def warmup_lr(step: int, base_lr: float, warmup_steps: int) -> float:
@@ -53,12 +59,47 @@ def warmup_lr(step: int, base_lr: float, warmup_steps: int) -> float:
     return base_lr * min(1.0, (step + 1) / warmup_steps)
 
 
+def scheduled_lr(step: int, cfg: TrainingConfig) -> float:
+    """The inner learning rate of `step`: warm-up, then constant or a cosine decay to a floor.
+
+    Cosine (`lr_schedule="cosine"`) runs from `lr` down to `lr * lr_min_ratio` over the `lr_decay_steps`
+    steps after warm-up (`max_steps` when 0) and stays at the floor afterwards (nanoGPT's `get_lr`).
+    """
+    lr = warmup_lr(step, cfg.lr, cfg.warmup_steps)
+    if cfg.lr_schedule == "constant" or step < cfg.warmup_steps:
+        return lr
+    span = cfg.lr_decay_steps or max(1, cfg.max_steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.lr * cfg.lr_min_ratio
+    return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - floor)
+
+
+def split_rows(rows: int, n: int) -> list[int]:
+    """`rows` split into `n` near-equal parts, larger first; parts may be empty when rows < n."""
+    if rows < 0 or n < 1:
+        raise ValueError(f"need rows >= 0 and n >= 1, got rows={rows}, n={n}")
+    return [rows // n + (1 if i < rows % n else 0) for i in range(n)]
+
+
 def micro_batches(batch_size: int, micro: int) -> list[int]:
     """Split `batch_size` rows into ceil(batch_size / micro) micro-batches of near-equal size."""
     if batch_size < 1 or micro < 1:
         raise ValueError(f"batch_size and micro must be >= 1, got {batch_size} and {micro}")
-    n = -(-batch_size // micro)
-    return [batch_size // n + (1 if i < batch_size % n else 0) for i in range(n)]
+    return split_rows(batch_size, -(-batch_size // micro))
+
+
+def micro_plan(batch_size: int, micro: int, rank: int = 0, world: int = 1) -> list[int]:
+    """Rows of each micro-step on `rank`: the same number of micro-steps on every rank of `world`.
+
+    The count is set by the rank with the most rows (ceil(batch_size / world) split into micro-batches
+    of at most `micro`), so FSDP's per-pass collectives match on every rank; a rank with fewer rows
+    gets smaller micro-batches, or an empty one it must still run (with zero weight).
+    """
+    if batch_size < 1 or micro < 1:
+        raise ValueError(f"batch_size and micro must be >= 1, got {batch_size} and {micro}")
+    rows = rank_rows(batch_size, rank, world)
+    most = -(-batch_size // world)
+    return split_rows(rows.stop - rows.start, -(-most // micro))
 
 
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -105,8 +146,12 @@ class LocalTrainer:
         self.rows = rows.stop - rows.start  # this rank's share of every global batch
         micro = micro_batch_size or cfg.micro_batch_size
         if not micro:
-            micro = pick_micro_batch(model, stream.block_size, self.device, self.rows, self.precision)
-        self.micro_batch_size = micro
+            most = -(-cfg.batch_size // world)  # the largest share of any rank
+            micro = pick_micro_batch(model, stream.block_size, self.device, most, self.precision, self._all_agree)
+        # Every rank must run the same plan: the smallest micro-batch any rank can hold (one rank may be
+        # shorter of memory, or configured differently) sets it for all.
+        self.micro_batch_size = int(self._all_reduce(torch.tensor(micro, device=self.device), "MIN").item())
+        self.plan = micro_plan(cfg.batch_size, self.micro_batch_size, rank, world)
         self.optimizer = torch.optim.AdamW(
             _param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=ADAM_BETAS, eps=1e-8
         )
@@ -115,29 +160,47 @@ class LocalTrainer:
         self.step = 0
 
     def _set_lr(self) -> float:
-        lr = warmup_lr(self.step, self.cfg.lr, self.cfg.warmup_steps)
+        lr = scheduled_lr(self.step, self.cfg)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
 
-    def _train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """One optimizer step over a full batch; returns (sum of per-row loss on this rank, grad norm)."""
+    def _micro_steps(self, batch: torch.Tensor) -> Iterator[tuple[torch.Tensor, int]]:
+        """(rows on the device, their count) per micro-step of `self.plan`; an empty micro-step yields one
+        stand-in row with count 0, so this rank still runs the pass (and its collectives) at zero weight."""
+        start = 0
+        for size in self.plan:
+            if size:
+                chunk = batch[start : start + size]
+            else:
+                chunk = batch[:1] if batch.shape[0] else torch.zeros(1, batch.shape[1], dtype=batch.dtype)
+            start += size
+            yield chunk.to(self.device, non_blocking=True), size
+
+    def _train_step(self) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """One optimizer step over a full batch: (sum of per-row loss on this rank, grad norm, applied).
+
+        A step whose gradient norm is not finite leaves the parameters and AdamW's moments untouched
+        (the norm is global under FSDP, so every rank skips together); GradScaler also lowers its scale.
+        """
         batch = self.stream.next_batch(self.cfg.batch_size, self.rank, self.world)  # (rows, T+1)
         loss_sum = torch.zeros((), device=self.device)
-        for chunk in batch.split(micro_batches(batch.shape[0], self.micro_batch_size)):
-            chunk = chunk.to(self.device, non_blocking=True)
+        for chunk, rows in self._micro_steps(batch):
             with autocast(self.precision, self.device):
                 loss = lm_loss(self.model, chunk)
             # Weight each micro-batch by its share of the global batch; FSDP averages ranks, hence × world.
-            self.scaler.scale(loss * (chunk.shape[0] * self.world / self.cfg.batch_size)).backward()
-            loss_sum += loss.detach() * chunk.shape[0]
+            self.scaler.scale(loss * (rows * self.world / self.cfg.batch_size)).backward()
+            loss_sum += loss.detach() * rows
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
-        self.scaler.step(self.optimizer)
+        norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        applied = bool(torch.isfinite(norm).item())
+        if applied or self.scaler.is_enabled():
+            self.scaler.step(self.optimizer)  # an enabled scaler skips the step itself when it found inf/NaN
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return loss_sum, grad_norm
+        return loss_sum, norm, applied
 
     def _all_reduce(self, values: torch.Tensor, op: str = "SUM") -> torch.Tensor:
         if self.world > 1:
@@ -145,6 +208,10 @@ class LocalTrainer:
 
             dist.all_reduce(values, op=getattr(dist.ReduceOp, op))
         return values
+
+    def _all_agree(self, ok: bool) -> bool:
+        """True on every rank when `ok` is true on every rank (one collective under FSDP)."""
+        return bool(self._all_reduce(torch.tensor(int(ok), device=self.device), "MIN").item())
 
     def _past(self, deadline: float | None) -> bool:
         """Whether the deadline has passed; under FSDP any rank past it stops all (they share collectives)."""
@@ -162,7 +229,7 @@ class LocalTrainer:
         else:
             limit = "steps"
         self.model.train()
-        start, steps, stopped_by = self.clock(), 0, limit
+        start, steps, skipped, stopped_by = self.clock(), 0, 0, limit
         loss_sum = torch.zeros((), device=self.device)
         grad_norm = torch.zeros((), device=self.device)
         lr = self._set_lr()
@@ -172,8 +239,12 @@ class LocalTrainer:
                 break
             t0 = self.clock()
             lr = self._set_lr()
-            step_loss, grad_norm = self._train_step()
-            loss_sum += step_loss
+            step_loss, norm, applied = self._train_step()
+            if applied:
+                loss_sum += step_loss
+                grad_norm = norm
+            else:
+                skipped += 1
             steps += 1
             if self.slowdown > 1.0:
                 if self.device.type == "cuda":
@@ -183,14 +254,16 @@ class LocalTrainer:
                     extra = min(extra, max(0.0, deadline - self.clock()))
                 self.sleep(extra)
         seconds = self.clock() - start
-        rows_seen = torch.tensor(float(steps * self.rows), device=self.device)
+        applied = steps - skipped
+        if steps and not applied:
+            raise NonFiniteLossError(
+                f"all {steps} steps up to step {self.step} had a non-finite loss or gradient; reload the global model"
+            )
+        rows_seen = torch.tensor(float(applied * self.rows), device=self.device)
         totals = self._all_reduce(torch.stack([loss_sum, rows_seen]))
-        mean_loss = float(totals[0] / totals[1]) if steps else math.nan
-        if steps and not math.isfinite(mean_loss):
-            raise NonFiniteLossError(f"loss became {mean_loss} by step {self.step}; reload the global model")
-        samples = steps * self.cfg.batch_size
+        mean_loss = float(totals[0] / totals[1]) if applied else math.nan
+        samples = applied * self.cfg.batch_size  # what the delta holds: a skipped step changed nothing
         tokens = samples * self.stream.block_size
-        norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         return TrainStats(
             steps=steps,
             tokens=tokens,
@@ -200,7 +273,8 @@ class LocalTrainer:
             seconds=seconds,
             stopped_by=stopped_by,
             lr=lr,
-            grad_norm=float(norm),
+            grad_norm=float(grad_norm),
+            skipped_steps=skipped,
         )
 
     @torch.no_grad()
@@ -212,12 +286,11 @@ class LocalTrainer:
         try:
             # Global eval batches of `batch_size` rows: the same held-out set whatever the GPU count.
             for batch in self.stream.eval_batches(n_batches, self.cfg.batch_size, self.rank, self.world):
-                for chunk in batch.split(micro_batches(batch.shape[0], self.micro_batch_size)):
-                    chunk = chunk.to(self.device, non_blocking=True)
+                for chunk, rows in self._micro_steps(batch):  # the training plan: same passes on every rank
                     with autocast(self.precision, self.device):
                         loss = lm_loss(self.model, chunk)
-                    totals[0] += loss.float() * chunk.shape[0]
-                    totals[1] += chunk.shape[0]
+                    totals[0] += loss.float() * rows
+                    totals[1] += rows
         finally:
             self.model.train(was_training)
         if self.world > 1:

@@ -1,14 +1,12 @@
-"""FSDP2 across two CPU ranks (gloo, torchrun) computes the same delta as one process."""
+"""FSDP2 across two CPU ranks (gloo, torchrun) computes the same delta as one process, even on an uneven batch."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import client_fsdp_worker as worker
 import pytest
 import torch
+import uneven_batch_worker
+from torchrun_launch import torchrun
 
 STEPS = 4
 
@@ -17,17 +15,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path, monkeypatch):
     # Prepare: one in-process run (world 1) and one torchrun launch of two ranks, same seed and data.
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     worker.run(tmp_path / "one.pt", STEPS)
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # cwd outside the repository: its `operator/` folder would shadow the stdlib module in the launcher.
-    proc = subprocess.run(
-        [*launch, worker.__file__, str(tmp_path / "two.pt"), str(STEPS)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    proc = torchrun(worker.__file__, str(tmp_path / "two.pt"), str(STEPS), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
     one = torch.load(tmp_path / "one.pt", weights_only=True)
@@ -44,3 +32,19 @@ def test_two_gloo_ranks_match_one_process(tmp_path, monkeypatch):
     # Broadcasting a flat model into the shards and reloading the gathered optimizer state resumes exactly.
     assert one["moved"] > 0 and two["moved"] > 0
     assert one["resume_diff"] == 0.0 and two["resume_diff"] == 0.0
+
+
+def test_uneven_batch_runs_the_same_passes_on_every_rank_with_the_exact_gradient(tmp_path):
+    """Batch 5 over 2 ranks in micro-batches of 2: rank 0 has 2 rows, rank 1 has 3, and both finish."""
+    # Execute
+    proc = torchrun(uneven_batch_worker.__file__, str(tmp_path / "uneven.pt"), cwd=tmp_path)
+
+    # Assert: no hang; rank 0 ran 2 passes of 1 row to match rank 1's 2 + 1; gradients as if unsharded.
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    got = torch.load(tmp_path / "uneven.pt", weights_only=True)
+    assert (got["world"], got["plan"], got["steps"], got["captured"]) == (2, [1, 1], 2, 2)
+    assert max(got["grad_errors"]) < 1e-5, got["grad_errors"]
+    assert got["mean_loss"] == pytest.approx(got["ref_mean_loss"], rel=1e-5)
+    assert got["eval_loss"] == pytest.approx(got["ref_eval_loss"], rel=1e-5)
+    # The micro-batch probe reserves AdamW memory for this rank's shards only (they add up to the model).
+    assert got["reserved"] < got["adamw_full"] and got["reserved_all"] == got["adamw_full"]

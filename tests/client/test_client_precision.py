@@ -83,3 +83,23 @@ def test_largest_fitting_does_not_swallow_other_errors():
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
         largest_fitting(4, broken, lambda: None, "on test")
+
+
+def test_largest_fitting_halves_every_rank_when_one_runs_out_of_memory():
+    """Two ranks probe in lockstep: this one fits 16, the other only 4, so both settle on 4."""
+    # Prepare: `agree` plays the all-reduce MIN with a rank that fits up to 4.
+    tried, other = [], _fits_up_to(4, [])
+
+    def agree(ok):
+        try:
+            other(tried[-1])
+            return ok
+        except RuntimeError:
+            return False
+
+    # Execute
+    micro = largest_fitting(32, _fits_up_to(16, tried), lambda: None, "on test", agree)
+
+    # Assert: this rank's own probe succeeded at 16 and 8, yet it went on halving with the other rank.
+    assert micro == 4
+    assert tried == [32, 16, 8, 4]

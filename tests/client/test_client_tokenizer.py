@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from client_agent.tokenizer import ByteTokenizer, Tokenizer, TokenizerError, load_tokenizer, token_dtype
+from client_agent.tokenizer import (
+    ByteTokenizer,
+    Tokenizer,
+    TokenizerError,
+    check_vocab,
+    load_tokenizer,
+    token_dtype,
+)
 
 
 def test_byte_tokenizer_round_trip():
@@ -56,3 +64,39 @@ def test_token_dtype():
     assert token_dtype(257) == np.uint16
     assert token_dtype(50257) == np.uint16
     assert token_dtype(128256) == np.uint32
+
+
+class FakeTokenizer:
+    """Only the sizes `check_vocab` reads."""
+
+    def __init__(self, vocab_size: int, eos_id: int) -> None:
+        self.name, self.vocab_size, self.eos_id = "fake", vocab_size, eos_id
+
+
+@pytest.mark.parametrize(
+    ("vocab", "eos", "model_vocab", "ok"),
+    [
+        (257, 256, 257, True),  # the byte tokenizer with the default model
+        (50257, 50256, 50304, True),  # GPT-2 with nanoGPT's padded embedding
+        (50257, 50256, 257, False),  # an HF tokenizer with the default 257-entry model: IndexError later
+        (258, 256, 257, False),  # one id too many
+        (100, 300, 257, False),  # EOS outside the embedding
+    ],
+)
+def test_check_vocab_refuses_ids_the_model_cannot_embed(vocab, eos, model_vocab, ok):
+    tok = FakeTokenizer(vocab, eos)
+    if ok:
+        check_vocab(tok, model_vocab)
+    else:
+        with pytest.raises(TokenizerError, match=f"embeds {model_vocab}"):
+            check_vocab(tok, model_vocab)
+
+
+def test_hf_tokenizer_with_the_default_model_really_fails_without_the_check():
+    """The reference for the table above: an id >= the model's vocabulary breaks the embedding lookup."""
+    from client_agent.model import build_model, lm_loss
+    from geofed.config import ModelConfig
+
+    model = build_model(ModelConfig(n_layer=1, n_embd=32, block_size=8))
+    with pytest.raises(IndexError):
+        lm_loss(model, torch.full((1, 9), 50256))

@@ -14,7 +14,15 @@ from client_agent.data import TokenStream
 from client_agent.flat import flatten, load_flat_
 from client_agent.model import build_model
 from client_agent.tokenizer import ByteTokenizer
-from client_agent.trainer import LocalTrainer, NonFiniteLossError, micro_batches, warmup_lr
+import client_agent.trainer as trainer_module
+from client_agent.trainer import (
+    LocalTrainer,
+    NonFiniteLossError,
+    micro_batches,
+    micro_plan,
+    scheduled_lr,
+    warmup_lr,
+)
 from geofed.config import ModelConfig, TrainingConfig
 
 MODEL = ModelConfig(n_layer=2, n_head=4, n_embd=64, block_size=32, seed=1)
@@ -44,6 +52,46 @@ def test_warmup_lr(step, warmup, lr):
 )
 def test_micro_batches(batch, micro, plan):
     assert micro_batches(batch, micro) == plan
+
+
+@pytest.mark.parametrize(
+    ("batch", "micro", "world", "plans"),
+    [
+        (5, 2, 2, [[1, 1], [2, 1]]),  # rank 0 has 2 rows, rank 1 has 3: both run 2 passes
+        (8, 4, 2, [[4], [4]]),
+        (5, 1, 2, [[1, 1, 0], [1, 1, 1]]),  # rank 0 joins the third pass with no rows
+        (7, 3, 1, [[3, 2, 2]]),
+        (9, 2, 4, [[1, 1], [1, 1], [1, 1], [2, 1]]),
+    ],
+)
+def test_micro_plan_gives_every_rank_the_same_number_of_passes(batch, micro, world, plans):
+    got = [micro_plan(batch, micro, rank, world) for rank in range(world)]
+    assert got == plans
+    assert sum(map(sum, got)) == batch and all(max(p) <= micro for p in got)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "step", "lr"),
+    [
+        ("constant", 0, 0.25),  # warm-up over 4 steps
+        ("constant", 50, 1.0),
+        ("cosine", 0, 0.25),
+        ("cosine", 4, 1.0),  # warm-up done: the peak
+        ("cosine", 54, 0.55),  # half-way through the 100 decay steps: 0.1 + (1 - 0.1) / 2
+        ("cosine", 104, 0.1),  # the floor
+        ("cosine", 500, 0.1),  # stays there
+    ],
+)
+def test_scheduled_lr_warms_up_then_decays_to_the_floor(schedule, step, lr):
+    cfg = TrainingConfig(lr=1.0, warmup_steps=4, lr_schedule=schedule, lr_decay_steps=100, lr_min_ratio=0.1)
+    assert scheduled_lr(step, cfg) == pytest.approx(lr)
+
+
+def test_cosine_decay_defaults_to_max_steps_and_needs_an_end():
+    cfg = TrainingConfig(lr=1.0, warmup_steps=0, lr_schedule="cosine", max_steps=10, lr_min_ratio=0.0)
+    assert [round(scheduled_lr(s, cfg), 4) for s in (0, 5, 10)] == [1.0, 0.5, 0.0]
+    with pytest.raises(ValueError, match="needs lr_decay_steps"):
+        TrainingConfig(lr_schedule="cosine")
 
 
 def test_training_reduces_loss_on_repeated_text():
@@ -127,6 +175,50 @@ def test_resume_continues_exactly():
 
     assert relaunched.step == trainer.step == 5
     assert torch.equal(flatten(relaunched.model), flatten(trainer.model))
+
+
+def poison_steps(monkeypatch, bad_steps, passes_per_step):
+    """Make the loss NaN in every micro-step of the given steps (an fp16 overflow, say)."""
+    calls = itertools.count()
+    real = trainer_module.lm_loss
+
+    def loss(model, chunk):
+        step = next(calls) // passes_per_step
+        out = real(model, chunk)
+        return out * float("nan") if step in bad_steps else out
+
+    monkeypatch.setattr(trainer_module, "lm_loss", loss)
+
+
+def test_a_non_finite_step_is_skipped_like_grad_scaler_skips_it(monkeypatch):
+    """Steps 0 and 2 train; step 1's NaN loss leaves the parameters as if it never ran, bar its data."""
+    # Prepare: the reference trains step 0, drops step 1's batch, trains step 2.
+    reference = make()
+    reference.train(1)
+    reference.stream.next_batch(8)
+    reference.step += 1
+    reference.train(1)
+    trainer = make()
+    poison_steps(monkeypatch, {1}, passes_per_step=2)
+
+    # Execute
+    stats = trainer.train(3)
+
+    # Assert
+    assert (stats.steps, stats.skipped_steps, stats.samples) == (3, 1, 16)
+    assert math.isfinite(stats.mean_loss) and math.isfinite(stats.grad_norm)
+    assert torch.equal(flatten(trainer.model), flatten(reference.model))
+
+
+def test_a_round_with_every_step_non_finite_raises_and_changes_nothing(monkeypatch):
+    trainer = make()
+    before = flatten(trainer.model)
+    poison_steps(monkeypatch, {0, 1, 2}, passes_per_step=2)
+
+    with pytest.raises(NonFiniteLossError, match="reload the global model"):
+        trainer.train(3)
+
+    assert torch.equal(flatten(trainer.model), before)
 
 
 def test_non_finite_loss_is_raised():
