@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+import client_agent.trainer as trainer_module
 from client_agent.data import TokenStream
 from client_agent.flat import flatten, load_flat_
 from client_agent.model import build_model
 from client_agent.tokenizer import ByteTokenizer
-import client_agent.trainer as trainer_module
 from client_agent.trainer import (
     LocalTrainer,
     NonFiniteLossError,
