@@ -15,10 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reliability"))
-
-from rel_load import LoadResult, run_load  # noqa: E402
-from rel_procs import Reaper  # noqa: E402
+from geofed_testing.procs import Reaper
+from geofed_testing.reliability.load import LoadResult, run_load
 
 
 def summary(r: LoadResult) -> str:

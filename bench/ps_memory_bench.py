@@ -6,8 +6,6 @@ Usage: .venv/bin/python bench/ps_memory_bench.py [--numel 124000000] [--clients 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -15,13 +13,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from client_agent.ps_client import PSClient
 from geofed.codec import make_codec
-from geofed.protocol.admin_client import AdminClient
-
-GEOFED = str(Path(sys.executable).with_name("geofed"))
+from geofed_apps.launch import PSProcess
 
 
 def _status_kb(pid: int, key: str) -> int:
@@ -35,20 +30,11 @@ def run(numel: int, clients: int, mode: str) -> dict:
     work = Path(tempfile.mkdtemp(prefix="geofed-mem-"))
     fed = {"aggregation": {"mode": "async", "buffer_size": 1 if mode == "apply-each" else clients,
                            "buffer_timeout_s": 600}}
-    (work / "fed.yaml").write_text(yaml.safe_dump(fed))
-    ready = work / "port"
-    ps = subprocess.Popen(
-        [GEOFED, "ps", "--insecure", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-         "--federation", str(work / "fed.yaml"), "--checkpoint-dir", str(work / "ckpt"), "--checkpoint-every", "1000",
-         "--admin-token-file", str(work / "admin"), "--ready-file", str(ready)],
-        stdout=open(work / "ps.log", "wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )
+    ps = PSProcess(work, fed, extra=["--checkpoint-every", "1000"])
     try:
-        while not (ready.exists() and ready.read_text()):
-            time.sleep(0.1)
-        address = f"127.0.0.1:{ready.read_text()}"
-        admin = AdminClient(address, (work / "admin").read_text().strip(), insecure=True)
-        idle_kb = _status_kb(ps.pid, "VmRSS")
+        ps.start()
+        pid, address, admin = ps.proc.pid, ps.address, ps.admin()
+        idle_kb = _status_kb(pid, "VmRSS")
         rng = np.random.default_rng(0)
         theta = rng.standard_normal(numel, dtype=np.float32)
         conns = []
@@ -62,7 +48,7 @@ def run(numel: int, clients: int, mode: str) -> dict:
         conns[0].push(base_version=0, codec_header=header, frames=frames, init=True,
                       manifest=[("flat", (numel,), "float32")])
         init_s = time.perf_counter() - t0
-        after_init_kb = _status_kb(ps.pid, "VmRSS")
+        after_init_kb = _status_kb(pid, "VmRSS")
         delta = (rng.standard_t(3, numel) * 1e-3).astype(np.float32)
         t0 = time.perf_counter()
         codec = make_codec("int8", "huffman")
@@ -82,7 +68,7 @@ def run(numel: int, clients: int, mode: str) -> dict:
         for t in threads:
             t.join()
         push_s = time.perf_counter() - t0
-        peak_kb = _status_kb(ps.pid, "VmHWM")
+        peak_kb = _status_kb(pid, "VmHWM")
         status = admin.status()
         for c in conns:
             c.close()
@@ -99,7 +85,6 @@ def run(numel: int, clients: int, mode: str) -> dict:
         }
     finally:
         ps.kill()
-        ps.wait()
 
 
 def table(rows: list[dict], command: str) -> str:

@@ -21,31 +21,21 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-from client_agent.corpus import stdlib_split
+from client_agent.corpus import stdlib_split, write_file_list
 from geofed.protocol.admin_client import AdminClient
+from geofed_apps.launch import PSProcess, start_client, stop, wait_until
 
-GEOFED = str(Path(sys.executable).with_name("geofed"))
 PRESETS = {
     "gpt2-124m": {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "block_size": 256},
     "small": {"n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 128},
 }
-ENV = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def _wait_for(path: Path, pattern: str, timeout: float, proc: subprocess.Popen | None = None) -> re.Match:
-    deadline = time.monotonic() + timeout
+def _wait_for(path: Path, pattern: str, timeout: float, proc: subprocess.Popen) -> re.Match:
+    """The first match of `pattern` in the client's log, polled every 20 ms."""
     rx = re.compile(pattern)
-    while time.monotonic() < deadline:
-        if path.exists():
-            m = rx.search(path.read_text())
-            if m:
-                return m
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited {proc.returncode}:\n{path.read_text()[-3000:]}")
-        time.sleep(0.02)
-    raise TimeoutError(f"{pattern!r} not seen in {path}:\n{path.read_text()[-3000:] if path.exists() else ''}")
+    return wait_until(lambda: path.exists() and rx.search(path.read_text()), timeout, f"{pattern!r} in {path}",
+                      period=0.02, dead=lambda: None if proc.poll() is None else f"the client exited {proc.returncode}")
 
 
 def _drop_caches() -> bool:
@@ -65,74 +55,27 @@ def run(preset: str, tries: int) -> list[dict]:
         "aggregation": {"mode": "async", "buffer_size": 1},
         "codec": {"name": "int8"},
     }
-    (work / "fed.yaml").write_text(yaml.safe_dump(fed))
-    data = work / "client.list"
-    data.write_text("".join(f"{p}\n" for p in stdlib_split(2).clients[0][:50]))
-    ready = work / "port"
-    ps = subprocess.Popen(
-        [
-            GEOFED,
-            "ps",
-            "--insecure",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--federation",
-            str(work / "fed.yaml"),
-            "--checkpoint-dir",
-            str(work / "ckpt"),
-            "--admin-token-file",
-            str(work / "admin"),
-            "--ready-file",
-            str(ready),
-        ],
-        stdout=open(work / "ps.log", "wb"),
-        stderr=subprocess.STDOUT,
-        env=ENV,
-    )
+    data = write_file_list(work / "client.list", stdlib_split(2).clients[0][:50])
+    ps = PSProcess(work, fed)
     rows = []
     try:
-        while not (ready.exists() and ready.read_text()):
-            time.sleep(0.05)
-        address = f"127.0.0.1:{ready.read_text()}"
-        admin = AdminClient(address, (work / "admin").read_text().strip(), insecure=True, timeout_s=60)
+        ps.start()
+        admin = AdminClient(ps.address, ps.admin_credential, insecure=True, timeout_s=60)
 
         def launch(attempt: int, master: bool) -> tuple[subprocess.Popen, Path, float]:
             token, _ = admin.create_token("bench.c0", master=master)
-            (work / "token").write_text(token)
             log = work / f"client-{attempt}.log"
             t0 = time.monotonic()
-            proc = subprocess.Popen(
-                [
-                    GEOFED,
-                    "client",
-                    "--ps",
-                    address,
-                    "--client-id",
-                    "bench.c0",
-                    "--token-file",
-                    str(work / "token"),
-                    "--data",
-                    str(data),
-                    "--work-dir",
-                    str(work / "client"),
-                    "--insecure",
-                ],
-                stdout=open(log, "wb"),
-                stderr=subprocess.STDOUT,
-                env=ENV,
-            )
+            # Every thread the machine has: the time to first step is what is measured.
+            proc = start_client(token, work / "token", log, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                ps=ps.address, client_id="bench.c0", data=data, work_dir=work / "client")
             return proc, log, t0
 
         proc, log, _ = launch(0, master=True)
         _wait_for(log, r"event=sync client=bench.c0 round=1", 1800, proc)  # checkpoint written after the sync
         for attempt in range(1, tries + 1):
             for cold in (False, True):
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+                stop(proc, signal.SIGKILL)
                 dropped = _drop_caches() if cold else False
                 proc, log, t0 = launch(attempt * 2 + cold, master=False)
                 m = _wait_for(log, r"event=first_step client=\S+ seconds_since_start=([0-9.]+)", 600, proc)
@@ -150,7 +93,7 @@ def run(preset: str, tries: int) -> list[dict]:
                 )
                 print(rows[-1], flush=True)
                 _wait_for(log, r"event=sync client=bench.c0 round=1", 1800, proc)
-        proc.kill()
+        stop(proc, signal.SIGKILL)
         admin.close()
     finally:
         ps.kill()
@@ -196,7 +139,6 @@ def main() -> int:
     text = table(rows, "python bench/rejoin_bench.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.write:
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_markers import replace_section
 
         replace_section(Path(args.write), "rejoin", text)

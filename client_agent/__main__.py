@@ -3,10 +3,10 @@
 import os
 import sys
 
-from geofed.cli import main
+from client_agent.cli import main
 
 if __name__ == "__main__":
-    code = main(["client", *sys.argv[1:]])
+    code = main()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import torch.distributed as dist
 

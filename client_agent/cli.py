@@ -1,4 +1,4 @@
-"""`geofed client` (one site's agent) and `geofed local` (a whole federation on this machine)."""
+"""`geofed client`: one site's agent, from flags to exit code (also `python -m client_agent`, torchrun's entry)."""
 
 from __future__ import annotations
 
@@ -7,33 +7,34 @@ import sys
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register `geofed client` on the top-level CLI (see `geofed_apps.cli`)."""
+    client = sub.add_parser("client", help="run one client agent", description="Train locally and sync with a PS.")
+    _add_client_flags(client)
+    client.set_defaults(func=run_client)
+
+
+def _add_client_flags(parser: argparse.ArgumentParser) -> None:
     from geofed.cli_flags import add_model_flags
     from geofed.config import ClientConfig
 
-    client = sub.add_parser("client", help="run one client agent", description="Train locally and sync with a PS.")
-    add_model_flags(client, ClientConfig)
-    client.add_argument("--log-level", default="INFO")
-    client.set_defaults(func=run_client)
-
-    local = sub.add_parser("local", help="run a whole federation on this machine (the embedded default)",
-                           description="Start a PS and N clients on 127.0.0.1 and train a small GPT-2-style model "
-                                       "on the Python standard library's sources, split by module across clients.")
-    local.add_argument("--clients", type=int, default=3, help="number of client processes (default 3)")
-    local.add_argument("--data", help="train on this directory of .txt/.jsonl files instead (split across clients)")
-    local.add_argument("--duration", type=float, default=100.0, help="seconds of training (default 100)")
-    local.add_argument("--run-dir", default="runs", help="parent folder of the run directory (default ./runs)")
-    local.add_argument("--slow-client", type=float, default=1.0, metavar="FACTOR",
-                       help="slow the last client down by FACTOR to show heterogeneity (default 1 = off)")
-    local.add_argument("--federation", help="federation settings file overriding the local defaults")
-    local.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a federation setting")
-    local.add_argument("--quiet", action="store_true", help="only the summary lines")
-    local.set_defaults(func=run_local)
+    add_model_flags(parser, ClientConfig)
+    parser.add_argument("--log-level", default="INFO")
 
 
-def run_client(args) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m client_agent ARGS` = `geofed client ARGS`."""
+    parser = argparse.ArgumentParser(prog="python -m client_agent", description="Train locally and sync with a PS.")
+    _add_client_flags(parser)
+    return run_client(parser.parse_args(argv))
+
+
+def run_client(args: argparse.Namespace) -> int:
+    """Run the agent; its expected failures become one readable line and an exit code (see `errors`)."""
     from geofed.cli_flags import SettingsError, model_from_flags
     from geofed.config import ClientConfig
     from geofed.logs import setup_logging
+
+    from .errors import exit_code_for
 
     setup_logging(args.log_level)
     try:
@@ -41,18 +42,15 @@ def run_client(args) -> int:
     except SettingsError as exc:
         print(f"geofed client: {exc}", file=sys.stderr)
         return 2
-    from .errors import run_with_readable_errors
+    from .agent import ClientAgent
 
-    return run_with_readable_errors("geofed client", cfg)
-
-
-def run_local(args) -> int:
-    from .local import LocalOptions, run_local_federation
-
-    if args.clients < 1 or args.clients > 16:
-        print("geofed local: --clients must be between 1 and 16", file=sys.stderr)
-        return 2
-    opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
-                        slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
-                        quiet=args.quiet)
-    return run_local_federation(opts)
+    try:
+        return ClientAgent(cfg).run()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        code = exit_code_for(exc)
+        if code is None:
+            raise
+        print(f"geofed client: {exc}", file=sys.stderr)
+        return code

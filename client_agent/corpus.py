@@ -155,21 +155,23 @@ def split_directory(directory: str | Path, n: int, seed: int = 0) -> list[list[P
     return [[p for name in names for p in groups[name]] for names in bins]
 
 
+def write_file_list(path: str | Path, files: Iterable[Path]) -> Path:
+    """Write a `.list` file, one path per line: what `--data` accepts instead of a directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{p}\n" for p in files), encoding="utf-8")
+    return path
+
+
 def write_split(split: CorpusSplit, out_dir: str | Path) -> list[Path]:
-    """Write `client-<i>.txt` (one path per line) per client plus `eval.txt`; returns the client lists."""
+    """Write `client-<i>.list` per client plus `eval.list`; returns the client lists."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for i, files in enumerate(split.clients):
-        path = out_dir / f"client-{i}.txt"
-        path.write_text("".join(f"{p}\n" for p in files), encoding="utf-8")
-        written.append(path)
-    (out_dir / "eval.txt").write_text("".join(f"{p}\n" for p in split.eval), encoding="utf-8")
-    return written
+    write_file_list(out_dir / "eval.list", split.eval)
+    return [write_file_list(out_dir / f"client-{i}.list", files) for i, files in enumerate(split.clients)]
 
 
 def read_file_list(path: str | Path) -> list[Path]:
-    """Read a list written by `write_split`; blank lines ignored."""
+    """Read a list written by `write_file_list`; blank lines ignored."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"file list {str(path)!r} does not exist")

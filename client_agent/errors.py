@@ -1,18 +1,13 @@
-"""Turn the client's expected failures into one readable line and a non-zero exit, never a bare traceback."""
+"""The client's expected failures and the exit code each earns: 2 bad input, 3 PS or auth, 4 disk.
+
+Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
-import logging
-import sys
 
-from geofed.config import ClientConfig
-
-log = logging.getLogger("geofed.client")
-
-
-def run_with_readable_errors(prog: str, cfg: ClientConfig) -> int:
-    """Run the agent; map known errors to exit codes (2 bad input, 3 PS/auth, 4 disk)."""
-    from .agent import ClientAgent
+def expected_errors() -> dict[type[Exception], int]:
+    """Each expected error type and its exit code (imported here, when needed: the types pull in torch)."""
     from .checkpoint import CheckpointError
     from .corpus import CorpusError
     from .data import DataError
@@ -20,16 +15,10 @@ def run_with_readable_errors(prog: str, cfg: ClientConfig) -> int:
     from .ps_client import JoinError, PushError
     from .tokenizer import TokenizerError
 
-    try:
-        return ClientAgent(cfg).run()
-    except (DataError, CorpusError, ModelConfigError, TokenizerError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    except (JoinError, PushError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 3
-    except CheckpointError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 4
-    except KeyboardInterrupt:
-        return 130
+    return {DataError: 2, CorpusError: 2, ModelConfigError: 2, TokenizerError: 2,
+            JoinError: 3, PushError: 3, CheckpointError: 4}
+
+
+def exit_code_for(exc: Exception) -> int | None:
+    """The exit code of an expected failure; None for anything else."""
+    return next((code for kind, code in expected_errors().items() if isinstance(exc, kind)), None)

@@ -17,6 +17,21 @@ class SettingsError(ValueError):
     """Settings could not be loaded; the message names the file or key and the problem."""
 
 
+def command_parser(prog: str, description: str, *subsystems: Any) -> argparse.ArgumentParser:
+    """A parser with one subcommand per `add_commands(subparsers)` of each of `subsystems` (cli modules)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for subsystem in subsystems:
+        subsystem.add_commands(sub)
+    return parser
+
+
+def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse `argv` and run the chosen subcommand's handler; its exit code."""
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -16,6 +16,8 @@ COPY geofed ./geofed
 COPY ps_server ./ps_server
 COPY client_agent ./client_agent
 COPY operator ./operator
+COPY geofed_apps ./geofed_apps
+COPY geofed_testing ./geofed_testing
 RUN pip install --constraint constraints.txt --extra-index-url ${TORCH_INDEX} . \
     && rm -rf /src
 RUN groupadd --gid 10001 geofed && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin geofed

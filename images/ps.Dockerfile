@@ -11,6 +11,8 @@ COPY geofed ./geofed
 COPY ps_server ./ps_server
 COPY client_agent ./client_agent
 COPY operator ./operator
+COPY geofed_apps ./geofed_apps
+COPY geofed_testing ./geofed_testing
 # CPU wheels of torch (the PS keeps the global model in fp32 host memory); versions from constraints.txt.
 RUN pip install --constraint constraints.txt --extra-index-url https://download.pytorch.org/whl/cpu .
 

@@ -85,8 +85,3 @@ def idle_fraction(c: ClientResult) -> float | None:
     """Share of the client's accounted time spent waiting for a model; None before its first sync."""
     return c.idle_s / c.accounted_s if c.accounted_s > 0 else None
 
-
-def payload_per_sync(c: ClientResult) -> float | None:
-    """Mean encoded bytes per push (None if it never pushed)."""
-    pushed = c.syncs - c.statuses.get("STALE", 0)
-    return c.payload_bytes / pushed if pushed else None

@@ -3,43 +3,20 @@
 The PS checkpoints each new version (`--checkpoint-every 1`, nothing pruned during a benchmark); a
 checkpoint's mtime is when that version existed. Evaluating after the run keeps the harness from
 competing with the clients for the two CPU cores while they train. The evaluator is `geofed local`'s
-`GlobalEvaluator` (same held-out modules, same fixed batches), so numbers match that command's.
+(`geofed_apps.evaluate`: same held-out modules, same fixed batches), so numbers match that command's.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from geofed_apps.evaluate import load_flat, published
+
 from .analysis import cumulative_at, thin_versions
 from .results import CurvePoint
-
-_VERSION = re.compile(r"-v(\d+)\.")
-
-
-def published(ckpt_dir: Path) -> list[tuple[int, float, Path]]:
-    """(version, mtime as time.time(), path) of every PS checkpoint in `ckpt_dir`, oldest version first."""
-    from ps_server.checkpoint import CheckpointStore
-
-    if not ckpt_dir.is_dir():
-        return []
-    found = []
-    for path in CheckpointStore(ckpt_dir).files():
-        m = _VERSION.search(path.name)
-        if m is None:
-            raise ValueError(f"cannot read a version number from checkpoint file name {path.name!r}")
-        found.append((int(m.group(1)), path.stat().st_mtime, path))
-    return sorted(found)
-
-
-def load_flat(path: Path) -> np.ndarray:
-    """The global parameters stored in one PS checkpoint (read by the PS's own loader: no pickle)."""
-    from ps_server.checkpoint import CheckpointStore
-
-    return CheckpointStore.load(path).flat
 
 
 def evaluate_versions(

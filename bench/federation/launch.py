@@ -8,11 +8,9 @@ when clients are stopped. Losses are computed afterwards from the PS checkpoints
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,13 +19,14 @@ from pathlib import Path
 import yaml
 
 from geofed.config import FederationConfig
+from geofed_apps.evaluate import load_flat, published
+from geofed_apps.launch import PSProcess, StartError, start_client, stop_all, wait_until
 
 from .accounting import client_result, delta_tokens, read_metrics, within
-from .evaluate import evaluate_versions, load_flat, published
+from .evaluate import evaluate_versions
 from .results import RunResult
 from .scenario import Scenario
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 Log = Callable[[str], None]
 
 
@@ -45,49 +44,10 @@ class DataSplit:
 
 def prepare_data(scenario: Scenario, root: Path) -> DataSplit:
     """Split the stdlib corpus by module across the scenario's clients (as `geofed local` does)."""
-    from client_agent.corpus import stdlib_split
+    from client_agent.corpus import stdlib_split, write_split
 
     split = stdlib_split(len(scenario.clients), seed=scenario.data_seed)
-    folder = root / "data"
-    folder.mkdir(parents=True, exist_ok=True)
-    lists = []
-    for i, files in enumerate(split.clients):
-        path = folder / f"client-{i}.list"
-        path.write_text("".join(f"{p}\n" for p in files), encoding="utf-8")
-        lists.append(path)
-    return DataSplit(tuple(lists), tuple(split.eval))
-
-
-def child_env() -> dict[str, str]:
-    """One BLAS/OpenMP thread per process (2 shared cores), unbuffered logs.
-
-    The single-process baseline runs as `python -m bench.federation.single` with cwd = the repo root, which
-    makes `bench` importable, so PYTHONSAFEPATH (which `make` sets) is dropped for children; PYTHONPATH must
-    not name the root either. The installed package's start-up imports `collections` (and so the real
-    `operator`) before the working directory joins sys.path, which keeps the root's `operator/` harmless.
-    """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    env.pop("PYTHONSAFEPATH", None)
-    return env
-
-
-def flags(**values: object) -> list[str]:
-    """`--name value` pairs for a `geofed` command line (underscores become dashes)."""
-    return [arg for name, value in values.items() for arg in (f"--{name.replace('_', '-')}", str(value))]
-
-
-def _wait_for(
-    what: str, ready: Callable[[], bool], timeout_s: float, alive: Callable[[], str | None]
-) -> None:
-    """Poll `ready` until true; RunError when `alive` reports a death or the timeout passes."""
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        dead = alive()
-        if dead:
-            raise RunError(f"{dead} while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise RunError(f"{what} did not happen within {timeout_s:.0f} s")
-        time.sleep(0.1)
+    return DataSplit(tuple(write_split(split, root / "data")), tuple(split.eval))
 
 
 class FederatedRun:
@@ -107,65 +67,45 @@ class FederatedRun:
     ) -> None:
         self.scenario, self.method, self.fed, self.data = scenario, method, fed, data
         self.dir, self.repeat, self.log, self.keep = run_dir, repeat, log, keep_checkpoints
-        self.procs: list[subprocess.Popen] = []
+        self.ps: PSProcess | None = None
+        self.clients: list[subprocess.Popen] = []
         self.proxies: list = []
-        self.logs: list = []
 
     # ---- processes --------------------------------------------------------------------------------
 
-    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
-        log = open(self.dir / "logs" / f"{name}.log", "wb")  # noqa: SIM115 - closed in _teardown
-        self.logs.append(log)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO_ROOT)
-        self.procs.append(proc)
-        return proc
-
-    def _start_ps(self) -> tuple[subprocess.Popen, int]:
+    def _start_ps(self) -> PSProcess:
         (self.dir / "federation.yaml").write_text(
             yaml.safe_dump(self.fed.model_dump(mode="json"), sort_keys=False)
         )
-        ready = self.dir / "ps.port"
-        ps = self._spawn("ps", [sys.executable, "-m", "geofed.cli", "ps", "--insecure", *flags(
-            host="127.0.0.1", port=0, metrics_port=0, federation=self.dir / "federation.yaml",
-            checkpoint_dir=self.dir / "ps", checkpoint_every=1, keep_checkpoints=1_000_000,
-            admin_token_file=self.dir / "admin.token", ready_file=ready,
-        )])  # fmt: skip
-        _wait_for(
-            "the PS to listen",
-            lambda: ready.is_file() and bool(ready.read_text().strip()),
-            90,
-            lambda: self._dead(ps, "the PS"),
-        )
-        return ps, int(ready.read_text().strip())
+        self.ps = PSProcess(self.dir, self.dir / "federation.yaml", checkpoint_dir=self.dir / "ps",
+                            log=self.dir / "logs" / "ps.log",
+                            extra=["--checkpoint-every", "1", "--keep-checkpoints", "1000000"])
+        try:
+            return self.ps.start(timeout=90)
+        except (StartError, TimeoutError) as exc:
+            raise RunError(f"{str(exc).splitlines()[0]} (see {self.dir / 'logs'})") from None
 
-    def _dead(self, proc: subprocess.Popen, what: str) -> str | None:
-        if proc.poll() is None:
+    def _dead(self) -> str | None:
+        if self.ps is None or self.ps.alive():
             return None
-        return f"{what} exited with code {proc.returncode} (see {self.dir / 'logs'})"
+        return f"the PS exited with code {self.ps.proc.returncode} (see {self.dir / 'logs'})"
 
-    def _start_clients(self, ps_port: int) -> None:
-        from geofed.protocol.admin_client import AdminClient
+    def _start_clients(self, ps: PSProcess) -> None:
         from geofed.wan.proxy import WanProxy
 
-        admin_token = (self.dir / "admin.token").read_text().strip()
-        tokens = self.dir / "tokens"
-        tokens.mkdir(mode=0o700)
-        with AdminClient(f"127.0.0.1:{ps_port}", admin_token, insecure=True) as admin:
+        with ps.admin() as admin:
             for i, spec in enumerate(self.scenario.clients):
-                proxy = WanProxy("127.0.0.1", ps_port, spec.profile(seed=1000 * self.repeat + i))
+                proxy = WanProxy("127.0.0.1", ps.port, spec.profile(seed=1000 * self.repeat + i))
                 self.proxies.append(proxy)
                 port = proxy.start()
                 client_id = f"bench.client-{i}"
                 token, _ = admin.create_token(client_id, site=f"site-{i}", ttl_s=900, master=(i == 0))
-                fd = os.open(tokens / client_id, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(token)
-                self._spawn(f"client-{i}", [sys.executable, "-m", "geofed.cli", "client", "--insecure", *flags(
-                    ps=f"127.0.0.1:{port}", client_id=client_id, token_file=tokens / client_id,
-                    data=self.data.lists[i], work_dir=self.dir / "clients" / f"client-{i}", seed=i,
-                    slowdown=spec.slowdown, duration_s=self.scenario.budget_s + 600,
-                    micro_batch_size=spec.micro_batch,
-                )])  # fmt: skip
+                self.clients.append(start_client(
+                    token, self.dir / "tokens" / client_id, self.dir / "logs" / f"client-{i}.log",
+                    ps=f"127.0.0.1:{port}", client_id=client_id, data=self.data.lists[i],
+                    work_dir=self.dir / "clients" / f"client-{i}", seed=i, slowdown=spec.slowdown,
+                    duration_s=self.scenario.budget_s + 600, micro_batch_size=spec.micro_batch,
+                ))  # fmt: skip
 
     # ---- the run ----------------------------------------------------------------------------------
 
@@ -174,23 +114,22 @@ class FederatedRun:
         (self.dir / "logs").mkdir(parents=True, exist_ok=False)
         started = time.strftime("%Y-%m-%dT%H:%M:%S")
         try:
-            ps, port = self._start_ps()
-            self._start_clients(port)
-            _wait_for(
-                "the master's Θ0 at the PS",
-                lambda: bool(published(self.dir / "ps")),
-                180,
-                lambda: self._dead(ps, "the PS"),
-            )
-            t0 = published(self.dir / "ps")[0][1]
+            ps = self._start_ps()
+            self._start_clients(ps)
+            try:
+                wait_until(lambda: published(ps.ckpt_dir), 180, "the master's Θ0 at the PS", period=0.1,
+                           dead=self._dead)
+            except (StartError, TimeoutError) as exc:
+                raise RunError(str(exc)) from None
+            t0 = published(ps.ckpt_dir)[0][1]
             self.log(f"  [{self.method}] Θ0 on the PS; training for {self.scenario.budget_s:.0f} s")
-            stats = self._drive(ps, t0)
+            stats = self._drive(t0)
             exit_codes = self._stop_clients()
         finally:
             self._teardown()
         return self._result(t0, stats, exit_codes, started)
 
-    def _drive(self, ps: subprocess.Popen, t0: float) -> list:
+    def _drive(self, t0: float) -> list:
         """Fire scripted outages on time until the budget is spent; return each link's byte counters then."""
         pending = sorted(
             (t0 + at, i, kind, dur)
@@ -206,47 +145,30 @@ class FederatedRun:
                 else:
                     self.proxies[i].trigger_reset(refuse_s=dur)
                 self.log(f"  [{self.method}] t={now - t0:5.1f}s {kind} on client-{i}'s link for {dur:g} s")
-            dead = self._dead(ps, "the PS")
+            dead = self._dead()
             if dead:
                 raise RunError(dead)
             time.sleep(min(0.2, max(0.0, end - now)))
         return [p.stats for p in self.proxies]
 
     def _stop_clients(self) -> list[int | None]:
-        clients = self.procs[1:]
-        early = [p.returncode for p in clients]  # None = still running, as it should be
-        for p in clients:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in clients:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        early = [p.poll() for p in self.clients]  # None = still running, as it should be
+        stop_all(self.clients)
         return early
 
     def _teardown(self) -> None:
-        for p in self.procs[1:]:
-            if p.poll() is None:
-                p.kill()
-        if self.procs and self.procs[0].poll() is None:
-            self.procs[0].send_signal(signal.SIGTERM)
-            try:
-                self.procs[0].wait(60)
-            except subprocess.TimeoutExpired:
-                self.procs[0].kill()
+        stop_all(self.clients, signal.SIGKILL)
+        if self.ps is not None:
+            self.ps.terminate()
         for proxy in self.proxies:
             proxy.stop()
-        for f in self.logs:
-            f.close()
 
     # ---- accounting -------------------------------------------------------------------------------
 
     def _result(self, t0: float, stats: list, exit_codes: list[int | None], started: str) -> RunResult:
         import numpy as np
 
-        from client_agent.local import GlobalEvaluator
+        from geofed_apps.evaluate import GlobalEvaluator
 
         end = t0 + self.scenario.budget_s
         clients, versions, toks, notes = [], [], [], []

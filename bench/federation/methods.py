@@ -12,13 +12,13 @@ the union of the data (the quality ceiling), run by `bench.federation.single`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from geofed.config import FederationConfig
+from geofed_apps.local import LOCAL_DEFAULTS, merge_settings
 
 from .scenario import Scenario, ScenarioError
 
@@ -169,21 +169,9 @@ OPTIONAL_CODECS = ("codec-int16-noef", "codec-int16-b4096")  # defined, not in t
 REPEATED_METHODS = ("fedavg", "ours", "ours-damped")  # run twice by `bench/run.py all`, for the noise
 
 
-def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge of settings mappings; `override` wins, nested sections merge key by key."""
-    out = json.loads(json.dumps(base))
-    for key, value in override.items():
-        out[key] = (
-            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
-    return out
-
-
 def base_settings(scenario: Scenario) -> dict[str, Any]:
     """`geofed local`'s defaults, the harness's, then the scenario's own overrides."""
-    from client_agent.local import LOCAL_DEFAULTS
-
-    return merge(merge(LOCAL_DEFAULTS, BENCH_DEFAULTS), scenario.federation)
+    return merge_settings(merge_settings(LOCAL_DEFAULTS, BENCH_DEFAULTS), scenario.federation)
 
 
 def get_method(name: str) -> Method:
@@ -196,7 +184,7 @@ def get_method(name: str) -> Method:
 def federation_for(scenario: Scenario, method: Method) -> FederationConfig:
     """The validated federation settings `method` runs with in `scenario`."""
     base = base_settings(scenario)
-    settings = merge(base, method.overrides)
+    settings = merge_settings(base, method.overrides)
     settings["name"] = f"bench-{method.name}"[:63]
     try:
         return FederationConfig.model_validate(settings)

@@ -19,9 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from .launch import REPO_ROOT, DataSplit, RunError, child_env
+from geofed_apps.launch import child_env
+
+from .launch import DataSplit, RunError
 from .results import CurvePoint, RunResult
 from .scenario import Scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the working directory that makes `bench` importable
 
 
 def train_single(
@@ -40,11 +44,11 @@ def train_single(
     from client_agent.corpus import read_file_list
     from client_agent.data import TokenStream, load_tokens
     from client_agent.flat import flatten
-    from client_agent.local import GlobalEvaluator
     from client_agent.model import build_model
     from client_agent.tokenizer import load_tokenizer
     from client_agent.trainer import LocalTrainer
     from geofed.config import FederationConfig
+    from geofed_apps.evaluate import GlobalEvaluator
 
     torch.set_num_threads(1)
     fed = FederationConfig.model_validate(yaml.safe_load(fed_file.read_text(encoding="utf-8")))
@@ -84,9 +88,10 @@ def run_single(
     timeout_s: float = 3600.0,
 ) -> RunResult:
     """Run the baseline in a one-thread subprocess and read its token-indexed loss curve."""
+    from client_agent.corpus import write_file_list
+
     (run_dir / "logs").mkdir(parents=True, exist_ok=False)
-    eval_list = run_dir / "eval.list"
-    eval_list.write_text("".join(f"{p}\n" for p in data.eval_files), encoding="utf-8")
+    eval_list = write_file_list(run_dir / "eval.list", data.eval_files)
     out = run_dir / "curve.jsonl"
     cmd = [
         sys.executable,

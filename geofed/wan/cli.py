@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def add_commands(subparsers: Any) -> None:
-    """Register `geofed wan` on the top-level CLI (see `geofed.cli`)."""
+    """Register `geofed wan` on the top-level CLI (see `geofed_apps.cli`)."""
     parser = subparsers.add_parser(
         "wan",
         help="emulate a WAN link (latency, jitter, up/down caps, outages) in front of a TCP service",

@@ -25,7 +25,7 @@ MASTER_NOTE = """\
 
 
 def add_commands(subparsers: Any) -> None:
-    """Register `geofed operator` and `geofed site` on the top-level CLI (see `geofed.cli`)."""
+    """Register `geofed operator` and `geofed site` on the top-level CLI (see `geofed_apps.cli`)."""
     op = subparsers.add_parser(
         "operator",
         help="run the Kubernetes operator (Federations in the cloud, SiteClients at a site)",

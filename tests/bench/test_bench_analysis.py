@@ -12,7 +12,6 @@ from bench.federation.accounting import (
     delta_tokens,
     idle_fraction,
     landed_in,
-    payload_per_sync,
     within,
 )
 from bench.federation.analysis import (
@@ -131,9 +130,8 @@ def test_client_result_accounts_time_bytes_and_tokens():
     )
     assert (c.syncs, c.tokens, c.payload_bytes, c.statuses) == (2, 2048, 200, {"APPLIED": 1, "ACCEPTED": 1})
     assert idle_fraction(c) == pytest.approx(7.5 / 12.5)
-    assert payload_per_sync(c) == 100
     empty = client_result("c", ClientSpec(), [], bytes_up=0, bytes_down=0, exit_code=1)
-    assert idle_fraction(empty) is None and payload_per_sync(empty) is None
+    assert idle_fraction(empty) is None
 
 
 def test_run_result_round_trips_through_json():

@@ -10,15 +10,15 @@ from bench.federation.methods import (
     RATEDIST_METHODS,
     federation_for,
     get_method,
-    merge,
 )
 from bench.federation.scenario import ScenarioError, load_scenario, parse_scenario
 from bench.federation.scenarios import BUILTIN
+from geofed_apps.local import merge_settings
 
 
 def _scenario(**over):
     data = {"name": "t", "budget_s": 60, "clients": [{"slowdown": 1, "link": "10ms/1ms/1MBps/2MBps"}]}
-    return merge(data, over)
+    return merge_settings(data, over)
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN))
@@ -120,12 +120,3 @@ def test_bad_federation_override_is_reported_with_its_path():
     with pytest.raises(ScenarioError, match="training.lr"):
         federation_for(s, get_method("ours"))
 
-
-def test_flags_build_geofed_command_lines():
-    from pathlib import Path
-
-    from bench.federation.launch import flags
-
-    assert flags(client_id="c", work_dir=Path("/w"), slowdown=2.0) == [
-        "--client-id", "c", "--work-dir", "/w", "--slowdown", "2.0"
-    ]  # fmt: skip

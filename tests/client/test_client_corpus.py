@@ -81,11 +81,11 @@ def test_write_and_read_file_lists(tmp_path):
     split = stdlib_split(2, seed=0)
     lists = write_split(split, tmp_path)
 
-    assert [p.name for p in lists] == ["client-0.txt", "client-1.txt"]
+    assert [p.name for p in lists] == ["client-0.list", "client-1.list"]
     assert tuple(read_file_list(lists[1])) == split.clients[1]
-    assert tuple(read_file_list(tmp_path / "eval.txt")) == split.eval
+    assert tuple(read_file_list(tmp_path / "eval.list")) == split.eval
     with pytest.raises(CorpusError, match="does not exist"):
-        read_file_list(tmp_path / "client-9.txt")
+        read_file_list(tmp_path / "client-9.list")
 
 
 def test_split_directory_keeps_groups_and_sidecars_together(tmp_path):

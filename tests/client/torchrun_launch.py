@@ -8,8 +8,7 @@ import sys
 
 
 def torchrun(script: str, *args: str, cwd, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Two gloo ranks of `script`; cwd should lie outside the repository (its `operator/` folder would
-    shadow the stdlib module in the launcher)."""
+    """Two gloo ranks of `script`, run in `cwd` (where they write their files)."""
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([*launch, script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from geofed_testing.procs import PSNode
+
 GEOFED = str(Path(sys.executable).with_name("geofed"))
 
 
 def _run(*args, timeout=120):
-    return subprocess.run([GEOFED, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONSAFEPATH": "1"})
+    return subprocess.run([GEOFED, *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize(
@@ -53,10 +53,7 @@ def test_unknown_setting_is_refused(tmp_path):
 
 
 def test_bad_token_exits_with_auth_error(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parents[1] / "ps"))
-    from psproc import PSProcess
-
-    ps = PSProcess(tmp_path / "ps").start()
+    ps = PSNode(tmp_path / "ps").start()
     try:
         data = tmp_path / "data"
         data.mkdir()

@@ -4,24 +4,19 @@ and its old token is refused."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import grpc
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "ps"))
-from psproc import PSProcess  # noqa: E402
+from client_agent.corpus import stdlib_split, write_file_list
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol import geofed_pb2_grpc as pb_grpc
+from geofed_apps.launch import start_client, stop, wait_until
+from geofed_testing.procs import PSNode
 
-from client_agent.corpus import stdlib_split  # noqa: E402
-from geofed.protocol import geofed_pb2 as pb  # noqa: E402
-from geofed.protocol import geofed_pb2_grpc as pb_grpc  # noqa: E402
-
-GEOFED = str(Path(sys.executable).with_name("geofed"))
 FED = {
     "model": {"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 64},
     "training": {"batch_size": 4, "local_steps": 10, "sync_interval_s": 3, "eval_every": 10, "eval_batches": 1},
@@ -30,28 +25,13 @@ FED = {
 }
 
 
-def _client(ps, tmp_path, i, token, data):
-    token_file = tmp_path / f"token-{i}"
-    token_file.write_text(token)
-    log = open(tmp_path / f"client-{i}.log", "ab")  # noqa: SIM115 - owned by the process
-    return subprocess.Popen(
-        [GEOFED, "client", "--ps", ps.address, "--client-id", f"t.c{i}", "--token-file", str(token_file),
-         "--data", str(data), "--work-dir", str(tmp_path / f"work-{i}"), "--insecure", "--seed", str(i)],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1"},
-    )
+def _client(ps, tmp_path, i, token, data) -> subprocess.Popen:
+    return start_client(token, tmp_path / f"token-{i}", tmp_path / f"client-{i}.log", ps=ps.address,
+                        client_id=f"t.c{i}", data=data, work_dir=tmp_path / f"work-{i}", seed=i)
 
 
 def _version(ps) -> int:
-    with ps.admin() as admin:
-        return admin.status()["version"]
-
-
-def _wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.3)
+    return ps.status()["version"]
 
 
 def _steps(work: Path) -> list[int]:
@@ -61,18 +41,13 @@ def _steps(work: Path) -> list[int]:
 
 @pytest.fixture
 def federation(tmp_path):
-    ps = PSProcess(tmp_path / "ps", FED).start()
+    ps = PSNode(tmp_path / "ps", FED).start()
     split = stdlib_split(2)
-    lists = []
-    for i, files in enumerate(split.clients):
-        lst = tmp_path / f"client-{i}.list"
-        lst.write_text("".join(f"{p}\n" for p in files[:40]))
-        lists.append(lst)
+    lists = [write_file_list(tmp_path / f"client-{i}.list", files[:40]) for i, files in enumerate(split.clients)]
     procs: list[subprocess.Popen] = []
     yield ps, lists, procs
     for p in procs:
-        if p.poll() is None:
-            p.kill()
+        stop(p, signal.SIGKILL)
     ps.kill()
 
 
@@ -82,7 +57,7 @@ def test_sigkilled_client_relaunches_with_fresh_token_and_resumes(federation, tm
         tokens = [admin.create_token(f"t.c{i}", master=(i == 0))[0] for i in range(2)]
     procs += [_client(ps, tmp_path, i, tokens[i], lists[i]) for i in range(2)]
     work1 = tmp_path / "work-1"
-    _wait(lambda: len(_steps(work1)) >= 2, 180, "client 1 never synced twice")
+    wait_until(lambda: len(_steps(work1)) >= 2, 180, "client 1 syncing twice", period=0.3)
 
     procs[1].send_signal(signal.SIGKILL)  # preempted mid-round: no goodbye, no final push
     procs[1].wait(10)
@@ -92,15 +67,16 @@ def test_sigkilled_client_relaunches_with_fresh_token_and_resumes(federation, tm
     with ps.admin() as admin:
         fresh = admin.create_token("t.c1")[0]
     procs.append(_client(ps, tmp_path, 1, fresh, lists[1]))
-    _wait(lambda: len(_steps(work1)) > len(steps_before), 180, "relaunched client never synced")
+    wait_until(lambda: len(_steps(work1)) > len(steps_before), 180, "the relaunched client syncing", period=0.3)
 
     log = (tmp_path / "client-1.log").read_text()
     assert "event=resumed" in log  # optimizer state and data position came back from its checkpoint
     resumed_steps = _steps(work1)[len(steps_before):]
     assert resumed_steps[0] > steps_before[-1] - 10  # continued near its last sync, not from step 0
-    _wait(lambda: _version(ps) > version_at_kill + 1, 120, "federation stopped advancing")
+    wait_until(lambda: _version(ps) > version_at_kill + 1, 120, "the federation advancing", period=0.3)
 
     stub = pb_grpc.ParameterServerStub(ps.channel())
     with pytest.raises(grpc.RpcError) as err:
         stub.Join(pb.JoinRequest(token=tokens[1], client_id="t.c1"), timeout=10)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "ps"))
-from psproc import PSProcess  # noqa: E402
-
-from client_agent.corpus import stdlib_split  # noqa: E402
+from client_agent.corpus import stdlib_split, write_file_list
+from geofed_apps.launch import child_env, write_token
+from geofed_testing.procs import PSNode
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 FED = {
@@ -24,20 +22,19 @@ FED = {
 
 
 def test_two_rank_fsdp_client_bootstraps_and_syncs(tmp_path):
-    ps = PSProcess(tmp_path / "ps", FED).start()
+    ps = PSNode(tmp_path / "ps", FED).start()
     try:
         with ps.admin() as admin:
             token, _ = admin.create_token("site.fsdp", master=True)
-        (tmp_path / "token").write_text(token)
-        data = tmp_path / "data.list"
-        data.write_text("".join(f"{p}\n" for p in stdlib_split(2).clients[0][:20]))
+        write_token(tmp_path / "token", token)
+        data = write_file_list(tmp_path / "data.list", stdlib_split(2).clients[0][:20])
         work = tmp_path / "work"
         out = subprocess.run(
             [TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "client_agent", "--ps", ps.address,
              "--client-id", "site.fsdp", "--token-file", str(tmp_path / "token"), "--data", str(data),
              "--work-dir", str(work), "--insecure", "--max-rounds", "2", "--device", "cpu"],
             cwd=tmp_path, capture_output=True, text=True, timeout=300,
-            env={**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1"},
+            env=child_env(),
         )
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         records = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]

@@ -139,7 +139,7 @@ def running_ps(tmp_path: Path, *extra: str) -> Iterator[tuple[str, str]]:
     """(address, admin credential) of a plaintext PS on a free port, started with `extra` flags."""
     ready, admin = tmp_path / "ready", tmp_path / "admin.token"
     cmd = [
-        sys.executable, "-m", "geofed.cli", "ps", "--insecure", "--port", "0", "--metrics-port", "0",
+        sys.executable, "-m", "geofed_apps", "ps", "--insecure", "--port", "0", "--metrics-port", "0",
         "--ready-file", str(ready), "--admin-token-file", str(admin), "--checkpoint-dir", str(tmp_path / "ckpt"),
         *extra,
     ]  # fmt: skip

@@ -10,8 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from geofed.cli import main as geofed
 from geofed.protocol.admin_client import AdminClient, AdminError
+from geofed_apps.cli import main as geofed
 from geofed_operator.enrollment import build_site_manifests
 from geofed_operator.site_builders import SiteClientObject
 

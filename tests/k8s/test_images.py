@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from geofed.cli import build_parser
+from geofed_apps.cli import build_parser
 from geofed_operator import cloud_builders, site_builders
 from geofed_operator.settings import OperatorSettings
 

@@ -79,7 +79,7 @@ def test_a_client_without_a_master_gives_up_with_a_reason_the_operator_shows(tmp
             token, _ = admin.create_token("uw.gpu1", "uw", 600)
         (tmp_path / "token").write_text(token)
         cmd = [
-            sys.executable, "-m", "geofed.cli", "client", "--ps", address, "--client-id", "uw.gpu1",
+            sys.executable, "-m", "geofed_apps", "client", "--ps", address, "--client-id", "uw.gpu1",
             "--token-file", str(tmp_path / "token"), "--data", str(data), "--work-dir", str(tmp_path / "work"),
             "--insecure", "--model-wait-timeout-s", "1",
         ]  # fmt: skip

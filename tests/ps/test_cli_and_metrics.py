@@ -3,33 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import numpy as np
-from fedtools import NUMEL, init_model, join_client, push
-from psproc import PSProcess
+
+from geofed_testing.procs import PSNode
+from geofed_testing.wire import NUMEL, init_model, join, push
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(*args):
-    return subprocess.run([GEOFED, *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONSAFEPATH": "1"})
+    return subprocess.run([GEOFED, *args], capture_output=True, text=True, timeout=60)
 
 
 def test_token_create_and_status_commands(tmp_path):
-    ps = PSProcess(tmp_path / "ps").start()
+    ps = PSNode(tmp_path / "ps").start()
     try:
         admin = ["--ps", ps.address, "--admin-token-file", str(ps.admin_file), "--insecure"]
         out = _run("token", "create", "--client-id", "cli.one", *admin)
@@ -51,16 +43,13 @@ def test_token_create_and_status_commands(tmp_path):
 
 
 def test_metrics_endpoint_counts_bytes_versions_and_rejections(tmp_path):
-    port = _free_port()
-    # A later --metrics-port overrides the helper's default of 0 (off).
-    ps = PSProcess(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1}},
-                   ["--metrics-port", str(port)]).start()
+    ps = PSNode(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1}}, metrics=True).start()
     try:
-        c = join_client(ps, "m.a", master=True)
+        c = join(ps, "m.a", master=True)
         init_model(c)
         push(c, 1, np.full(NUMEL, 0.01, np.float32), codec="int8")
         c.wait_for_version(1, timeout=20)
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{ps.metrics_port}/metrics", timeout=10).read().decode()
         assert "geofed_global_version 2.0" in text
         assert 'geofed_bytes_in_total{client="m.a"}' in text
         assert 'geofed_compression_ratio{client="m.a"}' in text

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import grpc
 import numpy as np
-from fedtools import NUMEL, fetch_model, init_model, join_client, push, raw_session, rpc_code
-from psproc import PSProcess
 
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol.auth import bearer
+from geofed_testing.procs import PSNode
+from geofed_testing.wire import NUMEL, fetch_model, init_model, join, push, raw_session, rpc_code
 
 
 def test_sigkill_then_restart_resumes_checkpointed_version_and_clients_rejoin(tmp_path):
-    ps = PSProcess(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1}}).start()
+    ps = PSNode(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1}}).start()
     try:
-        master = join_client(ps, "k.master", master=True, state_dir=tmp_path / "master")
+        master = join(ps, "k.master", master=True, state_dir=tmp_path / "master")
         init_model(master)
         push(master, 1, np.full(NUMEL, 0.5, dtype=np.float32))
         stub, sess = raw_session(ps, "k.raw")
@@ -40,10 +40,10 @@ def test_sigkill_then_restart_resumes_checkpointed_version_and_clients_rejoin(tm
 
 
 def test_sigterm_writes_final_checkpoint(tmp_path):
-    ps = PSProcess(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1}},
-                   ["--checkpoint-every", "1000"]).start()
+    ps = PSNode(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1}},
+                extra=["--checkpoint-every", "1000"]).start()
     try:
-        master = join_client(ps, "t.master", master=True)
+        master = join(ps, "t.master", master=True)
         init_model(master)
         push(master, 1, np.full(NUMEL, 0.5, dtype=np.float32))
         master.close()
@@ -57,7 +57,7 @@ def test_sigterm_writes_final_checkpoint(tmp_path):
 
 
 def test_site_credentials_survive_restart_before_any_model(tmp_path):
-    ps = PSProcess(tmp_path / "ps").start()
+    ps = PSNode(tmp_path / "ps").start()
     try:
         with ps.admin() as admin:
             site_credential = admin.create_site_credential("early")

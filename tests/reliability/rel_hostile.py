@@ -14,9 +14,10 @@ import numpy as np
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from geofed.codec import CodecError, decoder_for, make_codec
+from geofed.codec import CodecError, decoder_for
 from geofed.codec.header import StreamHeader, pack_frame, pack_header
 from geofed.protocol import geofed_pb2 as pb
+from geofed_testing.wire import delta_messages, encoded
 
 NUMEL = 3000
 CAP = 64_000  # --max-upload-bytes of the fuzzed PS: the 12 kB fp32 model fits
@@ -47,22 +48,6 @@ class Case:
         return f"Case({self.name}: {len(parts)} messages {parts[:4]}..., {fields})"
 
 
-def encode(values: np.ndarray, codec: str = "fp32") -> tuple[bytes, bytes]:
-    header, frames = make_codec(codec).encode(np.ascontiguousarray(values, dtype=np.float32))
-    return header, b"".join(frames)
-
-
-def messages(header: bytes, payload: bytes, *, base: int = 1, upload_id: str = "fuzz", chunk: int = 4096,
-             declared: int | None = None, sha: bytes | None = None, **fields) -> list[pb.DeltaChunk]:
-    h = pb.DeltaHeader(base_version=base, upload_id=upload_id, codec_header=header, num_tokens=10,
-                       payload_bytes=len(payload) if declared is None else declared, **fields)
-    out = [pb.DeltaChunk(header=h)]
-    out += [pb.DeltaChunk(payload=pb.DeltaPayload(offset=o, data=payload[o : o + chunk]))
-            for o in range(0, len(payload), chunk)]
-    out.append(pb.DeltaChunk(trailer=pb.DeltaTrailer(sha256=hashlib.sha256(payload).digest() if sha is None else sha)))
-    return out
-
-
 def valid_push(header: bytes, payload: bytes) -> bool:
     """The codec's own verdict: would this header + payload decode to a finite delta of the model's size?"""
     try:
@@ -81,14 +66,14 @@ def valid_push(header: bytes, payload: bytes) -> bool:
 def _base(draw) -> tuple[bytes, bytes]:
     seed = draw(st.integers(0, 2**32 - 1))
     values = (np.random.default_rng(seed).standard_normal(NUMEL) * 0.01).astype(np.float32)
-    return encode(values, draw(st.sampled_from(["fp32", "int8"])))
+    return encoded(values, draw(st.sampled_from(["fp32", "int8"])))
 
 
 @st.composite
 def protocol_order(draw) -> Case:
     """Header missing, repeated, or a part of the oneof left empty."""
     header, payload = _base(draw)
-    msgs = messages(header, payload)
+    msgs = delta_messages(header, payload)
     kind = draw(st.sampled_from(["payload_first", "trailer_first", "two_headers", "empty_part"]))
     if kind == "payload_first":
         msgs = msgs[1:]
@@ -106,10 +91,10 @@ def truncated(draw) -> Case:
     """The stream stops early, or the trailer comes before the declared bytes."""
     header, payload = _base(draw)
     if draw(st.booleans()):  # no trailer at all
-        msgs = messages(header, payload, chunk=1024)
+        msgs = delta_messages(header, payload, chunk=1024)
         return Case("truncated:no_trailer", msgs[: draw(st.integers(1, len(msgs) - 1))], frozenset({INVALID}))
     cut = draw(st.integers(0, len(payload) - 1))
-    msgs = messages(header, payload[:cut], declared=len(payload))
+    msgs = delta_messages(header, payload[:cut], declared=len(payload))
     return Case("truncated:early_trailer", msgs, frozenset({INVALID}))
 
 
@@ -119,7 +104,7 @@ def wrong_checksum(draw) -> Case:
     header, payload = _base(draw)
     sha = draw(st.binary(min_size=0, max_size=64))
     assume(sha != hashlib.sha256(payload).digest())
-    return Case("checksum:wrong_digest", messages(header, payload, sha=sha), frozenset({LOSS}))
+    return Case("checksum:wrong_digest", delta_messages(header, payload, sha=sha), frozenset({LOSS}))
 
 
 @st.composite
@@ -130,14 +115,14 @@ def flipped_payload(draw) -> Case:
     i = draw(st.integers(0, len(payload) - 1))
     payload = payload[:i] + bytes([payload[i] ^ draw(st.integers(1, 255))]) + payload[i + 1 :]
     # The flip may also break framing first (INVALID_ARGUMENT, decoded while it streams in).
-    return Case("checksum:flipped_payload", messages(header, payload, sha=digest), frozenset({LOSS, INVALID}))
+    return Case("checksum:flipped_payload", delta_messages(header, payload, sha=digest), frozenset({LOSS, INVALID}))
 
 
 @st.composite
 def bad_offsets(draw) -> Case:
     """Chunks reordered, or one chunk claiming the wrong offset."""
     header, payload = _base(draw)
-    msgs = messages(header, payload, chunk=draw(st.integers(256, 2048)))
+    msgs = delta_messages(header, payload, chunk=draw(st.integers(256, 2048)))
     body = msgs[1:-1]
     assume(len(body) >= 2)
     if draw(st.booleans()):
@@ -157,14 +142,14 @@ def size_lies(draw) -> Case:
     header, payload = _base(draw)
     kind = draw(st.sampled_from(["over_cap", "more_than_declared", "less_than_declared"]))
     if kind == "over_cap":
-        return Case("size:over_cap", messages(header, payload, declared=draw(st.integers(CAP + 1, 2**64 - 1))),
+        return Case("size:over_cap", delta_messages(header, payload, declared=draw(st.integers(CAP + 1, 2**64 - 1))),
                     frozenset({EXHAUSTED}))
     if kind == "more_than_declared":
         return Case("size:more_than_declared",
-                    messages(header, payload, declared=len(payload) - draw(st.integers(1, len(payload)))),
+                    delta_messages(header, payload, declared=len(payload) - draw(st.integers(1, len(payload)))),
                     frozenset({INVALID}))
     return Case("size:less_than_declared",
-                messages(header, payload, declared=len(payload) + draw(st.integers(1, CAP - len(payload)))),
+                delta_messages(header, payload, declared=len(payload) + draw(st.integers(1, CAP - len(payload)))),
                 frozenset({INVALID}))
 
 
@@ -174,7 +159,8 @@ def nonfinite(draw) -> Case:
     values = np.zeros(NUMEL, np.float32)
     idx = draw(st.lists(st.integers(0, NUMEL - 1), min_size=1, max_size=5))
     values[idx] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
-    return Case("nonfinite", messages(*encode(values, draw(st.sampled_from(["fp32", "bf16"])))), frozenset({INVALID}))
+    codec = draw(st.sampled_from(["fp32", "bf16"]))
+    return Case("nonfinite", delta_messages(*encoded(values, codec)), frozenset({INVALID}))
 
 
 def bomb_header(numel: int, frame_elems: int) -> bytes:
@@ -190,10 +176,10 @@ def decompression_bomb(draw) -> Case:
         numel = draw(st.integers(2**31, 2**62))
         header = bomb_header(numel, 1 << 26)
         payload = b"".join(pack_frame(i << 26, 1 << 26, b"") for i in range(draw(st.integers(0, 4))))
-        return Case("bomb:header_claims_billions", messages(header, payload), frozenset({INVALID, EXHAUSTED}))
+        return Case("bomb:header_claims_billions", delta_messages(header, payload), frozenset({INVALID, EXHAUSTED}))
     header = bomb_header(NUMEL, 1 << 20)
     count = draw(st.integers(NUMEL + 1, 2**32 - 1))
-    return Case("bomb:frame_claims_too_many", messages(header, pack_frame(0, count, b"")), frozenset({INVALID}))
+    return Case("bomb:frame_claims_too_many", delta_messages(header, pack_frame(0, count, b"")), frozenset({INVALID}))
 
 
 @st.composite
@@ -210,7 +196,7 @@ def bad_codec_header(draw) -> Case:
             b[i] ^= x
         header = bytes(b)
     assume(not valid_push(header, payload))
-    return Case("codec:bad_header", messages(header, payload), frozenset({INVALID}))
+    return Case("codec:bad_header", delta_messages(header, payload), frozenset({INVALID}))
 
 
 @st.composite
@@ -219,7 +205,7 @@ def garbage_payload(draw) -> Case:
     header, _ = _base(draw)
     payload = draw(st.binary(min_size=1, max_size=20_000))
     assume(not valid_push(header, payload))
-    return Case("codec:garbage_payload", messages(header, payload), frozenset({INVALID}))
+    return Case("codec:garbage_payload", delta_messages(header, payload), frozenset({INVALID}))
 
 
 @st.composite
@@ -229,14 +215,14 @@ def bad_fields(draw) -> Case:
     kind = draw(st.sampled_from(["base_ahead", "upload_id", "init"]))
     if kind == "base_ahead":
         # INVALID_ARGUMENT, or FAILED_PRECONDITION where the PS reads it as "I restarted behind you: resync".
-        return Case("field:base_ahead", messages(header, payload, base=draw(st.integers(FAR_AHEAD, 2**64 - 1))),
+        return Case("field:base_ahead", delta_messages(header, payload, base=draw(st.integers(FAR_AHEAD, 2**64 - 1))),
                     frozenset({INVALID, grpc.StatusCode.FAILED_PRECONDITION}))
     if kind == "upload_id":
         uid = draw(st.sampled_from(["", "x" * draw(st.integers(129, 4096))]))
-        return Case("field:upload_id", messages(header, payload, upload_id=uid), frozenset({INVALID}))
-    fp32_header, fp32_payload = encode(np.zeros(NUMEL, np.float32))
-    msgs = messages(fp32_header, fp32_payload, base=0, init=True,
-                    manifest=[pb.TensorSpec(name="w", shape=[NUMEL], dtype="float32")])
+        return Case("field:upload_id", delta_messages(header, payload, upload_id=uid), frozenset({INVALID}))
+    fp32_header, fp32_payload = encoded(np.zeros(NUMEL, np.float32))
+    msgs = delta_messages(fp32_header, fp32_payload, base=0, init=True,
+                    manifest=[("w", (NUMEL,), "float32")])
     return Case("field:init_by_non_master", msgs, frozenset({grpc.StatusCode.PERMISSION_DENIED}))
 
 

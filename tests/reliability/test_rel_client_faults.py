@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from rel_client_faults import (
+
+from geofed_testing.procs import Reaper
+from geofed_testing.reliability.client_faults import (
     all_clients_gone,
     client_killed_mid_checkpoint,
     client_killed_mid_push,
     client_killed_mid_stream,
 )
-from rel_procs import Reaper
 
 
 @pytest.mark.parametrize("scenario", [client_killed_mid_push, client_killed_mid_stream, all_clients_gone],

@@ -14,14 +14,15 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from rel_fed import EXACT_ASYNC, Observer, account, delta_for, init_model, join, mint, push_values, theta0
 from rel_hostile import CAP, NUMEL, SPECIFIC, Case, hostile_pushes
-from rel_procs import PSNode, Reaper
 
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import admin as admin_md
 from geofed.protocol.auth import bearer
+from geofed_testing.ledger import EXACT_ASYNC, account, delta_for
+from geofed_testing.procs import PSNode, Reaper
+from geofed_testing.wire import Observer, init_model, join, mint, push, theta0
 
 FUZZ = settings(max_examples=int(os.environ.get("GEOFED_FUZZ_EXAMPLES", "300")), deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
@@ -46,7 +47,7 @@ class Honest:
                 continue
             tag = f"honest/{len(self.tags)}"
             try:
-                base = push_values(self.client, base, delta_for(tag, NUMEL)).version
+                base = push(self.client, base, delta_for(tag, NUMEL)).version
             except Exception as exc:  # any failure of the honest client is a finding
                 self.errors.append(f"{tag}: {type(exc).__name__}: {exc}")
                 return

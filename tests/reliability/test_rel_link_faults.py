@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rel_link_faults import link_reset_mid_download, receipt_lost_to_reset
+from geofed_testing.reliability.link_faults import link_reset_mid_download, receipt_lost_to_reset
 
 
 def test_link_reset_mid_download_resumes_instead_of_restarting(tmp_path, reaper):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from rel_load import run_load
+
+from geofed_testing.reliability.load import run_load
 
 
 def _assert_nothing_lost(result) -> None:

@@ -3,7 +3,7 @@ its checkpoint disk full (issue 5, item 1)."""
 
 from __future__ import annotations
 
-from rel_ps_faults import (
+from geofed_testing.reliability.ps_faults import (
     disk_full_while_checkpointing,
     ps_crash_strands_new_clients,
     ps_killed_mid_push,

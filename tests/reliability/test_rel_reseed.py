@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rel_reseed import total_ps_loss_reseed
+from geofed_testing.reliability.reseed import total_ps_loss_reseed
 
 
 def test_total_ps_loss_is_reseeded_from_the_master_checkpoint(tmp_path, reaper):

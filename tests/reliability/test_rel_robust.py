@@ -11,8 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from rel_fed import EXACT_ASYNC, Observer, init_model, join, push_values, theta0
-from rel_procs import PSNode
+
+from geofed_testing.ledger import EXACT_ASYNC
+from geofed_testing.procs import PSNode
+from geofed_testing.wire import Observer, init_model, join, push, theta0
 
 NUMEL, HONEST = 3000, 9
 DEFENCES = {
@@ -48,7 +50,7 @@ def rounds(tmp_path_factory):
             try:
                 init_model(clients[0], theta0(NUMEL))
                 for c, d in zip(clients, [*honest, poison], strict=True):
-                    push_values(c, 1, d)
+                    push(c, 1, d)
                 version, model = Observer(ps).model()
                 assert version == 2, "the ten deltas should close exactly one round"
                 return model

@@ -10,15 +10,16 @@ import subprocess
 import grpc
 import numpy as np
 import pytest
-from rel_fed import EXACT_ASYNC, Observer, delta_for, init_model, join, mint, push_values, theta0
-from rel_hostile import encode, messages
-from rel_procs import GEOFED, PSNode, TlsFiles, child_env
 from rel_tls import CertAuthority
 
 from client_agent.ps_client import JoinError
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import bearer
+from geofed_apps.launch import GEOFED, child_env
+from geofed_testing.ledger import EXACT_ASYNC, delta_for
+from geofed_testing.procs import PSNode, TlsFiles
+from geofed_testing.wire import Observer, delta_messages, encoded, init_model, join, mint, push, theta0
 
 NUMEL = 3000
 
@@ -97,7 +98,7 @@ def test_tokens_and_credentials_never_reach_the_logs(tmp_path, reaper, caplog):
     master = join(ps, "uni.master", master=True, start=False, reaper=reaper, state_dir=tmp_path / "m")
     init_model(master, theta0(NUMEL))
     client = join(ps, "uni.c0", start=True, reaper=reaper, state_dir=tmp_path / "c")
-    push_values(client, 1, delta_for("log/0", NUMEL))
+    push(client, 1, delta_for("log/0", NUMEL))
     stub = pb_grpc.ParameterServerStub(ps.channel())
     forged = "forged-" + "A" * 36
     assert _code(lambda: stub.Join(pb.JoinRequest(token=forged, client_id="uni.c9"), timeout=5)) != \
@@ -108,7 +109,7 @@ def test_tokens_and_credentials_never_reach_the_logs(tmp_path, reaper, caplog):
                     "client rejoin token": (tmp_path / "c" / "rejoin.token").read_text()})
     ps.kill()  # a crash and a restart: the client re-joins with its rejoin token, which must not be logged either
     ps.start()
-    push_values(client, 2, delta_for("log/1", NUMEL))
+    push(client, 2, delta_for("log/1", NUMEL))
     secrets["rejoin token after restart"] = (tmp_path / "c" / "rejoin.token").read_text()
     secrets["session after restart"] = client.session
 
@@ -159,17 +160,17 @@ def test_upload_size_caps_hold_and_leave_the_model_untouched(tmp_path, reaper):
     stub = pb_grpc.ParameterServerStub(ps.channel())
     session = stub.Join(pb.JoinRequest(token=mint(ps, "cap.raw"), client_id="cap.raw"), timeout=10).session
     before = Observer(ps).model()
-    header, payload = encode(np.full(NUMEL, 0.01, np.float32))
+    header, payload = encoded(np.full(NUMEL, 0.01, np.float32))
     big = pb.DeltaChunk(payload=pb.DeltaPayload(offset=0, data=b"\0" * (9 << 20)))
 
-    def push(msgs):
+    def raw(msgs):
         return lambda: stub.PushDelta(iter(msgs), metadata=bearer(session), timeout=30)
 
-    assert _code(push(messages(header, payload, declared=cap + 1))) == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert _code(push(messages(header, payload + b"\0" * cap, declared=len(payload)))) == \
+    assert _code(raw(delta_messages(header, payload, declared=cap + 1))) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _code(raw(delta_messages(header, payload + b"\0" * cap, declared=len(payload)))) == \
         grpc.StatusCode.INVALID_ARGUMENT  # a header that lies about the size is cut off at the declared size
-    assert _code(push([messages(header, payload)[0], big])) == grpc.StatusCode.RESOURCE_EXHAUSTED  # 9 MiB message
+    assert _code(raw([delta_messages(header, payload)[0], big])) == grpc.StatusCode.RESOURCE_EXHAUSTED  # 9 MiB
 
     after = Observer(ps).model()
     assert after[0] == before[0] and np.array_equal(after[1], before[1])
-    assert push_values(master, 1, delta_for("cap/ok", NUMEL)).status == "APPLIED"  # honest pushes still land
+    assert push(master, 1, delta_for("cap/ok", NUMEL)).status == "APPLIED"  # honest pushes still land

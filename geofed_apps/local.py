@@ -2,23 +2,26 @@
 
 Everything is real: processes, sockets, one-time tokens, the master's bootstrap, compressed deltas.
 The corpus is the Python standard library's own sources, split non-IID across clients by module.
+Heavy imports (torch, matplotlib) stay inside the functions, so `geofed --help` stays fast.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, validate_settings
 from geofed.config import FederationConfig
+
+if TYPE_CHECKING:
+    from .evaluate import GlobalEvaluator
 
 # Small enough for 2 CPU cores shared by N clients and the PS; large enough to learn Python syntax.
 LOCAL_DEFAULTS: dict = {
@@ -30,8 +33,23 @@ LOCAL_DEFAULTS: dict = {
                     "max_staleness": 16},
     "codec": {"name": "int8", "entropy": "huffman", "error_feedback": True},
 }
-EVAL_BATCHES = 8
-EVAL_BATCH_SIZE = 8
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register `geofed local` on the top-level CLI (see `geofed_apps.cli`)."""
+    local = sub.add_parser("local", help="run a whole federation on this machine (the embedded default)",
+                           description="Start a PS and N clients on 127.0.0.1 and train a small GPT-2-style model "
+                                       "on the Python standard library's sources, split by module across clients.")
+    local.add_argument("--clients", type=int, default=3, help="number of client processes (default 3)")
+    local.add_argument("--data", help="train on this directory of .txt/.jsonl files instead (split across clients)")
+    local.add_argument("--duration", type=float, default=100.0, help="seconds of training (default 100)")
+    local.add_argument("--run-dir", default="runs", help="parent folder of the run directory (default ./runs)")
+    local.add_argument("--slow-client", type=float, default=1.0, metavar="FACTOR",
+                       help="slow the last client down by FACTOR to show heterogeneity (default 1 = off)")
+    local.add_argument("--federation", help="federation settings file overriding the local defaults")
+    local.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a federation setting")
+    local.add_argument("--quiet", action="store_true", help="only the summary lines")
+    local.set_defaults(func=run_local)
 
 
 @dataclass
@@ -46,6 +64,24 @@ class LocalOptions:
     quiet: bool = False
 
 
+def run_local(args: argparse.Namespace) -> int:
+    if args.clients < 1 or args.clients > 16:
+        return _fail("--clients must be between 1 and 16")
+    opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
+                        slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
+                        quiet=args.quiet)
+    return run_local_federation(opts)
+
+
+def merge_settings(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge of settings mappings; `override` wins, nested sections merge key by key."""
+    out = json.loads(json.dumps(base))
+    for key, value in override.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge_settings(out[key], value) if both else value
+    return out
+
+
 def _say(msg: str) -> None:
     print(msg, flush=True)
 
@@ -56,63 +92,18 @@ def _fail(msg: str) -> int:
 
 
 def _write_lists(run: Path, opts: LocalOptions) -> tuple[list[Path], list[Path]]:
-    """Per-client `.list` files and the held-out evaluation files."""
-    from .corpus import CorpusError, split_directory, stdlib_split
+    """Per-client `.list` files and the held-out evaluation files (also written as `eval.list`)."""
+    from client_agent.corpus import CorpusError, CorpusSplit, split_directory, stdlib_split, write_split
 
-    data_dir = run / "data"
-    data_dir.mkdir(parents=True)
     if opts.data:
         groups = split_directory(opts.data, opts.clients + 1)
         if any(not g for g in groups):
             raise CorpusError(f"{opts.data} has too few top-level entries to split across {opts.clients} clients "
                               "and a held-out evaluation set")
-        clients, held = groups[:-1], groups[-1]
+        split = CorpusSplit(clients=tuple(tuple(g) for g in groups[:-1]), eval=tuple(groups[-1]))
     else:
         split = stdlib_split(opts.clients)
-        clients, held = [list(c) for c in split.clients], list(split.eval)
-    lists = []
-    for i, files in enumerate(clients):
-        path = data_dir / f"client-{i}.list"
-        path.write_text("".join(f"{p}\n" for p in files))
-        lists.append(path)
-    (data_dir / "eval.list").write_text("".join(f"{p}\n" for p in held))
-    return lists, held
-
-
-class GlobalEvaluator:
-    """Eval loss of a global model on the held-out files (the number the summary line reports)."""
-
-    def __init__(self, fed: FederationConfig, eval_files: list[Path], cache: Path) -> None:
-        import torch
-
-        from .data import TokenStream, load_tokens
-        from .model import build_model
-        from .tokenizer import load_tokenizer
-
-        torch.set_num_threads(1)
-        tokens, _ = load_tokens(eval_files, load_tokenizer(None), cache=cache)
-        self.stream = TokenStream(tokens, fed.model.block_size, seed=1234, eval_tokens=tokens)
-        self.batches = self.stream.eval_batches(EVAL_BATCHES, EVAL_BATCH_SIZE)
-        self.model = build_model(fed.model)  # same seed as the master: this is Θ0
-        self.model.eval()
-
-    def loss(self, flat=None) -> float:
-        import torch
-
-        from .flat import load_flat_
-        from .model import lm_loss
-
-        if flat is not None:
-            load_flat_(self.model, torch.as_tensor(flat))
-        with torch.no_grad():
-            return float(sum(lm_loss(self.model, b).item() for b in self.batches) / len(self.batches))
-
-
-def _newest_ps_checkpoint(ckpt_dir: Path):
-    from ps_server.checkpoint import CheckpointStore
-
-    ckpt = CheckpointStore(ckpt_dir).load_latest()
-    return ckpt if ckpt is not None and ckpt.version > 0 else None
+    return write_split(split, run / "data"), list(split.eval)
 
 
 class _Tail:
@@ -135,12 +126,14 @@ class _Tail:
 
 def run_local_federation(opts: LocalOptions) -> int:
     """Run the whole federation; print progress, `eval loss: A -> B` and the run directory."""
-    from geofed.protocol.admin_client import AdminClient
+    from client_agent.corpus import CorpusError
 
-    from .corpus import CorpusError
+    from .evaluate import GlobalEvaluator, newest
+    from .launch import PSProcess, StartError, start_client, stop_all
 
     try:
-        data = apply_overrides(_merge(LOCAL_DEFAULTS, load_settings_file(opts.federation_file)), opts.overrides)
+        data = apply_overrides(merge_settings(LOCAL_DEFAULTS, load_settings_file(opts.federation_file)),
+                               opts.overrides)
         fed = validate_settings(FederationConfig, data)
     except SettingsError as exc:
         return _fail(str(exc))
@@ -155,63 +148,46 @@ def run_local_federation(opts: LocalOptions) -> int:
          f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {fed.codec.name}+{fed.codec.entropy}, "
          f"{opts.duration_s:.0f}s; run directory {run}")
 
-    # PYTHONSAFEPATH: never let the working directory (a checkout holds `operator/`) shadow the stdlib.
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    procs: list[subprocess.Popen] = []
     logs = run / "logs"
-    logs.mkdir()
-    ps_log = open(logs / "ps.log", "wb")  # noqa: SIM115 - closed in finally
-    ready = run / "ps.port"
-    ps = subprocess.Popen(
-        [sys.executable, "-m", "geofed.cli", "ps", "--insecure", "--host", "127.0.0.1", "--port", "0",
-         "--metrics-port", "0", "--federation", str(run / "federation.yaml"), "--checkpoint-dir", str(run / "ps"),
-         "--admin-token-file", str(run / "admin.token"), "--ready-file", str(ready), "--keep-checkpoints", "2"],
-        stdout=ps_log, stderr=subprocess.STDOUT, env=env,
-    )
-    procs.append(ps)
+    ps = PSProcess(run, run / "federation.yaml", checkpoint_dir=run / "ps", log=logs / "ps.log",
+                   extra=["--keep-checkpoints", "2"])
+    clients = []
     t0 = time.monotonic()
     try:
-        while not (ready.exists() and ready.read_text().strip()):
-            if ps.poll() is not None:
-                return _fail(f"the parameter server exited with {ps.returncode}; see {logs / 'ps.log'}")
-            if time.monotonic() - t0 > 60:
-                return _fail("the parameter server did not start within 60 s")
-            time.sleep(0.1)
-        address = f"127.0.0.1:{ready.read_text().strip()}"
-        admin = AdminClient(address, (run / "admin.token").read_text().strip(), insecure=True)
+        try:
+            ps.start()
+        except StartError:
+            return _fail(f"the parameter server exited with {ps.proc.returncode}; see {ps.log}")
+        except TimeoutError:
+            return _fail("the parameter server did not start within 60 s")
+        admin = ps.admin()
         tails = []
         for i, data_list in enumerate(lists):
             client_id = f"local.client-{i}"
             token, _ = admin.create_token(client_id, site="local", ttl_s=600, master=(i == 0))
-            token_file = run / "tokens" / f"client-{i}"
-            token_file.parent.mkdir(exist_ok=True, mode=0o700)
-            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(token)
             work = run / "clients" / f"client-{i}"
             slow = opts.slow_client if i == len(lists) - 1 else 1.0
-            cmd = [sys.executable, "-m", "geofed.cli", "client", "--ps", address, "--client-id", client_id,
-                   "--token-file", str(token_file), "--data", str(data_list), "--work-dir", str(work), "--insecure",
-                   "--duration-s", str(opts.duration_s), "--seed", str(i), "--slowdown", str(slow)]
-            log = open(logs / f"client-{i}.log", "wb")  # noqa: SIM115 - lives as long as the process
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+            clients.append(start_client(
+                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=ps.address,
+                client_id=client_id, data=data_list, work_dir=work, duration_s=opts.duration_s, seed=i,
+                slowdown=slow,
+            ))  # fmt: skip
             tails.append(_Tail(work / "metrics.jsonl"))
         evaluator = GlobalEvaluator(fed, held, run / "eval-tokens.npy")
         initial = evaluator.loss()
         _say(f"initial global eval loss {initial:.3f} (held-out modules: {len(held)} files)")
         records = [{"t": time.time(), "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0}]
-        records += _watch(procs[1:], tails, admin, opts, run, evaluator, t0)
+        records += _watch(clients, tails, admin, opts, ps.ckpt_dir, evaluator, t0)
         admin.close()
-        failed = [i for i, p in enumerate(procs[1:]) if p.returncode not in (0, None)]
-        ps.send_signal(signal.SIGTERM)
-        ps.wait(60)
-        ckpt = _newest_ps_checkpoint(run / "ps")
+        failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None)]
+        ps.terminate()
+        ckpt = newest(ps.ckpt_dir)
         if ckpt is None:
             return _fail(f"no global model was produced; see {logs}")
         final = evaluator.loss(ckpt.flat)
         records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": final,
                         "elapsed_s": time.monotonic() - t0})
-        _write_outputs(run, records, evaluator, ckpt)
+        _write_outputs(run, records, evaluator, ckpt.flat)
         if failed:
             _say(f"warning: client(s) {failed} exited with an error; see {logs}")
         _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed")
@@ -221,26 +197,13 @@ def run_local_federation(opts: LocalOptions) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        ps_log.close()
+        stop_all([p for p in (ps.proc, *clients) if p is not None])
 
 
-def _merge(base: dict, override: dict) -> dict:
-    out = json.loads(json.dumps(base))
-    for k, v in override.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def _watch(clients, tails, admin, opts, run, evaluator, t0) -> list[dict]:
+def _watch(clients, tails, admin, opts, ckpt_dir: Path, evaluator: GlobalEvaluator, t0: float) -> list[dict]:
     """Live progress until every client has exited; periodic global evals for the loss-vs-time plot."""
+    from .evaluate import newest
+
     records: list[dict] = []
     last_eval = time.monotonic()
     while True:
@@ -255,7 +218,7 @@ def _watch(clients, tails, admin, opts, run, evaluator, t0) -> list[dict]:
                          f"{rec['payload_bytes'] / 1e3:7.1f} kB ({rec['ratio'] * 100:.1f}% of fp32, {rec['codec']})")
         if time.monotonic() - last_eval > 10:
             last_eval = time.monotonic()
-            ckpt = _newest_ps_checkpoint(run / "ps")
+            ckpt = newest(ckpt_dir)
             if ckpt is not None:
                 loss = evaluator.loss(ckpt.flat)
                 records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": loss,
@@ -273,16 +236,16 @@ def _watch(clients, tails, admin, opts, run, evaluator, t0) -> list[dict]:
         time.sleep(0.5)
 
 
-def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, ckpt) -> None:
+def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, flat) -> None:
     """metrics.jsonl, the final global model (safetensors via save_pretrained), loss-vs-time PNG."""
-    from .flat import load_flat_
+    import torch
+
+    from client_agent.flat import load_flat_
 
     with open(run / "metrics.jsonl", "w") as f:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
-    import torch
-
-    load_flat_(evaluator.model, torch.as_tensor(ckpt.flat))
+    load_flat_(evaluator.model, torch.as_tensor(flat))
     evaluator.model.save_pretrained(run / "final_model")
     _plot(run / "loss.png", records)
 

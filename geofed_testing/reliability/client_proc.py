@@ -7,7 +7,7 @@ relaunch re-joins with its persisted rejoin token), take the newest global model
 Every step is appended to an events file (fsynced), which the scenario reads to decide when to kill
 and to know which deltas were attempted and which were acknowledged.
 
-    python tests/reliability/rel_client_proc.py --ps 127.0.0.1:PORT --client-id c.0 --token-file T
+    python -m geofed_testing.reliability.client_proc --ps 127.0.0.1:PORT --client-id c.0 --token-file T
         --state-dir D --events E --rounds 5 --numel 200000
 """
 
@@ -25,9 +25,7 @@ import torch
 from client_agent.checkpoint import CheckpointManager, ClientCheckpoint
 from client_agent.ps_client import PSClient, PushError, StaleDeltaError
 from geofed.codec import make_codec
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rel_fed import delta_for  # noqa: E402
+from geofed_testing.ledger import delta_for
 
 
 def emit(path: Path, event: str, **fields) -> None:

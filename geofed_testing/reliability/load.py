@@ -17,13 +17,14 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from rel_fed import EXACT_ASYNC, Observer, init_model, join, mint
-from rel_procs import PSNode, Reaper
 
 from client_agent.ps_client import PSClient
 from geofed.codec import decoder_for, make_codec
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.channel import CHANNEL_OPTIONS
+from geofed_testing.ledger import EXACT_ASYNC
+from geofed_testing.procs import PSNode, Reaper
+from geofed_testing.wire import Observer, init_model, join, mint
 
 QUANTUM = np.float32(2.0**-10)
 

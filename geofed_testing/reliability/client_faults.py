@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rel_procs import Reaper, wait_until
-from rel_scenario import Federation, ScenarioFailed, ScenarioResult, new_client
-
 from client_agent.checkpoint import load_checkpoint
 from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.launch import wait_until
+from geofed_testing.procs import Reaper
+
+from .scenario import Federation, ScenarioFailed, ScenarioResult, new_client
 
 NUMEL = 200_000  # 800 kB of fp32 per delta: 3.2 s on the capped link, so a kill lands well inside it
 LINK_BPS = 250_000

@@ -14,12 +14,15 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-from rel_fed import EXACT_ASYNC, Observer, mint
-from rel_procs import GEOFED, PSNode, Reaper, child_env, spawn
-from rel_scenario import ScenarioResult
 
 from client_agent.checkpoint import load_checkpoint
+from geofed_apps.launch import start_client
+from geofed_testing.ledger import EXACT_ASYNC
+from geofed_testing.procs import PSNode, Reaper
+from geofed_testing.wire import Observer, mint
 from ps_server.checkpoint import CheckpointStore
+
+from .scenario import ScenarioResult
 
 AGENT_FED = {
     "model": {"family": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "seed": 3},
@@ -38,12 +41,10 @@ def _text_corpus(directory: Path) -> Path:
 
 
 def _run_agent(ps: PSNode, workdir: Path, token: str, data: Path, rounds: int, reaper: Reaper, log: str) -> None:
-    token_file = workdir / f"token-{log}"
-    token_file.write_text(token)
-    cmd = [*GEOFED, "client", "--ps", ps.address, "--client-id", "seed.master", "--token-file", str(token_file),
-           "--data", str(data), "--work-dir", str(workdir / "agent"), "--insecure", "--device", "cpu",
-           "--max-rounds", str(rounds)]
-    proc = reaper.proc(spawn(cmd, workdir / f"{log}.log", child_env()))
+    proc = reaper.proc(start_client(
+        token, workdir / f"token-{log}", workdir / f"{log}.log", new_session=True, ps=ps.address,
+        client_id="seed.master", data=data, work_dir=workdir / "agent", device="cpu", max_rounds=rounds,
+    ))  # fmt: skip
     rc = proc.wait(180)
     if rc != 0:
         raise AssertionError(f"agent exited with {rc}:\n{(workdir / f'{log}.log').read_text()[-3000:]}")

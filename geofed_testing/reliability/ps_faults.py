@@ -11,14 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from rel_disk import SmallDisk
-from rel_fed import EXACT_ASYNC, account, delta_for, join, push_values
-from rel_procs import Reaper, wait_until
-from rel_scenario import Federation, ScenarioResult
 
 from client_agent.ps_client import JoinError, PSClient, PushError, StaleDeltaError
 from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.launch import wait_until
+from geofed_testing.ledger import EXACT_ASYNC, account, delta_for
+from geofed_testing.procs import Reaper
+from geofed_testing.wire import join, push
 from ps_server.checkpoint import CheckpointStore
+
+from .disk import SmallDisk
+from .scenario import Federation, ScenarioResult
 
 
 @dataclass
@@ -49,7 +52,7 @@ class Pusher:
             self.attempted.add(tag)
             self.busy = True
             try:
-                r = push_values(self.client, model.version, delta_for(tag, self.numel))
+                r = push(self.client, model.version, delta_for(tag, self.numel))
             except StaleDeltaError:  # refused, and the client knows: like the agent, take the new model and go on
                 self.stale.append(tag)
                 continue
@@ -131,12 +134,12 @@ def ps_killed_mid_round(workdir: Path, reaper: Reaper) -> ScenarioResult:
     a, b = (join(fed.ps, f"round.{n}", reaper=reaper) for n in "ab")
     fed.install()
     da, db = delta_for("round.a", numel), delta_for("round.b", numel)
-    ra = push_values(a, 1, da)
+    ra = push(a, 1, da)
     res.check(ra.status == "ACCEPTED", "first delta buffered (ACCEPTED)", ra)
     t_kill = time.monotonic()
     fed.ps.kill()
     fed.ps.start()
-    rb = push_values(b, 1, db)
+    rb = push(b, 1, db)
     res.details["second_push"] = rb.status
 
     def a_landed():
@@ -176,7 +179,7 @@ def ps_crash_strands_new_clients(workdir: Path, reaper: Reaper) -> ScenarioResul
     fed.ps.kill()
     fed.ps.start()
     try:
-        receipt = push_values(c, 1, delta_for("late/0", numel))
+        receipt = push(c, 1, delta_for("late/0", numel))
         outcome = f"{receipt.status} v{receipt.version}"
     except (JoinError, PushError) as exc:
         outcome = f"{type(exc).__name__}: {exc}"
@@ -201,8 +204,8 @@ def ps_restarts_behind_clients(workdir: Path, reaper: Reaper) -> ScenarioResult:
                          "SIGKILL of the PS right after it published v3 with checkpoint_every=2 (v3 never durable)")
     fed = Federation.start(workdir, reaper, numel, extra=["--checkpoint-every", "2"])
     c = join(fed.ps, "behind.c0", reaper=reaper)
-    push_values(c, 1, delta_for("behind/1", numel))
-    r = push_values(c, 2, delta_for("behind/2", numel))
+    push(c, 1, delta_for("behind/1", numel))
+    r = push(c, 2, delta_for("behind/2", numel))
     res.check(r.version == 3, "v3 published", r)
     wait_until(lambda: (m := c.latest()) is not None and m.version == 3, 20, "client receiving v3")
     res.check(fed.ps.checkpointed_versions()[-1] == 2, "last durable checkpoint is v2",
@@ -212,7 +215,7 @@ def ps_restarts_behind_clients(workdir: Path, reaper: Reaper) -> ScenarioResult:
     fed.ps.start()
     res.check(fed.ps.status()["version"] == 2, "PS back at v2 (its checkpoint)")
     try:
-        receipt = push_values(c, 3, delta_for("behind/3", numel))
+        receipt = push(c, 3, delta_for("behind/3", numel))
         outcome = f"accepted as {receipt.status}"
     except StaleDeltaError as exc:
         outcome = f"StaleDeltaError: {exc}"
@@ -248,11 +251,11 @@ def disk_full_while_checkpointing(workdir: Path, reaper: Reaper) -> ScenarioResu
                            checkpoint_dir=ckpt_dir / "ps")
     c = join(fed.ps, "disk.c0", reaper=reaper, start=False)
     ds = [delta_for(f"disk/{i}", numel) for i in range(4)]
-    push_values(c, 1, ds[0])  # v2, checkpointed
+    push(c, 1, ds[0])  # v2, checkpointed
     res.check(fed.ps.checkpointed_versions()[-1] == 2, "v2 checkpointed before the disk fills")
     disk.fill(fed.ps.pid, limit_bytes=1 << 20)
-    r3 = push_values(c, 2, ds[1])
-    r4 = push_values(c, 3, ds[2])
+    r3 = push(c, 2, ds[1])
+    r4 = push(c, 3, ds[2])
     res.check((r3.status, r4.status, r4.version) == ("APPLIED", "APPLIED", 4), "PS keeps serving pushes", (r3, r4))
     failures = fed.ps.metric("geofed_checkpoint_failures_total")
     res.details["checkpoint_failures"] = failures
@@ -269,7 +272,7 @@ def disk_full_while_checkpointing(workdir: Path, reaper: Reaper) -> ScenarioResu
               "the older checkpoint (v2) is intact and loadable", older and older.version)
     disk.free()
     t_free = time.monotonic()
-    push_values(c, 4, ds[3])  # v5, durable again
+    push(c, 4, ds[3])  # v5, durable again
     wait_until(lambda: 5 in fed.ps.checkpointed_versions(), 20, "a checkpoint after space returns")
     res.resume_s = time.monotonic() - t_free
     fed.ps.kill()

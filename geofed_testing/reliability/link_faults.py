@@ -9,11 +9,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rel_fed import delta_for, join, push_values
-from rel_procs import Reaper, wait_until
-from rel_scenario import Federation, ScenarioResult
 
 from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.launch import wait_until
+from geofed_testing.ledger import delta_for
+from geofed_testing.procs import Reaper
+from geofed_testing.wire import join, push
+
+from .scenario import Federation, ScenarioResult
 
 
 def _proxy(reaper: Reaper, port: int, profile: LinkProfile) -> WanProxy:
@@ -70,7 +73,7 @@ def receipt_lost_to_reset(workdir: Path, reaper: Reaper) -> ScenarioResult:
     cutter = threading.Thread(target=cut_when_applied, daemon=True)
     cutter.start()
     tag = "rcpt/0"
-    receipt = push_values(c, 1, delta_for(tag, numel))
+    receipt = push(c, 1, delta_for(tag, numel))
     cutter.join(5)
     res.check(bool(reset_at), "reset fired after the PS logged the push")
     res.resume_s = time.monotonic() - reset_at[0]

@@ -72,7 +72,3 @@ class SmallDisk:
             return
         if self._pid is not None and self._saved_limit is not None:
             psutil.Process(self._pid).rlimit(psutil.RLIMIT_FSIZE, self._saved_limit)
-
-    def free_bytes(self) -> int:
-        st = os.statvfs(self.path)
-        return st.f_bavail * st.f_frsize

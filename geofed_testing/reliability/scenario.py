@@ -1,6 +1,6 @@
 """What every fault scenario shares: its result record, a client-process handle and the ledger verdict.
 
-A scenario is a plain function `(workdir, reaper) -> ScenarioResult`, so pytest and
+A scenario is a plain function `(workdir, reaper) -> ScenarioResult`, so `tests/reliability` and
 `bench/reliability_report.py` run the very same code. A scenario raises `ScenarioFailed` (an
 AssertionError) with the evidence when an invariant breaks; otherwise its result lists what it checked.
 """
@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from rel_client_proc import read_events
-from rel_fed import EXACT_ASYNC, Accounting, Observer, account, delta_for, init_model, join, mint, theta0
-from rel_procs import HERE, PSNode, Reaper, child_env, kill_group, spawn, wait_until
+
+from geofed_apps.launch import child_env, spawn, stop, wait_until
+from geofed_testing.ledger import EXACT_ASYNC, Accounting, account, delta_for
+from geofed_testing.procs import PSNode, Reaper
+from geofed_testing.wire import Observer, init_model, join, mint, theta0
+
+from .client_proc import read_events
 
 
 class ScenarioFailed(AssertionError):
@@ -99,7 +103,7 @@ class Federation:
 
 
 class ClientProc:
-    """A `rel_client_proc.py` process; relaunch with `start()` again on the same state directory."""
+    """A `client_proc` process in its own process group; relaunch with `start()` on the same state directory."""
 
     def __init__(self, reaper: Reaper, workdir: Path, address: str, client_id: str, token: str, numel: int,
                  rounds: int, ballast_floats: int = 0, pause_s: float = 0.0) -> None:
@@ -115,14 +119,14 @@ class ClientProc:
         self.proc = None
 
     def start(self) -> ClientProc:
-        self.proc = self.reaper.proc(spawn([sys.executable, str(HERE / "rel_client_proc.py"), *self.args],
-                                           self.dir / "client.log", child_env()))
+        cmd = [sys.executable, "-m", "geofed_testing.reliability.client_proc", *self.args]
+        self.proc = self.reaper.proc(spawn(cmd, self.dir / "client.log", env=child_env(), new_session=True))
         return self
 
     def kill(self) -> float:
         """SIGKILL the process group; returns the monotonic time of the kill."""
         t = time.monotonic()
-        kill_group(self.proc, signal.SIGKILL)
+        stop(self.proc, signal.SIGKILL, 10.0)
         return t
 
     def events(self, kind: str | None = None) -> list[dict]:

@@ -1,0 +1,1 @@
+"""Benchmarks, run from a checkout: `python bench/run.py ...` (see bench/run.py)."""

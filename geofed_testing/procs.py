@@ -1,0 +1,133 @@
+"""A PS process for tests and benchmarks, and a reaper that always cleans up.
+
+`PSNode` is `geofed_apps.launch.PSProcess` in its own process group (a SIGKILL takes the whole tree
+down), with what scenarios inspect: TLS, the Prometheus endpoint, its RSS, the versions it checkpointed.
+`Reaper` remembers processes, proxies, clients and mounts and releases them in reverse order even when
+a scenario fails half-way (tests use it through a fixture, benchmarks as a context manager).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import psutil
+
+from geofed.protocol.admin_client import AdminClient
+from geofed_apps.launch import PSProcess, stop
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for the PS's metrics endpoint)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Reaper:
+    """Collects cleanups (kill a process group, stop a proxy, close a client, unmount) and runs them all."""
+
+    def __init__(self) -> None:
+        self._cleanups: list[Callable[[], None]] = []
+
+    def add(self, cleanup: Callable[[], None]) -> None:
+        self._cleanups.append(cleanup)
+
+    def proc(self, proc: subprocess.Popen) -> subprocess.Popen:
+        self.add(lambda: stop(proc, signal.SIGKILL, 10.0))
+        return proc
+
+    def close_all(self) -> None:
+        """Run every cleanup, newest first; one failing cleanup does not stop the others."""
+        while self._cleanups:
+            cleanup = self._cleanups.pop()
+            try:
+                cleanup()
+            except Exception as exc:  # a cleanup must never hide the scenario's own result
+                print(f"reaper: cleanup failed: {exc!r}", file=sys.stderr)
+
+    def __enter__(self) -> Reaper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_all()
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a TLS PS (and the CA its clients trust); `client_ca` turns on mTLS."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    client_ca: Path | None = None
+    admin_cert: Path | None = None  # with mTLS, the operator's own client certificate
+    admin_key: Path | None = None
+
+
+class PSNode(PSProcess):
+    """One `geofed ps` on 127.0.0.1 in its own process group, restartable on the same port and checkpoints.
+
+    `rate_limit` (joins per second and address) defaults high: most scenarios join many clients from one
+    address at once; `metrics` serves Prometheus on a free port.
+    """
+
+    def __init__(self, workdir: Path, federation: dict | None = None, *, extra: list[str] | None = None,
+                 tls: TlsFiles | None = None, metrics: bool = False, rate_limit: float | None = 1000.0,
+                 checkpoint_dir: Path | None = None) -> None:
+        rate = ["--rate-limit-per-s", str(rate_limit)] if rate_limit is not None else []
+        super().__init__(workdir, federation, extra=[*rate, *(extra or [])], checkpoint_dir=checkpoint_dir,
+                         metrics_port=free_port() if metrics else 0, new_session=True)
+        self.tls = tls
+
+    def transport_flags(self) -> list[str]:
+        if self.tls is None:
+            return ["--insecure"]
+        cmd = ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key)]
+        return cmd + (["--client-ca", str(self.tls.client_ca)] if self.tls.client_ca else [])
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def admin(self) -> AdminClient:
+        if self.tls is None:
+            return super().admin()
+        t = self.tls
+        return AdminClient(self.address, self.admin_credential, ca_cert=t.ca.read_bytes(),
+                           client_cert=t.admin_cert.read_bytes() if t.admin_cert else None,
+                           client_key=t.admin_key.read_bytes() if t.admin_key else None)
+
+    def channel(self, *, own_connection: bool = False) -> grpc.Channel:
+        """A plaintext channel; `own_connection` forces a TCP connection no other channel shares."""
+        options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
+        return grpc.insecure_channel(self.address, options=options)
+
+    def status(self) -> dict:
+        with self.admin() as admin:
+            return admin.status()
+
+    def rss_bytes(self) -> int:
+        return psutil.Process(self.pid).memory_info().rss
+
+    def metric(self, name: str) -> float:
+        """Sum of every sample of a Prometheus metric (all label sets) scraped from the PS."""
+        if not self.metrics_port:
+            raise RuntimeError("this PS was started without a metrics port")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+(\S+)$", re.M)
+        return sum(float(v) for v in pattern.findall(text))
+
+    def checkpointed_versions(self) -> list[int]:
+        """Versions logged as durably checkpointed, in order."""
+        return [int(v) for v in re.findall(r"event=checkpoint version=(\d+)", self.logs())]
