@@ -162,7 +162,12 @@ class Kube:
         except KubeError as exc:
             if exc.status != 404:  # an API server creates on apply; simpler servers answer 404
                 raise
-        return self.create(obj)
+        try:
+            return self.create(obj)
+        except KubeError as exc:
+            if exc.status != 409:  # created meanwhile (a timer and a change handler of one object): apply again
+                raise
+        return self.request("PATCH", path, dict(obj), query=query, content_type="application/apply-patch+yaml")
 
     def patch(
         self,

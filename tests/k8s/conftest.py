@@ -110,6 +110,20 @@ def fake_ps() -> FakePS:
     return FakePS()
 
 
+@contextlib.asynccontextmanager
+async def operator_running(runner: Any) -> Any:
+    """A KopfRunner whose shutdown waits off the event loop, so the emulator keeps answering meanwhile.
+
+    A sync handler stopped mid-request would otherwise wait for its HTTP timeout on a loop that is
+    blocked joining the operator's thread.
+    """
+    runner.__enter__()
+    try:
+        yield runner
+    finally:
+        await asyncio.to_thread(runner.__exit__, None, None, None)
+
+
 async def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
     """Poll `predicate` (letting the emulator serve meanwhile) until it returns something truthy."""
     deadline = time.monotonic() + timeout

@@ -4,7 +4,8 @@ kmock 0.8 keeps objects in memory but leaves out what a real API server does on 
 `metadata.resourceVersion` (kopf waits for it to detect its own changes), answers a failed JSON-patch
 `test` with 500 instead of 422 Unprocessable Entity (kopf retries only on 422), ignores
 `labelSelector`, never bumps `metadata.generation`, writes status through the main resource, and has
-no garbage collector for ownerReferences. This subclass adds exactly those.
+no garbage collector for ownerReferences. This subclass adds exactly those, plus `refuse()` to play a
+ResourceQuota or an admission webhook that turns a create down.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ BUILTINS = {
     "v1/namespaces": ("Namespace", False),
     "apps/v1/deployments": ("Deployment", True),
     "batch/v1/jobs": ("Job", True),
+    "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True),
 }
 
 
@@ -130,15 +132,31 @@ class GeofedEmulator(kmock.KubernetesEmulator):
                 else:
                     request.data["metadata"]["generation"] = generation
 
+    def refuse(self, plural: str, message: str) -> None:
+        """Refuse every create of `plural` with 403, as a ResourceQuota or an admission webhook would."""
+        self.__dict__.setdefault("_refusals", {})[plural] = message
+
+    def allow(self, plural: str) -> None:
+        """Stop refusing `plural`."""
+        self.__dict__.setdefault("_refusals", {}).pop(plural, None)
+
     async def _handle(self, request: rendering.Request) -> Any:
+        refusals = self.__dict__.get("_refusals", {})
+        if request.resource is not None and request.action == enums.action.CREATE:
+            if request.resource.plural in refusals:
+                raise k8s.KubernetesError(status=403, reason="Forbidden", message=refusals[request.resource.plural])
         if request.resource is not None and request.action in (enums.action.CREATE, enums.action.UPDATE):
             self._prepare(request)
         try:
             response = await super()._handle(request)
         except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as exc:
             raise k8s.KubernetesError(status=422, reason="Invalid", message=f"the patch test failed: {exc}") from None
-        if request.resource is not None and request.action in (enums.action.DELETE, enums.action.UPDATE):
-            await self._collect_garbage()  # a delete, or the removal of the last finalizer
+        if request.resource is not None and request.action in (
+            enums.action.DELETE,
+            enums.action.UPDATE,
+            enums.action.CREATE,
+        ):
+            await self._collect_garbage()  # a delete, the last finalizer gone, a child of a gone owner
         return response
 
     async def _serve_list(self, request: rendering.Request) -> Any:

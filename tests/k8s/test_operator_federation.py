@@ -12,7 +12,7 @@ from geofed_operator.handlers import build_registry
 from geofed_operator.handlers.deps import Deps
 from geofed_operator.settings import OperatorSettings
 
-from .conftest import NAMESPACE, FakeAdminError, FakePS, wait_for, watches_open
+from .conftest import NAMESPACE, FakeAdminError, FakePS, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .objects import create, delete, get, names_of, patch
 
@@ -34,7 +34,7 @@ def _runner(role: str, fake_ps: FakePS) -> KopfRunner:
 
 async def test_federation_creates_owned_children_and_reports_ps_status(api, fake_ps) -> None:
     """Create -> Deployment/Service/PVC/ConfigMap/Secrets owned by the Federation; status from the PS."""
-    with _runner("cloud", fake_ps) as runner:
+    async with operator_running(_runner("cloud", fake_ps)) as runner:
         await watches_open(api, {"federations"})
         fed = await create(api, FED)
         uid = fed["metadata"]["uid"]

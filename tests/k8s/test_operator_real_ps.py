@@ -19,7 +19,7 @@ from geofed_operator.handlers import build_registry
 from geofed_operator.handlers.deps import Deps
 from geofed_operator.settings import OperatorSettings
 
-from .conftest import NAMESPACE, wait_for, watches_open
+from .conftest import NAMESPACE, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .objects import create, get, patch
 
@@ -41,7 +41,7 @@ async def test_relaunch_token_is_accepted_and_the_consumed_one_refused(api, real
         site_credential = admin.create_site_credential("uw")
     settings = OperatorSettings(site_interval_s=0.3, admin_timeout_s=5)
     registry = build_registry("site", Deps(settings=settings))  # the real AdminClient
-    with KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30) as runner:
+    async with operator_running(KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30)) as runner:
         await watches_open(api, {"siteclients"})
         await create(api, {
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "uw-credential", "namespace": NAMESPACE},

@@ -14,7 +14,7 @@ from geofed_operator.handlers import build_registry
 from geofed_operator.handlers.deps import Deps
 from geofed_operator.settings import OperatorSettings
 
-from .conftest import NAMESPACE, FakeAdminError, FakePS, wait_for, watches_open
+from .conftest import NAMESPACE, FakeAdminError, FakePS, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .objects import create, delete, get, names_of, patch
 
@@ -62,7 +62,7 @@ def _token_of(api: GeofedEmulator, attempt: int) -> str:
 
 async def test_siteclient_launches_relaunches_after_eviction_and_cleans_up(api, fake_ps) -> None:
     """Token Secret + Job; an evicted pod -> a new Job with a new token; delete -> nothing left."""
-    with _runner(fake_ps) as runner:
+    async with operator_running(_runner(fake_ps)) as runner:
         await watches_open(api, {"siteclients"})
         await create(api, CREDENTIAL)
         await create(api, SITECLIENT)
@@ -123,7 +123,7 @@ async def test_siteclient_launches_relaunches_after_eviction_and_cleans_up(api, 
 
 async def test_missing_credential_secret_is_degraded_not_a_crash(api, fake_ps) -> None:
     """Without the site credential Secret nothing launches; status says which Secret is missing."""
-    with _runner(fake_ps) as runner:
+    async with operator_running(_runner(fake_ps)) as runner:
         await watches_open(api, {"siteclients"})
         await create(api, SITECLIENT)
         await wait_for(lambda: _status(api).get("phase") == "Degraded", what="phase Degraded")

@@ -146,7 +146,9 @@ def ensure_tls(kube: Kube, fed: FederationObject, owner: Any, hosts: tuple[str, 
         issued = "CertificateRenewed"
     if issued or ca_secret is None or _data(existing, "ca.key"):
         if issued:
-            material = issue_self_signed(wanted, validity_days=fed.spec.tls.validity_days, ca_pem=ca, ca_key_pem=ca_key)
+            material = issue_self_signed(
+                wanted, validity_days=fed.spec.tls.validity_days, ca_pem=ca, ca_key_pem=ca_key, now=now
+            )
         else:
             material = TLSMaterial(cert or b"", _data(existing, "tls.key") or b"", ca or b"", ca_key or b"")
         for secret in (build_ca_secret(fed, material), build_tls_secret(fed, material, wanted)):
