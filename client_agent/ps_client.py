@@ -29,6 +29,7 @@ from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import ManifestEntry, manifest_from_proto, manifest_to_proto, report_to_proto
 
 from .backoff import Backoff
+from .model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
 
 log = logging.getLogger("geofed.client")
 
@@ -253,12 +254,13 @@ class PSClient:
 
     def _stream_loop(self) -> None:
         backoff = Backoff()
-        partial: tuple[int, np.ndarray, int, list[ManifestEntry], float] | None = None  # version, buf, bytes, mf, t0
+        assembler = ModelAssembler(self.downlink_decoders)
         while not self._stop.is_set():
             have = self._latest.version if self._latest else 0
             req = pb.StreamModelRequest(have_version=have)
-            if partial is not None:
-                req.resume_version, req.resume_offset = partial[0], partial[2]
+            resume = assembler.resume_point()
+            if resume is not None:
+                req.resume_version, req.resume_offset = resume
                 self.model_resumes += 1
             call = None
             try:
@@ -267,8 +269,16 @@ class PSClient:
                 for chunk in call:
                     if self._stop.is_set():
                         break
-                    partial = self._take_chunk(chunk, partial)
+                    self._take_chunk(assembler, chunk)
                     backoff.reset()
+            except (ChunkDamaged, TransferRestart) as exc:
+                # Reopen the stream: at the offset reached (a damaged chunk), or from the start.
+                if isinstance(exc, TransferRestart):
+                    assembler.reset()
+                log.warning("event=model_chunk_refetch reason=%r", str(exc))
+                if call is not None:
+                    call.cancel()
+                time.sleep(backoff.next_delay())
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return
@@ -280,44 +290,29 @@ class PSClient:
                         time.sleep(backoff.next_delay())
                     continue
                 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                    partial = None  # our resume point is unusable: start the transfer over
-                log.warning("event=stream_broken code=%s resume_bytes=%d", exc.code().name,
-                            partial[2] if partial else 0)
+                    assembler.reset()  # our resume point is unusable: start the transfer over
+                resume = assembler.resume_point()
+                log.warning("event=stream_broken code=%s resume_bytes=%d", exc.code().name, resume[1] if resume else 0)
                 time.sleep(backoff.next_delay())
             except JoinError:
                 time.sleep(backoff.next_delay())
 
-    def _take_chunk(self, chunk: pb.ModelChunk, partial):
-        """Assemble chunks into a buffer; publish it when complete and its digest matches."""
-        if partial is None or partial[0] != chunk.version:
-            if chunk.offset != 0:
-                log.error("event=model_chunk_unexpected version=%d offset=%d", chunk.version, chunk.offset)
-                return None
-            if chunk.total_bytes % 4:
-                raise ValueError("model size is not a whole number of fp32 values")
-            partial = (chunk.version, np.empty(chunk.total_bytes // 4, dtype=np.float32), 0,
-                       manifest_from_proto(chunk.manifest), time.monotonic())
-        version, buf, received, manifest, t0 = partial
-        if chunk.offset != received:
-            return (version, buf, received, manifest, t0) if chunk.offset < received else None
-        view = buf.view(np.uint8)
-        view[received : received + len(chunk.data)] = np.frombuffer(chunk.data, dtype=np.uint8)
-        received += len(chunk.data)
+    def _take_chunk(self, assembler: ModelAssembler, chunk: pb.ModelChunk) -> None:
+        """Feed one chunk to the assembler; publish the vector when a transfer completes and verifies."""
         self.bytes_received += len(chunk.data)
-        if received < buf.nbytes:
-            return (version, buf, received, manifest, t0)
-        if hashlib.sha256(memoryview(view)).digest() != chunk.sha256:
-            log.error("event=model_checksum_mismatch version=%d", version)
-            return None
-        gv = GlobalVersion(version, buf, manifest or self.manifest, seconds=time.monotonic() - t0)
-        if manifest:
-            self.manifest = manifest
+        held = self._latest
+        got = assembler.take(chunk, (held.version, held.flat) if held is not None else None)
+        if got is None:
+            return
+        gv = GlobalVersion(got.version, got.flat, got.manifest or self.manifest, seconds=got.seconds)
+        if got.manifest:
+            self.manifest = got.manifest
         with self._cond:
             self._latest = gv
             self._cond.notify_all()
-        self._settle_pending(version)
-        log.info("event=model_received version=%d bytes=%d seconds=%.2f", version, buf.nbytes, gv.seconds)
-        return None
+        self._settle_pending(got.version)
+        log.info("event=model_received version=%d encoding=%s bytes=%d seconds=%.2f", got.version, got.encoding,
+                 got.nbytes, got.seconds)
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(max(1.0, self.session_ttl_s / 3)):

@@ -122,6 +122,28 @@ class AggregationConfig(_Section):
     clip_norm: float = Field(0.0, ge=0, description="Clip each client's delta to this L2 norm; 0 disables.")
 
 
+class DownlinkConfig(_Section):
+    """How new global versions reach clients (the model stream)."""
+
+    encoding: Literal["grid_delta", "fp32"] = Field(
+        "grid_delta",
+        description="grid_delta: the PS publishes the model rounded to per-block power-of-two grids (server-side "
+        "error feedback) and sends each client the exact Huffman-coded difference from the version it holds, or "
+        "the whole fp32 vector when that is smaller; clients end bit-identical to the published model. fp32: "
+        "every client receives the whole fp32 vector of each version it asks for.",
+    )
+    grid_steps: float = Field(
+        8.0, ge=1.0, le=4096.0,
+        description="grid_delta: grid steps per rms of one version's change (per block of 16384 values). Higher: "
+        "finer published model, more bits down; the published model stays within half a step of the PS's.",
+    )
+    history: int = Field(
+        6, ge=1, le=256,
+        description="grid_delta: published versions the PS keeps to difference against (one fp32 model each); a "
+        "client holding an older version receives the whole vector.",
+    )
+
+
 class TrainingConfig(_Section):
     """Client-side training: inner optimizer, batch and cadence (Algorithm 1, local loop)."""
 
@@ -169,6 +191,7 @@ class FederationConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The model being trained.")
     aggregation: AggregationConfig = Field(default_factory=AggregationConfig, description="PS aggregation.")
     codec: CodecConfig = Field(default_factory=CodecConfig, description="Delta compression.")
+    downlink: DownlinkConfig = Field(default_factory=DownlinkConfig, description="Model stream to clients.")
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Client training.")
     paradigm: ParadigmConfig = Field(
         default_factory=PretrainSettings,

@@ -178,6 +178,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         _say(f"initial global eval loss {initial:.3f} (held-out modules: {len(held)} files)")
         records = [{"t": time.time(), "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0}]
         records += _watch(clients, tails, admin, opts, ps.ckpt_dir, evaluator, t0)
+        traffic = _traffic(admin)
         admin.close()
         failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None)]
         ps.terminate()
@@ -192,12 +193,24 @@ def run_local_federation(opts: LocalOptions) -> int:
             _say(f"warning: client(s) {failed} exited with an error; see {logs}")
         _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed")
         _say(f"eval loss: {initial:.2f} -> {final:.2f}")
+        _say(traffic)
         _say(f"run directory: {run}")
         return 0 if not failed else 1
     except KeyboardInterrupt:
         return 130
     finally:
         stop_all([p for p in (ps.proc, *clients) if p is not None])
+
+
+def _traffic(admin) -> str:
+    """`pushed X MB, pulled Y MB`: payload bytes the PS took from and streamed to all clients (its counters)."""
+    try:
+        clients = admin.list_clients()
+    except Exception as exc:  # noqa: BLE001 - a summary line must not fail the run
+        return f"pushed ? MB, pulled ? MB (PS counters unavailable: {exc})"
+    pushed = sum(c["bytes_in"] for c in clients) / 1e6
+    pulled = sum(c["bytes_out"] for c in clients) / 1e6
+    return f"pushed {pushed:.2f} MB, pulled {pulled:.2f} MB"
 
 
 def _watch(clients, tails, admin, opts, ckpt_dir: Path, evaluator: GlobalEvaluator, t0: float) -> list[dict]:

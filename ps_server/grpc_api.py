@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 
 import grpc
 
@@ -12,6 +13,7 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import credential_from
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, report_from_proto, report_to_proto
 
+from .aggregation.downlink import Downlink
 from .core import ParameterServerCore
 from .errors import (
     AlreadySent,
@@ -24,7 +26,6 @@ from .errors import (
     PushTooLarge,
     StaleDelta,
 )
-from .global_model import Snapshot
 from .ingest import PushHeader
 from .ratelimit import RateLimiter
 from .registry import AuthError, Session
@@ -51,20 +52,22 @@ def status_code(err: PushRejected) -> grpc.StatusCode:
     return grpc.StatusCode.INVALID_ARGUMENT
 
 
-def model_chunks(snap: Snapshot, start: int, chunk_bytes: int):
-    """Yield the snapshot's flat fp32 bytes from `start` as ModelChunks (manifest first, digest last)."""
-    view = memoryview(snap.flat.reshape(-1).view("u1"))
+def model_chunks(down: Downlink, start: int, chunk_bytes: int):
+    """Yield a downlink's bytes from `start` as ModelChunks (manifest first, digest last, CRC-32 on each)."""
+    view = down.data
     total = len(view)
     offset = start
     first = True
     while True:
         end = min(total, offset + chunk_bytes)
-        chunk = pb.ModelChunk(version=snap.version, offset=offset, total_bytes=total, data=bytes(view[offset:end]))
+        data = bytes(view[offset:end])
+        chunk = pb.ModelChunk(version=down.version, offset=offset, total_bytes=total, data=data,
+                              encoding=down.encoding, base_version=down.base_version, crc32=zlib.crc32(data))
         if first:
-            chunk.manifest.extend(manifest_to_proto(snap.manifest))
+            chunk.manifest.extend(manifest_to_proto(down.manifest))
             first = False
         if end == total:
-            chunk.sha256 = snap.sha256
+            chunk.sha256 = down.sha256
         yield chunk
         offset = end
         if offset >= total:
@@ -142,12 +145,13 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     except AuthError as exc:
                         context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
                     continue
+                down = self.core.aggregator.downlink(snap, have)
                 start = 0
                 if request.resume_version == snap.version and request.resume_offset:
-                    if request.resume_offset >= snap.nbytes or request.resume_offset % 4:
-                        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "resume_offset outside the model buffer")
+                    if request.resume_offset >= down.nbytes:
+                        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "resume_offset outside the model transfer")
                     start = request.resume_offset
-                for chunk in model_chunks(self.core.aggregator.downlink(snap, have), start, chunk_bytes):
+                for chunk in model_chunks(down, start, chunk_bytes):
                     if not context.is_active():
                         return
                     client.bytes_out += len(chunk.data)

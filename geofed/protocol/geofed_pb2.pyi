@@ -21,16 +21,18 @@ DUPLICATE: PushStatus
 STALE: PushStatus
 
 class JoinRequest(_message.Message):
-    __slots__ = ("token", "client_id", "paradigm", "manifest")
+    __slots__ = ("token", "client_id", "group", "paradigm", "manifest")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     PARADIGM_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     token: str
     client_id: str
+    group: str
     paradigm: str
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
-    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
+    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
     __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at")
@@ -75,20 +77,26 @@ class StreamModelRequest(_message.Message):
     def __init__(self, have_version: _Optional[int] = ..., resume_version: _Optional[int] = ..., resume_offset: _Optional[int] = ...) -> None: ...
 
 class ModelChunk(_message.Message):
-    __slots__ = ("version", "offset", "total_bytes", "data", "manifest", "sha256")
+    __slots__ = ("version", "offset", "total_bytes", "data", "manifest", "sha256", "encoding", "base_version", "crc32")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
     version: int
     offset: int
     total_bytes: int
     data: bytes
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     sha256: bytes
-    def __init__(self, version: _Optional[int] = ..., offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+    encoding: str
+    base_version: int
+    crc32: int
+    def __init__(self, version: _Optional[int] = ..., offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., sha256: _Optional[bytes] = ..., encoding: _Optional[str] = ..., base_version: _Optional[int] = ..., crc32: _Optional[int] = ...) -> None: ...
 
 class DeltaHeader(_message.Message):
     __slots__ = ("base_version", "upload_id", "codec_header", "payload_bytes", "num_tokens", "num_samples", "local_steps", "init", "manifest", "report")
@@ -220,6 +228,22 @@ class RevokeSiteResponse(_message.Message):
     revoked: bool
     def __init__(self, revoked: _Optional[bool] = ...) -> None: ...
 
+class RevokeClientRequest(_message.Message):
+    __slots__ = ("client_id", "token")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    token: str
+    def __init__(self, client_id: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class RevokeClientResponse(_message.Message):
+    __slots__ = ("tokens", "sessions")
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    tokens: int
+    sessions: int
+    def __init__(self, tokens: _Optional[int] = ..., sessions: _Optional[int] = ...) -> None: ...
+
 class ListClientsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -257,7 +281,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation")
+    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_CLIENTS_FIELD_NUMBER: _ClassVar[int]
@@ -269,6 +293,9 @@ class StatusResponse(_message.Message):
     HAS_MODEL_FIELD_NUMBER: _ClassVar[int]
     NUM_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RING_ALLREDUCES_FIELD_NUMBER: _ClassVar[int]
+    RING_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     version: int
     connected_clients: int
     known_clients: int
@@ -280,4 +307,117 @@ class StatusResponse(_message.Message):
     has_model: bool
     num_parameters: int
     federation: str
-    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ...) -> None: ...
+    group: str
+    ring_allreduces: int
+    ring_members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RingKey(_message.Message):
+    __slots__ = ("version", "members", "attempt")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    attempt: int
+    def __init__(self, version: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class GroupWeight(_message.Message):
+    __slots__ = ("group", "weight", "count")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    weight: float
+    count: int
+    def __init__(self, group: _Optional[str] = ..., weight: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
+
+class RingStepRequest(_message.Message):
+    __slots__ = ("federation", "layout", "sender", "key", "phase", "step", "payload", "meta", "candidates")
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    federation: str
+    layout: bytes
+    sender: str
+    key: RingKey
+    phase: str
+    step: int
+    payload: bytes
+    meta: _containers.RepeatedCompositeFieldContainer[GroupWeight]
+    candidates: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, federation: _Optional[str] = ..., layout: _Optional[bytes] = ..., sender: _Optional[str] = ..., key: _Optional[_Union[RingKey, _Mapping]] = ..., phase: _Optional[str] = ..., step: _Optional[int] = ..., payload: _Optional[bytes] = ..., meta: _Optional[_Iterable[_Union[GroupWeight, _Mapping]]] = ..., candidates: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RingStepResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RingAbortRequest(_message.Message):
+    __slots__ = ("federation", "sender", "key")
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    federation: str
+    sender: str
+    key: RingKey
+    def __init__(self, federation: _Optional[str] = ..., sender: _Optional[str] = ..., key: _Optional[_Union[RingKey, _Mapping]] = ...) -> None: ...
+
+class RingAbortResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    def __init__(self, state: _Optional[str] = ...) -> None: ...
+
+class RingJoinRequest(_message.Message):
+    __slots__ = ("federation", "sender")
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    federation: str
+    sender: str
+    def __init__(self, federation: _Optional[str] = ..., sender: _Optional[str] = ...) -> None: ...
+
+class RingJoinResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FetchModelRequest(_message.Message):
+    __slots__ = ("federation", "sender", "header_only")
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    HEADER_ONLY_FIELD_NUMBER: _ClassVar[int]
+    federation: str
+    sender: str
+    header_only: bool
+    def __init__(self, federation: _Optional[str] = ..., sender: _Optional[str] = ..., header_only: _Optional[bool] = ...) -> None: ...
+
+class PeerModelChunk(_message.Message):
+    __slots__ = ("version", "members", "manifest", "state_json", "array", "offset", "total_bytes", "data", "dtype", "shape", "sha256")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    state_json: str
+    array: str
+    offset: int
+    total_bytes: int
+    data: bytes
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    sha256: bytes
+    def __init__(self, version: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., state_json: _Optional[str] = ..., array: _Optional[str] = ..., offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., sha256: _Optional[bytes] = ...) -> None: ...

@@ -23,6 +23,7 @@ from geofed.config import FederationConfig
 from ..errors import InvalidPush, NotPermitted, NotReady, StaleDelta
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader, ReceivedPush
+from .downlink import Downlink
 from .reducer import LocalReducer, Reducer
 from .rounds import admit, should_close
 from .strategies import build_strategy
@@ -229,7 +230,7 @@ class Aggregator:
         self.acc, self.first_at, self._pending = None, None, {}
         return self.model.publish(new_version, flat, current.manifest)
 
-    def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Snapshot:
+    def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Downlink:
         """What a client holding `have_version` is streamed for `snapshot` (the strategy decides)."""
         return self.strategy.downlink(snapshot, have_version)
 
@@ -246,6 +247,7 @@ class Aggregator:
                     for c, recent in self.uploads.items() for u, o in recent.items()
                 ],
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
+                "downlink": self.strategy.stream.state_dict(self.model.current()) if self.strategy.stream else {},
             }
 
     def restore(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, state: dict) -> None:
@@ -266,5 +268,7 @@ class Aggregator:
                 outcome = PushOutcome(status, version, staleness, weight)
                 self.uploads.setdefault(client_id, OrderedDict())[upload_id] = outcome
             self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
+            if self.strategy.stream is not None:
+                self.strategy.stream.load_state_dict(state.get("downlink", {}))
             self.acc, self.first_at, self._pending = None, None, {}
             self.model.publish(snapshot_version, flat, manifest)

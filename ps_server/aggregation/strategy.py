@@ -19,6 +19,7 @@ import numpy as np
 from geofed.config import FederationConfig
 
 from ..global_model import Manifest, Snapshot
+from .downlink import Downlink, build_stream, full_downlink
 from .rounds import Admission
 
 
@@ -60,6 +61,8 @@ class Strategy(ABC):
     def __init__(self, fed: FederationConfig) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
+        down = fed.downlink
+        self.stream = build_stream(down.encoding, down.grid_steps, down.history)
 
     @abstractmethod
     def install(self, numel: int, manifest: Manifest) -> None:
@@ -86,9 +89,12 @@ class Strategy(ABC):
     def apply(self, snapshot: Snapshot, round_sum: RoundSum) -> np.ndarray:
         """The next global vector from the current one and the (reduced) round sum."""
 
-    def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Snapshot:
-        """What a client holding `have_version` receives next: by default the whole published vector."""
-        return snapshot
+    def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Downlink:
+        """What a client holding `have_version` receives for `snapshot`: by default the federation's model
+        stream (an exact compressed difference, or the whole vector); a paradigm may send its own encoding."""
+        if self.stream is None:
+            return full_downlink(snapshot)
+        return self.stream.downlink(snapshot, have_version)
 
     def check_manifest(self, manifest: Manifest) -> None:  # noqa: B027 - optional hook
         """Refuse (ValueError) a master's Θ0 layout that this paradigm cannot aggregate."""

@@ -27,6 +27,9 @@ def make_ps(tmp_path):
     procs = []
 
     def make(federation: dict, name: str = "ps", extra=None) -> PSNode:
+        # These tests compare what clients receive with the aggregation maths, so the PS streams its exact
+        # vector; the compressed stream (published on grids) has its own tests in test_model_stream_e2e.py.
+        federation = {"downlink": {"encoding": "fp32"}, **federation}
         ps = PSNode(tmp_path / name, federation, extra=extra).start()
         procs.append(ps)
         return ps

@@ -1,0 +1,73 @@
+"""A real PS process and real clients: the compressed model stream ends every client on the PS's bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol.auth import bearer
+from geofed_testing.procs import PSNode
+from geofed_testing.wire import NUMEL, Observer, init_model, join, push, raw_session, theta0
+
+
+@pytest.fixture
+def ps(tmp_path):
+    node = PSNode(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1, "global_lr": 1.0,
+                                                    "weighting": "uniform", "max_staleness": 8},
+                                    "downlink": {"encoding": "grid_delta", "history": 2}}).start()
+    yield node
+    node.kill()
+
+
+def _delta(seed: int) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_t(3.0, NUMEL) * 1e-3).astype(np.float32)
+
+
+def test_clients_end_bit_identical_to_the_published_model_and_pull_less_than_fp32(ps):
+    # Prepare
+    master = join(ps, "m.a", master=True)
+    init_model(master)
+    clients = [master, join(ps, "m.b"), join(ps, "m.c")]
+    for c in clients:
+        assert c.wait_for_version(0, timeout=20).version == 1
+    expected = theta0().astype(np.float64)
+
+    # Execute: six async versions, every client following the stream
+    for k in range(6):
+        d = _delta(k)
+        assert push(clients[k % 3], 1 + k, d).status == "APPLIED"
+        expected += d
+        for c in clients:
+            assert c.wait_for_version(1 + k, timeout=20).version == 2 + k
+
+    # Assert
+    final = [c.latest().flat for c in clients]
+    version, published = Observer(ps).model()
+    assert version == 7
+    for flat in final:
+        assert np.array_equal(flat.view(np.uint32), published.view(np.uint32))
+    np.testing.assert_allclose(published, expected, atol=2e-4)  # within a grid step of the true model
+    fp32_pulls = 7 * NUMEL * 4
+    for c in clients:
+        assert c.bytes_received < 0.6 * fp32_pulls
+    for c in clients:
+        c.close()
+
+
+def test_a_client_whose_version_the_ps_no_longer_keeps_gets_the_whole_vector(ps):
+    master = join(ps, "h.a", master=True)
+    init_model(master)
+    for k in range(4):
+        assert push(master, 1 + k, _delta(10 + k)).status == "APPLIED"
+    stub, session = raw_session(ps, "h.old")
+
+    call = stub.StreamModel(pb.StreamModelRequest(have_version=1), metadata=bearer(session), timeout=20)
+    try:
+        first = next(iter(call))
+    finally:
+        call.cancel()
+
+    assert first.version == 5 and first.encoding == "fp32" and first.base_version == 0
+    assert first.total_bytes == NUMEL * 4
+    master.close()
