@@ -51,10 +51,25 @@ DESCRIPTIONS = {
 }
 
 
+# Names the API server would accept for the object but not for the children named after it.
+NAME_RULES = {
+    names.FEDERATION_KIND: {
+        "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "message": "a Federation's name must start with a letter and hold only a-z, 0-9 and '-' "
+        "(it names the PS Service, a DNS-1035 label)",
+    },
+    names.SITECLIENT_KIND: {
+        "rule": "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+        "message": "a SiteClient's name must hold only a-z, 0-9 and '-' (it names Jobs, pods and the client id)",
+    },
+}
+
+
 def _version_schema(spec: type[BaseModel], status: type[BaseModel], kind: str) -> dict[str, Any]:
     return {
         "type": "object",
         "description": DESCRIPTIONS[kind],
+        "x-kubernetes-validations": [NAME_RULES[kind]],
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},

@@ -86,6 +86,18 @@ class ServiceSpec(K8sModel):
 class StorageSpec(K8sModel):
     """The PVC for PS checkpoints: the global model survives restarts, rolls and rescheduling."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # `self == oldSelf` on the field itself never runs when the field is added or removed.
+                    "rule": "has(self.storageClassName) == has(oldSelf.storageClassName)",
+                    "message": "storageClassName is immutable (it cannot be set or unset after creation)",
+                }
+            ]
+        }
+    )
+
     size: Quantity = Field("10Gi", description="Requested capacity.")
     storage_class_name: str | None = Field(
         None,

@@ -74,6 +74,12 @@ SITE = {"insecure": False, "site": "uw"}
         ("federations", "model", {**MODEL, "nLayer": 12}, MODEL, False),  # immutable
         ("federations", "paradigm", "pretrain", "pretrain", True),
         ("federations", "storage.storageClassName", "fast", "standard", False),
+        ("federations", "storage", {"storageClassName": "fast"}, {"size": "10Gi"}, False),  # unset -> set
+        ("federations", "storage", {"size": "10Gi"}, {"storageClassName": "fast"}, False),  # set -> unset
+        ("federations", "storage", {"size": "20Gi", "storageClassName": "f"}, {"storageClassName": "f"}, True),
+        ("siteclients", "data.hostPath", {"path": "/"}, None, False),
+        ("siteclients", "data.hostPath", {"path": "/data/../etc"}, None, False),
+        ("siteclients", "data.hostPath", {"path": "/data/corpus"}, None, True),
         ("federations", "service", {"type": "ClusterIP", "port": 7443}, None, True),
         ("federations", "service", {"type": "ClusterIP", "nodePort": 30443}, None, False),
         ("federations", "service", {"type": "NodePort", "nodePort": 30443}, None, True),
@@ -90,3 +96,25 @@ SITE = {"insecure": False, "site": "uw"}
 )
 def test_rule_semantics(plural: str, path: str, value: Any, old: Any, accepted: bool) -> None:
     assert check(plural, path, value, old) is accepted
+
+
+def _root_rules(plural: str) -> list[str]:
+    crd = yaml.safe_load((REPO / "crds" / f"geofed.io_{plural}.yaml").read_text())
+    return [r["rule"] for r in crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]]
+
+
+@pytest.mark.parametrize(
+    ("plural", "name", "accepted"),
+    [
+        ("federations", "gpt2-demo", True),
+        ("federations", "7b-llama", False),  # its Service 7b-llama-ps would be refused
+        ("federations", "gpt2.demo", False),
+        ("siteclients", "uw-madison-client", True),
+        ("siteclients", "uw.client", False),
+    ],
+)
+def test_names_that_would_give_invalid_children_are_refused(plural: str, name: str, accepted: bool) -> None:
+    """Rules on the object's root see metadata.name, as the API server's do."""
+    activation = {"self": celpy.json_to_cel({"metadata": {"name": name}, "spec": {}})}
+    results = [bool(ENV.program(ENV.compile(rule)).evaluate(activation)) for rule in _root_rules(plural)]
+    assert all(results) is accepted

@@ -10,28 +10,13 @@ import asyncio
 import datetime as dt
 
 import pytest
-from kopf.testing import KopfRunner
 
-from geofed_operator.handlers import build_registry
-from geofed_operator.handlers.deps import Deps
-from geofed_operator.settings import OperatorSettings
-
-from .conftest import NAMESPACE, FakePS, operator_running, wait_for, watches_open
+from .conftest import NAMESPACE, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .objects import create, delete, get, patch
-from .test_operator_siteclient import CREDENTIAL, SC_KEY, SITECLIENT
+from .test_operator_siteclient import CREDENTIAL, SITECLIENT, _runner, _status
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
-
-
-def _runner(fake_ps: FakePS) -> KopfRunner:
-    settings = OperatorSettings(status_interval_s=0.3, site_interval_s=0.3, admin_timeout_s=2)
-    deps = Deps(settings=settings, admin_factory=fake_ps.factory)
-    return KopfRunner(["run", "--standalone", "-A"], registry=build_registry("site", deps), timeout=30)
-
-
-def _status(api: GeofedEmulator) -> dict:
-    return (get(api, SC_KEY, NAMESPACE, "gpu0") or {}).get("status") or {}
 
 
 def _condition(api: GeofedEmulator, kind: str) -> dict:
@@ -44,6 +29,13 @@ def _reasons(api: GeofedEmulator) -> list[str]:
         for (resource, ns, _), o in list(api.objects.items())
         if resource.plural == "events" and ns == NAMESPACE and not o.deleted
     ]
+
+
+async def _applied(api: GeofedEmulator) -> None:
+    """The site's credential and its SiteClient, applied once the operator watches."""
+    await watches_open(api, {"siteclients"})
+    await create(api, CREDENTIAL)
+    await create(api, SITECLIENT)
 
 
 async def _pod_of(api: GeofedEmulator, attempt: int, phase: str = "Running") -> str:
@@ -65,9 +57,7 @@ async def test_a_refused_job_is_degraded_with_the_reason_and_mints_one_token(api
     """Quota refuses the Job: Degraded JobRejected; ticks retry with the same token; the quota raised, it runs."""
     api.refuse("jobs", 'jobs.batch "gpu0-1" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=2')
     async with operator_running(_runner(fake_ps)) as runner:
-        await watches_open(api, {"siteclients"})
-        await create(api, CREDENTIAL)
-        await create(api, SITECLIENT)
+        await _applied(api)
         await wait_for(lambda: _condition(api, "Degraded").get("reason") == "JobRejected", what="JobRejected")
         assert "exceeded quota" in _condition(api, "Degraded")["message"] and _status(api)["phase"] == "Degraded"
         await asyncio.sleep(1.5)  # several ticks
@@ -85,9 +75,7 @@ async def test_a_refused_job_is_degraded_with_the_reason_and_mints_one_token(api
 async def test_a_job_that_cannot_create_its_pod_says_why(api, fake_ps) -> None:
     """No pod, a FailedCreate event on the Job (missing PriorityClass): Degraded FailedCreate, not silence."""
     async with operator_running(_runner(fake_ps)) as runner:
-        await watches_open(api, {"siteclients"})
-        await create(api, CREDENTIAL)
-        await create(api, SITECLIENT)
+        await _applied(api)
         job = await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="Job 1")
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         await create(api, {
@@ -107,9 +95,7 @@ async def test_a_job_that_cannot_create_its_pod_says_why(api, fake_ps) -> None:
 async def test_a_spec_change_never_runs_two_pods_as_one_client(api, fake_ps) -> None:
     """The replaced attempt's pod must be gone before the next attempt's Job exists."""
     async with operator_running(_runner(fake_ps)) as runner:
-        await watches_open(api, {"siteclients"})
-        await create(api, CREDENTIAL)
-        await create(api, SITECLIENT)
+        await _applied(api)
         old_pod = await _pod_of(api, 1)
         await wait_for(lambda: _status(api).get("phase") == "Running", what="Running")
 
@@ -128,9 +114,7 @@ async def test_a_spec_change_never_runs_two_pods_as_one_client(api, fake_ps) -> 
 async def test_preemption_and_launches_are_events(api, fake_ps) -> None:
     """Launched, then Preempted (DisruptionTarget), as `kubectl describe siteclient` shows them."""
     async with operator_running(_runner(fake_ps)) as runner:
-        await watches_open(api, {"siteclients"})
-        await create(api, CREDENTIAL)
-        await create(api, SITECLIENT)
+        await _applied(api)
         pod = await _pod_of(api, 1)
         await wait_for(lambda: "Launched" in _reasons(api), what="a Launched event")
         target = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",

@@ -40,37 +40,51 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if eq .Values.role "cloud" -}}federations{{- else if eq .Values.role "site" -}}siteclients{{- else -}}federations,siteclients{{- end -}}
 {{- end -}}
 
-{{/* Namespaced RBAC rules of the role (least privilege: only what the handlers touch). */}}
+{{/* Namespaced RBAC rules of the role: exactly the calls the handlers and kopf make (tests/k8s/test_rbac.py). */}}
 {{- define "geofed.namespacedRules" -}}
 - apiGroups: [geofed.io]
   resources: [{{ include "geofed.plurals" . | replace "," ", " }}]
-  verbs: [get, list, watch, patch, update]
+  verbs: [list, watch, patch]
 - apiGroups: [geofed.io]
   resources: [{{ range $i, $p := splitList "," (include "geofed.plurals" .) }}{{ if $i }}, {{ end }}{{ $p }}/status{{ end }}]
-  verbs: [get, patch, update]
-- apiGroups: [""]
-  resources: [events]
-  verbs: [create, patch]
+  verbs: [patch]
 {{- if has .Values.role (list "cloud" "both") }}
 - apiGroups: [""]
-  resources: [secrets, configmaps, services, persistentvolumeclaims]
-  verbs: [get, list, watch, create, update, patch, delete]
+  resources: [events]
+  verbs: [create{{ if eq .Values.role "both" }}, list{{ end }}]
+- apiGroups: [""]
+  resources: [secrets{{ if eq .Values.role "cloud" }}, services, persistentvolumeclaims{{ end }}]
+  verbs: [get, create, patch{{ if eq .Values.role "both" }}, list, delete{{ end }}]
+{{- if eq .Values.role "both" }}
+- apiGroups: [""]
+  resources: [services, persistentvolumeclaims]
+  verbs: [get, create, patch]
+{{- end }}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create, patch]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, create, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [create, patch, delete]
 {{- end }}
-{{- if has .Values.role (list "site" "both") }}
 {{- if eq .Values.role "site" }}
 - apiGroups: [""]
+  resources: [events]
+  verbs: [create, list]
+- apiGroups: [""]
   resources: [secrets]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, create, patch, delete]
 {{- end }}
+{{- if has .Values.role (list "site" "both") }}
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, create, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [list]
 {{- end }}
 {{- end -}}
 
