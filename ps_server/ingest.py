@@ -143,7 +143,8 @@ class PushReceiver:
                         bad = int(np.flatnonzero(~np.isfinite(values))[0]) + off
                         raise InvalidPush("nonfinite", f"non-finite value (NaN/Inf) at element {bad}"
                         )
-                    self._sq_norm += float(np.dot(values, values))
+                    wide = values.astype(np.float64)  # float32 squares overflow from |v| ≈ 1.8e19 on
+                    self._sq_norm += float(np.dot(wide, wide))
                     self._decoded = off + values.size
         except CodecError as exc:
             raise InvalidPush("codec", f"payload: {exc}") from exc

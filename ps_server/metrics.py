@@ -28,6 +28,7 @@ class PSMetrics:
             buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
         )
         self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
+        self.rate_limited = Counter("geofed_rate_limited", "Calls refused by a rate limit, by RPC", ["rpc"], registry=r)
         self.auth_failures = Counter("geofed_auth_failures", "Refused credentials by RPC", ["rpc"], registry=r)
         self.train_loss = Gauge("geofed_client_train_loss", "Client's reported train loss", ["client"], registry=r)
         self.eval_loss = Gauge("geofed_client_eval_loss", "Client's reported eval loss", ["client"], registry=r)

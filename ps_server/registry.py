@@ -161,6 +161,30 @@ class Registry:
             self._sessions = {h: s for h, s in self._sessions.items() if s.site != site}
         return existed
 
+    def revoke_client(self, principal: Principal, client_id: str, token: str = "") -> tuple[int, int]:
+        """Revoke one unused token of `client_id`, or every unused (join and rejoin) token and live session.
+
+        Returns (tokens revoked, sessions ended). A site may only revoke its own clients; a token minted for
+        another client id is not touched (and not revealed: it counts as not found).
+        """
+        if not _CLIENT_ID.fullmatch(client_id):
+            raise ValueError("client_id must be 1..253 characters of letters, digits, '.', '_' and '-'")
+        if not principal.is_admin:
+            assert principal.site is not None
+            _check_site_scope(principal.site, client_id)
+        with self._lock:
+            if token:
+                digest = _hash(token)
+                record = self._tokens.get(digest)
+                if record is None or record.client_id != client_id:
+                    return 0, 0
+                del self._tokens[digest]
+                return 1, 0
+            before_tokens, before_sessions = len(self._tokens), len(self._sessions)
+            self._tokens = {h: r for h, r in self._tokens.items() if r.client_id != client_id}
+            self._sessions = {h: s for h, s in self._sessions.items() if s.client_id != client_id}
+            return before_tokens - len(self._tokens), before_sessions - len(self._sessions)
+
     # ---- client surface -------------------------------------------------------------------------
 
     def join(self, token: str, client_id: str, peer: str = "") -> tuple[str, Session, str]:

@@ -69,6 +69,11 @@ class AdminClient:
     def revoke_site(self, site: str) -> bool:
         return self._call(self.stub.RevokeSite, pb.SiteRequest(site=site)).revoked
 
+    def revoke_client(self, client_id: str, token: str = "") -> tuple[int, int]:
+        """Revoke `token` of `client_id`, or (no token) all its unused tokens and sessions; (tokens, sessions)."""
+        r = self._call(self.stub.RevokeClient, pb.RevokeClientRequest(client_id=client_id, token=token))
+        return r.tokens, r.sessions
+
     def status(self) -> dict:
         r = self._call(self.stub.GetStatus, pb.StatusRequest())
         return {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}

@@ -19,6 +19,7 @@ class DeltaAccumulator:
         self.numel = numel
         self.sum = np.zeros(numel, dtype=np.float32)  # calloc: pages appear only when touched
         self.weight = 0.0
+        self.mass = 0.0  # Σ scale_c·‖δ_c‖: bounds every |sum| element (triangle inequality), so overflow is seen early
         self.step_mass = 0.0
         self.count = 0
         self.clients: set[str] = set()

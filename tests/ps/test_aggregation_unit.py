@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from geofed.config import AggregationConfig, FederationConfig
+from geofed.config import AggregationConfig, FederationConfig, TrainingConfig
 from ps_server.aggregation.accumulator import DeltaAccumulator
+from ps_server.aggregation.aggregator import Aggregator
 from ps_server.aggregation.outer import build_outer_optimizer
-from ps_server.aggregation.robust import RobustAccumulator, trimmed_mean
+from ps_server.aggregation.robust import RobustRound, RobustWindow, trimmed_mean
 from ps_server.aggregation.rounds import StaleDelta, admit, should_close
 from ps_server.aggregation.weighting import clip_scale, staleness_factor
-from ps_server.aggregation.aggregator import Aggregator
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
 
@@ -90,14 +90,15 @@ def test_should_close(mode, buffered, in_round, active, age, expected):
 def test_robust_accumulator_matches_numpy_order_statistics(method, tmp_path):
     rng = np.random.default_rng(1)
     deltas = [rng.standard_normal(3000).astype(np.float32) for _ in range(5)]
-    acc = RobustAccumulator(3000, method, trim_fraction=0.2, spool_dir=str(tmp_path))
+    window = RobustWindow(3000, method, trim_fraction=0.2, capacity=16, spool_dir=str(tmp_path))
+    acc = RobustRound(window, AggregationConfig(mode="sync"), version=1)
     for i, d in enumerate(deltas):
         for start in range(0, 3000, 700):  # pieces, as a streaming decoder yields them
             acc.add(start, d[start : start + 700], 1.0)
-        acc.commit(f"c{i}", 1.0, 1)
+        acc.commit(f"c{i}", 1.0, 1, base_version=1)
     stack = np.stack(deltas)
     expected = np.median(stack, axis=0) if method == "median" else np.sort(stack, axis=0)[1:4].mean(axis=0)
-    np.testing.assert_allclose(acc.mean_(False), expected, rtol=1e-6)
+    np.testing.assert_allclose(acc.combine(), expected, rtol=1e-6)
     assert trimmed_mean(stack, 0.0).shape == (3000,)
 
 
@@ -120,7 +121,9 @@ class _Push(ReceivedPush):
 def _aggregator(**agg) -> tuple[Aggregator, np.ndarray]:
     model = GlobalModel()
     theta = np.zeros(100, np.float32)
-    a = Aggregator(FederationConfig(aggregation=AggregationConfig(**agg)), model, active_clients=lambda: 5)
+    # lr 0.01 × 50 local steps: the norm bound's AdamW ceiling (0.55·√numel) sits above these tests' deltas
+    fed = FederationConfig(aggregation=AggregationConfig(**agg), training=TrainingConfig(lr=0.01))
+    a = Aggregator(fed, model, active_clients=lambda: 5)
     a.restore(1, theta.copy(), (TensorEntry("w", (100,), "float32"),), {})
     return a, theta
 
@@ -144,7 +147,7 @@ def test_clip_norm_bounds_a_poisoned_delta():
 
 
 def test_without_defences_a_poisoned_delta_dominates():
-    agg, _ = _aggregator(mode="sync", weighting="tokens")
+    agg, _ = _aggregator(mode="sync", weighting="tokens", norm_bound_multiple=0)
     for i in range(4):
         agg.submit(_Push(f"h{i}", np.full(100, 0.1, np.float32), tokens=100, upload=f"h{i}"))
     agg.submit(_Push("evil", np.full(100, 1e6, np.float32), tokens=10**9, upload="evil"))
@@ -154,5 +157,5 @@ def test_without_defences_a_poisoned_delta_dominates():
 def test_stale_delta_is_shrunk_even_when_applied_alone():
     agg, _ = _aggregator(mode="async", buffer_size=1, weighting="tokens", staleness_exponent=1.0, global_lr=1.0)
     agg.model.publish(4, np.zeros(100, np.float32), agg.model.current().manifest)  # global is now v4
-    agg.submit(_Push("late", np.ones(100, np.float32), tokens=1000, base=1))  # 3 versions behind
-    np.testing.assert_allclose(agg.model.current().flat, 0.25)  # (1 + 3) ** -1, not renormalised to 1
+    agg.submit(_Push("late", np.full(100, 0.5, np.float32), tokens=1000, base=1))  # 3 versions behind
+    np.testing.assert_allclose(agg.model.current().flat, 0.125)  # 0.5 × (1 + 3) ** -1, not renormalised to 0.5

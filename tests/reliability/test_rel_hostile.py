@@ -80,6 +80,9 @@ def _code(call) -> tuple[grpc.StatusCode, str]:
                 break
     except grpc.RpcError as exc:
         return exc.code(), exc.details() or ""
+    if isinstance(result, pb.PushResult) and result.status == pb.STALE:
+        # "Resync and retrain" is a push outcome, not an error status: the refusal a base from the future earns.
+        return grpc.StatusCode.FAILED_PRECONDITION, result.message
     return grpc.StatusCode.OK, ""
 
 

@@ -1,8 +1,10 @@
 """Robust aggregation against a poisoned client (issue 5, item 4; paper §IV: Byzantine-robust aggregation).
 
-Nine honest clients push deltas around a common direction μ, one pushes -1000·μ. Without a defence the
-round's mean is dragged ~100·|μ| away from the honest mean; with coordinate-wise median, trimmed mean or
-per-client norm clipping it stays within a fraction of |μ|.
+Nine honest clients push deltas around a common direction μ, one pushes -1000·μ. Without a defence (the
+default norm bound turned off) the round's mean is dragged ~100·|μ| away from the honest mean; with the
+default norm bound, coordinate-wise median, trimmed mean or per-client norm clipping it stays within a
+fraction of |μ|. (Asynchronous robust windows are checked against a reference in
+tests/ps/test_aggregation_guard_unit.py.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from geofed_testing.wire import Observer, init_model, join, push, theta0
 
 NUMEL, HONEST = 3000, 9
 DEFENCES = {
-    "none": ({}, lambda err: err > 50),
+    "none": ({"norm_bound_multiple": 0}, lambda err: err > 50),
+    "default": ({}, lambda err: err < 0.5),  # the norm bound: the poison is clipped to 3 × the median norm
     "median": ({"robust": "median"}, lambda err: err < 0.25),
     "trimmed_mean": ({"robust": "trimmed_mean", "trim_fraction": 0.1}, lambda err: err < 0.25),
     "clip_norm": ({"clip_norm": 0.75}, lambda err: err < 0.35),

@@ -1,0 +1,276 @@
+"""The PS's defences in process (issue 10), and robust aggregation against an independent reference (issue 17).
+
+Each test drives a real `Aggregator` with in-memory pushes; expected models are recomputed here with plain
+numpy from the rules as written in the docs, not with the PS's own helpers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from geofed.config import AggregationConfig, FederationConfig, TrainingConfig
+from ps_server.aggregation.aggregator import Aggregator
+from ps_server.aggregation.norm_bound import NormBound
+from ps_server.errors import AlreadySent, InvalidPush
+from ps_server.global_model import GlobalModel, TensorEntry
+from ps_server.ingest import PushHeader, ReceivedPush
+
+N = 400
+
+
+class _Push(ReceivedPush):
+    """A received push whose values come from memory (the aggregator only iterates them)."""
+
+    def __init__(self, client, values, *, tokens=1, base=1, upload=None, steps=1):
+        self.client_id, self._values, self.numel, self.codec_name = client, values, values.size, "fp32"
+        self.norm = float(np.linalg.norm(values.astype(np.float64)))
+        self.header = PushHeader(base_version=base, upload_id=upload or f"{client}/{base}/{tokens}",
+                                 codec_header=b"", payload_bytes=0, num_tokens=tokens, local_steps=steps)
+
+    def iter_values(self, max_numel):
+        for off in range(0, self.numel, 128):  # pieces, as the streaming decoder yields them
+            yield off, self._values[off : off + 128]
+
+    def close(self):
+        pass
+
+
+def _aggregator(*, version=1, lr=1e-3, rejects=None, **agg) -> Aggregator:
+    fed = FederationConfig(aggregation=AggregationConfig(**agg), training=TrainingConfig(lr=lr))
+    a = Aggregator(fed, GlobalModel(), active_clients=lambda: 4, on_reject=None if rejects is None else rejects.append)
+    a.restore(version, np.zeros(N, np.float32), (TensorEntry("w", (N,), "float32"),), {})
+    return a
+
+
+def _honest(seed: int, rms: float = 0.01) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(N) * rms).astype(np.float32)
+
+
+def _model(a: Aggregator) -> np.ndarray:
+    return a.model.current().flat.copy()
+
+
+# ---- server-vouched weights ----------------------------------------------------------------------
+
+
+def test_a_declared_token_count_is_credited_at_most_one_sync_worth():
+    # Prepare: batch 16 × block 128 × 50 local steps is the most one sync can hold
+    a = _aggregator(mode="sync", quorum=0.5, weighting="tokens", global_lr=1.0)  # 2 of 4 close the round
+    cap = 16 * 128 * 50
+    h, evil = _honest(1), _honest(2)
+
+    # Execute
+    honest_w = a.submit(_Push("h", h, tokens=cap, steps=50)).weight
+    evil_w = a.submit(_Push("evil", evil, tokens=2**64 - 1, steps=2**32 - 1)).weight
+
+    # Assert: equal say, and the model is their plain mean
+    assert honest_w == evil_w == cap
+    np.testing.assert_allclose(_model(a), (h + evil) / 2, rtol=1e-5, atol=1e-7)
+
+
+def test_declaring_few_local_steps_buys_no_fednova_weight():
+    a = _aggregator(mode="sync", quorum=0.5, weighting="tokens", fednova=True)
+    per_step = 16 * 128  # one batch of sequences of block_size tokens
+
+    honest_w = a.submit(_Push("h", _honest(1), tokens=50 * per_step, steps=50)).weight
+    evil_w = a.submit(_Push("evil", _honest(2), tokens=2**64 - 1, steps=1)).weight
+
+    assert honest_w == evil_w == per_step  # tokens per step, each at most one batch
+
+
+# ---- one delta per client per base version / round -----------------------------------------------
+
+
+def test_a_second_delta_in_one_sync_round_is_refused_and_changes_nothing():
+    a = _aggregator(mode="sync", weighting="uniform", global_lr=1.0)
+    a.submit(_Push("evil", _honest(1), base=1, upload="first"))
+
+    with pytest.raises(AlreadySent, match="one delta per client per round"):
+        a.submit(_Push("evil", _honest(2), base=1, upload="second"))
+    with pytest.raises(AlreadySent):  # refused before the payload crosses the WAN too
+        a.precheck("evil", _Push("evil", _honest(2), base=1, upload="third").header, master=False)
+
+    assert a.buffered == 1 and a.model.version == 1
+
+
+def test_eight_deltas_against_one_base_version_land_once():
+    a = _aggregator(mode="async", buffer_size=1, weighting="uniform", global_lr=1.0)
+    deltas = [_honest(i) for i in range(8)]
+    outcomes, refused = [], 0
+    for i, d in enumerate(deltas):
+        try:
+            outcomes.append(a.submit(_Push("evil", d, base=1, upload=f"u{i}")))
+        except AlreadySent:
+            refused += 1
+
+    assert [o.status for o in outcomes] == ["APPLIED"] and refused == 7
+    np.testing.assert_allclose(_model(a), deltas[0], rtol=1e-6)
+    with pytest.raises(AlreadySent, match="newer version"):  # an older base is no way around it
+        a.submit(_Push("evil", _honest(9), base=0 + 1, upload="older"))
+    assert a.submit(_Push("evil", _honest(10), base=2, upload="next")).status == "APPLIED"  # a new base is fine
+
+
+def test_applied_bases_survive_a_checkpoint():
+    a = _aggregator(mode="async", buffer_size=1, weighting="uniform")
+    a.submit(_Push("evil", _honest(1), base=1))
+    state = a.state_dict()
+    b = _aggregator(mode="async", buffer_size=1, weighting="uniform", version=2)
+    b.restore(2, _model(a), a.model.current().manifest, state)
+
+    with pytest.raises(AlreadySent):
+        b.submit(_Push("evil", _honest(2), base=1, upload="after-restart"))
+
+
+# ---- the norm bound ------------------------------------------------------------------------------
+
+
+def test_norm_bound_median_is_over_distinct_clients_and_records_bounded_norms():
+    bound = NormBound(multiple=3.0, window=4)
+    assert bound.limit(ceiling=100.0) == 100.0  # bootstrap: the AdamW ceiling alone
+    for c, n in (("a", 1.0), ("a", 50.0), ("b", 2.0)):
+        bound.record(c, n)
+    assert bound.limit(100.0) == 100.0  # two distinct clients: still bootstrapping
+    bound.record("c", 3.0)
+    assert bound.limit(100.0) == pytest.approx(3.0 * 3.0)  # median of {50, 2, 3}: a's latest only
+    for c in "defg":
+        bound.record(c, 1.0)
+    assert list(bound.norms) == ["d", "e", "f", "g"] and bound.limit(100.0) == pytest.approx(3.0)
+    assert bound.limit(ceiling=2.0) == 2.0  # never above the ceiling
+
+
+def test_first_delta_of_a_federation_is_bounded_by_the_adamw_ceiling():
+    a = _aggregator(mode="async", buffer_size=1, global_lr=1.0)
+    evil = np.full(N, 1e17, np.float32)
+
+    a.submit(_Push("evil", evil, tokens=2**64 - 1))
+
+    ceiling = 1.1 * 1e-3 * 50 * np.sqrt(N)  # lr × H × √n, +10%
+    assert np.linalg.norm(_model(a)) == pytest.approx(ceiling, rel=1e-5)
+
+
+@pytest.mark.parametrize("outer", ["fedavg", "nesterov", "adam"])
+@pytest.mark.parametrize("attack", [1e6, 1e17, 1.845e19, "1000x"])
+def test_an_attack_after_honest_rounds_moves_the_model_a_small_multiple_of_an_honest_step(outer, attack):
+    a = _aggregator(mode="async", buffer_size=1, outer_optimizer=outer, global_lr=0.5)
+    steps, base = [], 1
+    for r in range(3):
+        for i in range(3):
+            before = _model(a)
+            base = a.submit(_Push(f"h{i}", _honest(10 * r + i), base=base, tokens=1000)).version
+            steps.append(np.linalg.norm(_model(a) - before))
+    before = _model(a)
+    evil = 1000 * _honest(99) if attack == "1000x" else np.where(np.arange(N) % 2, attack, -attack).astype(np.float32)
+
+    a.submit(_Push("evil", evil, base=base, tokens=2**64 - 1))
+    attacked = _model(a)
+    base += 1
+    for i in range(3):  # momentum carries the attack on: the next honest steps must stay bounded too
+        prev = _model(a)
+        base = a.submit(_Push(f"h{i}", _honest(50 + i), base=base, tokens=1000)).version
+        steps.append(np.linalg.norm(_model(a) - prev))
+        assert np.isfinite(_model(a)).all()
+
+    honest_step = max(steps[:9])
+    assert np.isfinite(attacked).all()
+    assert np.linalg.norm(attacked - before) <= 6 * honest_step
+    assert max(steps[9:]) <= 6 * honest_step
+
+
+# ---- nothing non-finite --------------------------------------------------------------------------
+
+
+def test_with_the_bound_off_a_delta_that_could_overflow_the_round_sum_is_refused():
+    a = _aggregator(mode="sync", weighting="tokens", norm_bound_multiple=0)
+    a.submit(_Push("h", _honest(1), tokens=1000))
+
+    with pytest.raises(InvalidPush, match="overflow"):  # 3e38 × a full sync's tokens is beyond float32
+        a.submit(_Push("evil", np.full(N, 3e38, np.float32), tokens=2**64 - 1))
+
+    assert a.buffered == 1 and a.model.version == 1
+    assert a.submit(_Push("h2", _honest(2), tokens=1000)).status == "ACCEPTED"
+
+
+def test_a_round_that_would_publish_a_non_finite_model_is_dropped_and_the_version_kept():
+    rejects: list[str] = []
+    a = _aggregator(mode="async", buffer_size=1, rejects=rejects)
+    a.model.publish(1, np.full(N, 3e38, np.float32), a.model.current().manifest)
+    a.strategy.outer.lr = float("inf")  # fault injection: an outer step that overflows (the bounds make it unreachable)
+    before = _model(a)
+
+    with pytest.raises(InvalidPush, match="non-finite"):
+        a.submit(_Push("c", _honest(1)))
+
+    assert a.model.version == 1 and np.array_equal(_model(a), before)
+    assert rejects == ["nonfinite_round"]
+
+
+# ---- robust aggregation over a window (issue 17) -------------------------------------------------
+
+
+def _reference_window_step(entries: dict, version: int, method: str, *, exponent: float, max_staleness: int,
+                           trim: float, accept_late: bool = False) -> np.ndarray:
+    """What the robust update should be: order statistics over each client's latest, staleness-weighted delta."""
+    rows = []
+    for delta, base in entries.values():
+        s = version - base
+        if s > max_staleness:
+            continue
+        rows.append(delta.astype(np.float64) * (1.0 if accept_late else (1 + s) ** -exponent))
+    stack = np.sort(np.array(rows), axis=0)
+    if method == "median":
+        return np.median(stack, axis=0)
+    k = int(trim * len(rows))
+    return stack[k : len(rows) - k].mean(axis=0)
+
+
+@pytest.mark.parametrize("method", ["median", "trimmed_mean"])
+def test_async_robust_window_matches_the_reference_with_staleness_and_one_entry_per_client(method):
+    cfg = {"mode": "async", "buffer_size": 1, "robust": method, "trim_fraction": 0.25, "global_lr": 0.5,
+           "staleness_exponent": 0.5, "max_staleness": 3, "norm_bound_multiple": 0, "robust_window": 4}
+    a = _aggregator(**cfg)
+    rng = np.random.default_rng(3)
+    theta, version, entries = np.zeros(N), 1, {}
+    # (client, versions behind): repeats (per-client entries), stale ones, one beyond max_staleness later on,
+    # and a fifth client that evicts the oldest from the window of four.
+    plan = [("a", 0), ("b", 0), ("a", 0), ("c", 1), ("d", 2), ("b", 0), ("e", 0), ("c", 0), ("a", 3)]
+    for client, behind in plan:
+        delta = (rng.standard_normal(N) * 0.01).astype(np.float32)
+        base = version - behind
+        entries.pop(client, None)
+        entries[client] = (delta, base)
+        while len(entries) > 4:
+            entries.pop(next(iter(entries)))
+        expected = theta + 0.5 * _reference_window_step(entries, version, method, exponent=0.5, max_staleness=3,
+                                                        trim=0.25)
+        a.submit(_Push(client, delta, base=base, upload=f"{client}{version}"))
+        version += 1
+        theta = expected
+        np.testing.assert_allclose(_model(a), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_a_stale_delta_alone_in_the_robust_window_is_shrunk_like_the_mean_path():
+    a = _aggregator(mode="async", buffer_size=1, robust="median", global_lr=0.5, staleness_exponent=0.5,
+                    norm_bound_multiple=0, version=9)
+    delta = _honest(1)
+
+    a.submit(_Push("late", delta, base=1))  # 8 versions behind
+
+    np.testing.assert_allclose(_model(a), 0.5 * delta / 3, rtol=1e-5)  # 0.5 × (1 + 8)^-0.5, not 0.5
+
+
+@pytest.mark.parametrize("late_policy", ["accept", "stale"])
+def test_sync_robust_round_follows_late_policy(late_policy):
+    a = _aggregator(mode="sync", robust="trimmed_mean", trim_fraction=0.25, late_policy=late_policy, global_lr=1.0,
+                    staleness_exponent=1.0, norm_bound_multiple=0, version=5)
+    deltas = {c: _honest(i) for i, c in enumerate("abcd")}
+    bases = {"a": 5, "b": 5, "c": 4, "d": 3}  # c and d are late
+
+    for c in "abcd":
+        a.submit(_Push(c, deltas[c], base=bases[c]))
+
+    entries = {c: (deltas[c], bases[c]) for c in "abcd"}
+    expected = _reference_window_step(entries, 5, "trimmed_mean", exponent=1.0, max_staleness=8, trim=0.25,
+                                      accept_late=late_policy == "accept")
+    assert a.model.version == 6
+    np.testing.assert_allclose(_model(a), expected, rtol=1e-5, atol=1e-7)
