@@ -106,9 +106,11 @@ class ClientAgent:
         def read(p: str | None) -> bytes | None:
             return Path(p).read_bytes() if p else None
 
-        return PSClient(cfg.ps, cfg.client_id, lambda: read_token(cfg), insecure=cfg.insecure, ca_cert=read(cfg.ca),
-                        client_cert=read(cfg.cert), client_key=read(cfg.key), state_dir=self.work,
-                        join_deadline_s=cfg.join_timeout_s, retry_budget_s=cfg.retry_budget_s)
+        client = PSClient(cfg.ps, cfg.client_id, lambda: read_token(cfg), insecure=cfg.insecure,
+                          ca_cert=read(cfg.ca), client_cert=read(cfg.cert), client_key=read(cfg.key),
+                          state_dir=self.work, join_deadline_s=cfg.join_timeout_s, retry_budget_s=cfg.retry_budget_s)
+        client.group = cfg.group or ""
+        return client
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _raise_preempted)

@@ -128,6 +128,7 @@ class PSClient:
         self.link_bytes_per_s: float | None = None  # measured upload throughput (for codec choice)
         self.model_resumes = 0
         self._call = None
+        self.group = ""  # multi-PS: the client's group; the PS refuses a client of another group
 
     # ---- Join ---------------------------------------------------------------------------------------
 
@@ -161,8 +162,8 @@ class PSClient:
             while True:
                 for source, token in candidates:
                     try:
-                        r = self.stub.Join(pb.JoinRequest(token=token, client_id=self.client_id),
-                                           timeout=self.rpc_timeout_s)
+                        request = pb.JoinRequest(token=token, client_id=self.client_id, group=self.group)
+                        r = self.stub.Join(request, timeout=self.rpc_timeout_s)
                     except grpc.RpcError as exc:
                         if exc.code() in RETRYABLE:
                             errors.append(f"{source}: {exc.code().name}")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from geofed.paradigms import ParadigmConfig, PretrainSettings
+from geofed.ps_groups import PSGroup, RingConfig, check_groups
 from geofed.settings_base import Section as _Section
 
 
@@ -199,11 +200,24 @@ class FederationConfig(_Section):
         "steps 3 and 13); `name` selects the paradigm, the other keys are its own settings.",
     )
 
+    groups: list[PSGroup] = Field(
+        default_factory=list,
+        max_length=64,
+        description="PS groups (paper §III-B1c multi-PS): one PS per group, clients name theirs, the PSs combine "
+        "every round by ring all-reduce. Empty: one PS.",
+    )
+    ring: RingConfig = Field(default_factory=RingConfig, description="Ring all-reduce between the groups' PSs.")
+
     @field_validator("paradigm", mode="before")
     @classmethod
     def _paradigm_by_name(cls, value: Any) -> Any:
         """`paradigm: bitfit` is short for `paradigm: {name: bitfit}` (older settings files name it so)."""
         return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _groups_unique(self) -> FederationConfig:
+        check_groups(self.groups)
+        return self
 
 
 class ServerConfig(_Section):
@@ -239,6 +253,15 @@ class ServerConfig(_Section):
         description="A session only works from the connection that joined (turn off behind an L7 proxy that "
         "spreads one client over several upstream connections).",
     )
+    group: str | None = Field(
+        None, description="The PS group this PS serves, when the federation declares groups (multi-PS)."
+    )
+    peer_token_file: str | None = Field(
+        None,
+        description="File holding the secret every PS of the federation shares to authenticate PS-to-PS calls "
+        "(ring all-reduce, model fetch); required with groups.",
+    )
+    peer_ca: str | None = Field(None, description="PEM CA of the other PSs' certificates (TLS PS-to-PS links).")
     master_client_id: str | None = Field(
         None,
         min_length=1,
@@ -254,6 +277,9 @@ class ClientConfig(_Section):
 
     ps: str = Field("127.0.0.1:7443", description="Parameter server address host:port (dialled out to).")
     client_id: str = Field(..., min_length=1, max_length=253, description="Stable id, e.g. '<site>.<name>'.")
+    group: str | None = Field(
+        None, description="The PS group this client belongs to, when the federation has several (multi-PS)."
+    )
     token_file: str | None = Field(
         None, description="File holding the one-time join token; else the GEOFED_TOKEN environment variable."
     )

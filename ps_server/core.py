@@ -21,6 +21,7 @@ from .aggregation.aggregator import Aggregator, PushOutcome
 from .checkpoint import CheckpointStore, PSCheckpoint
 from .errors import ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
+from .group import GroupTransport, build_group
 from .ingest import PushHeader, PushReceiver, ReceivedPush
 from .metrics import PSMetrics
 from .registry import AuthError, Principal, Registry, Session
@@ -59,7 +60,8 @@ class ParameterServerCore:
     """Composes registry, global model, aggregator, checkpoints and metrics."""
 
     def __init__(
-        self, fed: FederationConfig, server: ServerConfig, admin_credential: str, metrics: PSMetrics | None = None
+        self, fed: FederationConfig, server: ServerConfig, admin_credential: str, metrics: PSMetrics | None = None,
+        peers: GroupTransport | None = None,
     ) -> None:
         self.fed, self.server = fed, server
         self.metrics = metrics or PSMetrics()
@@ -73,8 +75,10 @@ class ParameterServerCore:
         self.store = CheckpointStore(server.checkpoint_dir, keep=server.keep_checkpoints)
         self._versions_since_ckpt = 0
         self._ckpt_lock = threading.Lock()
+        self.group = build_group(fed, server, peers, self.model)  # multi-PS: ring all-reduce with the others
         self.aggregator = Aggregator(
             fed, self.model, active_clients=self.active_client_count, on_apply=self._on_apply,
+            reducer=self.group.reducer,
             on_staleness=self.metrics.staleness.observe,
         )
         self._stop = threading.Event()
@@ -113,6 +117,7 @@ class ParameterServerCore:
 
         self._timer = threading.Thread(target=run, name="geofed-round-timer", daemon=True)
         self._timer.start()
+        self.group.start(self.aggregator, self._stop)
 
     def stop(self) -> None:
         """Stop the timer, release streams and write a final checkpoint (SIGTERM path)."""
@@ -199,8 +204,9 @@ class ParameterServerCore:
                 raise ParadigmMismatch(f"the client's exchanged parameters differ from the federation's: {difference}")
 
     def join(self, token: str, client_id: str, peer: str = "", *, paradigm: str = "",
-             manifest: Manifest = ()) -> JoinResult:
+             manifest: Manifest = (), group: str = "") -> JoinResult:
         self.check_client_layout(paradigm, manifest)  # before the one-time token is consumed
+        self.group.check_client_group(group)
         bound = peer if self.server.bind_sessions else ""
         session_secret, session, rejoin = self.registry.join(token, client_id, bound)
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
@@ -327,6 +333,7 @@ class ParameterServerCore:
             "has_model": snap is not None,
             "num_parameters": snap.flat.size if snap else 0,
             "federation": self.fed.name,
+            **self.group.status(),
         }
 
     def client_list(self) -> list[dict]:

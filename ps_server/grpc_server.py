@@ -19,6 +19,7 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from .core import ParameterServerCore
 from .grpc_api import AdminServicer, ParameterServerServicer
 from .memory import tune_allocator
+from .peers import PeerServicer, PeerTransport, load_peer_secret
 
 log = logging.getLogger("geofed.ps")
 
@@ -88,12 +89,25 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     """Resume from the newest checkpoint, then listen on the one fixed port."""
     credentials = server_credentials(cfg)
     tune_allocator()  # before any worker thread exists
-    core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file))
+    peers, secret = None, ""
+    if fed.groups:  # multi-PS: this PS dials the others for the ring all-reduce
+        try:
+            secret = load_peer_secret(cfg.peer_token_file)
+            peers = PeerTransport(fed, cfg, secret)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(str(exc)) from exc
+    try:
+        core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file), peers=peers)
+    except ValueError as exc:  # e.g. --group names no group of the federation
+        raise ConfigError(str(exc)) from exc
     core.resume()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=512), options=SERVER_OPTIONS,
                          maximum_concurrent_rpcs=1024)
     pb_grpc.add_ParameterServerServicer_to_server(ParameterServerServicer(core), server)
     pb_grpc.add_AdminServicer_to_server(AdminServicer(core), server)
+    if peers is not None:
+        peers.bind(core.model)
+        pb_grpc.add_PeerServicer_to_server(PeerServicer(core, secret), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"{cfg.host}:{cfg.port}"

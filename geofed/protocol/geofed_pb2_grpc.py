@@ -254,6 +254,11 @@ class AdminStub:
                 request_serializer=geofed_dot_protocol_dot_geofed__pb2.SiteRequest.SerializeToString,
                 response_deserializer=geofed_dot_protocol_dot_geofed__pb2.RevokeSiteResponse.FromString,
                 _registered_method=True)
+        self.RevokeClient = channel.unary_unary(
+                '/geofed.v1.Admin/RevokeClient',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.RevokeClientRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.RevokeClientResponse.FromString,
+                _registered_method=True)
         self.ListClients = channel.unary_unary(
                 '/geofed.v1.Admin/ListClients',
                 request_serializer=geofed_dot_protocol_dot_geofed__pb2.ListClientsRequest.SerializeToString,
@@ -287,6 +292,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeClient(self, request, context):
+        """Revoke one client id's credentials: one token, or (no token given) every unused join and rejoin
+        token of the client and its live sessions (a deleted SiteClient). A site may revoke its own clients.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListClients(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -316,6 +329,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RevokeSite,
                     request_deserializer=geofed_dot_protocol_dot_geofed__pb2.SiteRequest.FromString,
                     response_serializer=geofed_dot_protocol_dot_geofed__pb2.RevokeSiteResponse.SerializeToString,
+            ),
+            'RevokeClient': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeClient,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.RevokeClientRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.RevokeClientResponse.SerializeToString,
             ),
             'ListClients': grpc.unary_unary_rpc_method_handler(
                     servicer.ListClients,
@@ -420,6 +438,33 @@ class Admin:
             _registered_method=True)
 
     @staticmethod
+    def RevokeClient(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.Admin/RevokeClient',
+            geofed_dot_protocol_dot_geofed__pb2.RevokeClientRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.RevokeClientResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ListClients(request,
             target,
             options=(),
@@ -463,6 +508,217 @@ class Admin:
             '/geofed.v1.Admin/GetStatus',
             geofed_dot_protocol_dot_geofed__pb2.StatusRequest.SerializeToString,
             geofed_dot_protocol_dot_geofed__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class PeerStub:
+    """PS to PS, inside the cloud (multi-PS groups, paper §III-B1c): ring all-reduce of round sums and the
+    model a rejoining PS starts from. Credential: "authorization: Peer <secret shared by the federation's PSs>".
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RingStep = channel.unary_unary(
+                '/geofed.v1.Peer/RingStep',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.RingStepRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.RingStepResponse.FromString,
+                _registered_method=True)
+        self.RingAbort = channel.unary_unary(
+                '/geofed.v1.Peer/RingAbort',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.RingAbortRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.RingAbortResponse.FromString,
+                _registered_method=True)
+        self.RingJoin = channel.unary_unary(
+                '/geofed.v1.Peer/RingJoin',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.RingJoinRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.RingJoinResponse.FromString,
+                _registered_method=True)
+        self.FetchModel = channel.unary_stream(
+                '/geofed.v1.Peer/FetchModel',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.FetchModelRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.PeerModelChunk.FromString,
+                _registered_method=True)
+
+
+class PeerServicer:
+    """PS to PS, inside the cloud (multi-PS groups, paper §III-B1c): ring all-reduce of round sums and the
+    model a rejoining PS starts from. Credential: "authorization: Peer <secret shared by the federation's PSs>".
+    """
+
+    def RingStep(self, request, context):
+        """One step of a ring attempt: a compressed chunk (scatter / gather) or "I hold the whole result" (done).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RingAbort(self, request, context):
+        """Abort a ring attempt unless this PS committed it; answers which.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RingJoin(self, request, context):
+        """A PS that resynced from the group's model asks to be in the next ring.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchModel(self, request, context):
+        """This PS's current model, strategy (outer optimizer) state and ring members, for a rejoining PS.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PeerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RingStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.RingStep,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.RingStepRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.RingStepResponse.SerializeToString,
+            ),
+            'RingAbort': grpc.unary_unary_rpc_method_handler(
+                    servicer.RingAbort,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.RingAbortRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.RingAbortResponse.SerializeToString,
+            ),
+            'RingJoin': grpc.unary_unary_rpc_method_handler(
+                    servicer.RingJoin,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.RingJoinRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.RingJoinResponse.SerializeToString,
+            ),
+            'FetchModel': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchModel,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.FetchModelRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.PeerModelChunk.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'geofed.v1.Peer', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('geofed.v1.Peer', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Peer:
+    """PS to PS, inside the cloud (multi-PS groups, paper §III-B1c): ring all-reduce of round sums and the
+    model a rejoining PS starts from. Credential: "authorization: Peer <secret shared by the federation's PSs>".
+    """
+
+    @staticmethod
+    def RingStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.Peer/RingStep',
+            geofed_dot_protocol_dot_geofed__pb2.RingStepRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.RingStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RingAbort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.Peer/RingAbort',
+            geofed_dot_protocol_dot_geofed__pb2.RingAbortRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.RingAbortResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RingJoin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.Peer/RingJoin',
+            geofed_dot_protocol_dot_geofed__pb2.RingJoinRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.RingJoinResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/geofed.v1.Peer/FetchModel',
+            geofed_dot_protocol_dot_geofed__pb2.FetchModelRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.PeerModelChunk.FromString,
             options,
             channel_credentials,
             insecure,

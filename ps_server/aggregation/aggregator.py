@@ -24,7 +24,7 @@ from ..errors import InvalidPush, NotPermitted, NotReady, StaleDelta
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader, ReceivedPush
 from .downlink import Downlink
-from .reducer import LocalReducer, Reducer
+from .reducer import LocalReducer, ReduceFailed, Reducer, empty_round
 from .rounds import admit, should_close
 from .strategies import build_strategy
 from .strategy import Accumulator, Strategy
@@ -84,6 +84,7 @@ class Aggregator:
         self.uploads: dict[str, OrderedDict[str, PushOutcome]] = {}  # client -> its recent upload ids
         self.ledger: dict[str, ClientLedger] = {}
         self._pending: dict[str, float] = {}  # client -> weight buffered, credited when applied
+        self._dropped = ("", "")  # (reason, why) of the last dropped round
 
     def payload_numel(self) -> int | None:
         """Elements the next delta must decode to (None before Θ0 is installed)."""
@@ -191,6 +192,9 @@ class Aggregator:
             outcome = PushOutcome("ACCEPTED", self.model.version, adm.staleness, weight)
             if self._should_close():
                 snap = self._apply()
+                if snap is None:
+                    raise InvalidPush(self._dropped[0], f"the round this delta closed was dropped and the previous "
+                                      f"version kept: {self._dropped[1]}")
                 outcome = PushOutcome("APPLIED", snap.version, adm.staleness, weight)
             self._remember(push.client_id, header.upload_id, outcome)
         if snap is not None and self.on_apply:
@@ -198,8 +202,12 @@ class Aggregator:
         return outcome
 
     def _should_close(self) -> bool:
-        acc = self.acc
-        if acc is None:
+        acc, version = self.acc, self.model.version
+        if self.model.current() is None:
+            return False
+        if self.reducer.wants_close(version):  # another PS waits for this one's round sum, even an empty one
+            return True
+        if acc is None or not self.reducer.may_close(version):
             return False
         return should_close(
             self.cfg, buffered=acc.count, clients_in_round=len(acc.clients), active_clients=self.active_clients(),
@@ -214,11 +222,15 @@ class Aggregator:
             self.on_apply(snap)
         return snap
 
-    def _apply(self) -> Snapshot:
-        """close → reduce → apply → publish (Algorithm 1, step 13)."""
+    def _apply(self) -> Snapshot | None:
+        """close → reduce → apply → publish (Algorithm 1, step 13); None: the round was dropped."""
         acc, current = self.acc, self.model.current()
-        assert acc is not None and current is not None
-        round_sum = self.reducer.reduce(self.strategy.close(acc), current.version)
+        assert current is not None
+        closed = self.strategy.close(acc) if acc is not None else empty_round(self.strategy.payload_numel(current))
+        try:
+            round_sum = self.reducer.reduce(closed, current.version)
+        except ReduceFailed as exc:  # the PSs could not combine it; none of them applies it
+            return self._drop_round(closed.count, exc.message, exc.reason)
         flat = self.strategy.apply(current, round_sum)
         new_version = current.version + 1
         for client_id, weight in self._pending.items():
@@ -229,6 +241,12 @@ class Aggregator:
         )
         self.acc, self.first_at, self._pending = None, None, {}
         return self.model.publish(new_version, flat, current.manifest)
+
+    def _drop_round(self, deltas: int, why: str, reason: str) -> None:
+        log.error("event=round_dropped version=%d deltas=%d reason=%r", self.model.version, deltas, why)
+        self._dropped = (reason, why)
+        self.acc, self.first_at, self._pending = None, None, {}
+        return None
 
     def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Downlink:
         """What a client holding `have_version` is streamed for `snapshot` (the strategy decides)."""
@@ -272,3 +290,24 @@ class Aggregator:
                 self.strategy.stream.load_state_dict(state.get("downlink", {}))
             self.acc, self.first_at, self._pending = None, None, {}
             self.model.publish(snapshot_version, flat, manifest)
+
+    def adopt(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, strategy_state: dict) -> Snapshot:
+        """Take another PS's model and strategy state (a multi-PS group member rejoining its ring).
+
+        This PS's own clients stay: their upload ids and ledger are kept, and so is an open round's
+        accumulator (its deltas are valid on the adopted version too, one version staler at most).
+        """
+        with self.lock:
+            acc, first_at, pending, uploads = self.acc, self.first_at, self._pending, self._round_uploads
+            self.strategy.install(flat.size, manifest)
+            if strategy_state:
+                self.strategy.load_state_dict(strategy_state)
+            current = self.model.current()
+            if current is not None and (current.flat.size != flat.size or current.manifest != manifest):
+                acc, first_at, pending, uploads = None, None, {}, []  # another layout: nothing buffered fits
+            self.acc, self.first_at, self._pending, self._round_uploads = acc, first_at, pending, uploads
+            snap = self.model.publish(snapshot_version, flat, manifest)
+            log.info("event=adopt version=%d numel=%d", snapshot_version, flat.size)
+        if self.on_apply:
+            self.on_apply(snap)
+        return snap

@@ -1,0 +1,77 @@
+"""Start one `geofed ps` per PS group of a multi-PS federation on this machine (paper §III-B1c).
+
+The PSs dial each other for the ring all-reduce, so each gets a fixed free port up front, written into
+the federation's `groups` as its address, and all share one peer secret (a 0600 file). `geofed local
+--ps-groups N`, the benchmarks and the tests start groups through here.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path
+
+import yaml
+
+from .launch import PSProcess, write_token
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def group_names(n: int) -> list[str]:
+    """`g0`, `g1`, … (names sort in ring order)."""
+    return [f"g{i}" for i in range(n)]
+
+
+def with_groups(federation: dict, names: list[str], ports: dict[str, int]) -> dict:
+    """The federation settings with `groups` naming each PS's 127.0.0.1 address."""
+    return {**federation, "groups": [{"name": g, "address": f"127.0.0.1:{ports[g]}"} for g in names]}
+
+
+class PSGroupProcesses:
+    """One `PSProcess` per group, in `workdir/<group>/`, sharing `workdir/peer.token`.
+
+    `route` points the PSs at something in between (a WAN emulator) instead of at each other directly;
+    clients dial `ps[group].address`.
+    """
+
+    def __init__(self, workdir: Path, federation: dict, n_groups: int, *, extra: list[str] | None = None,
+                 ps_class: type[PSProcess] = PSProcess,
+                 **ps_options) -> None:
+        self.dir = workdir
+        self.names = group_names(n_groups)
+        self.ports = {g: free_port() for g in self.names}
+        self.peer_token = write_token(workdir / "peer.token", "peer-" + secrets.token_urlsafe(32))
+        self.federation = with_groups(federation, self.names, self.ports)
+        self.fed_file = workdir / "federation.yaml"
+        self.fed_file.parent.mkdir(parents=True, exist_ok=True)
+        self.fed_file.write_text(yaml.safe_dump(self.federation, sort_keys=False))
+        self.ps: dict[str, PSProcess] = {}
+        for g in self.names:
+            ps = ps_class(workdir / g, self.fed_file, extra=[
+                "--group", g, "--peer-token-file", str(self.peer_token), *(extra or []),
+            ], **ps_options)  # fmt: skip
+            ps.port = self.ports[g]
+            self.ps[g] = ps
+
+    def route(self, addresses: dict[str, str]) -> None:
+        """Make the PSs dial each other at `addresses` (group -> host:port) instead; before `start`."""
+        self.federation["groups"] = [{"name": g, "address": addresses.get(g, f"127.0.0.1:{self.ports[g]}")}
+                                     for g in self.names]
+        self.fed_file.write_text(yaml.safe_dump(self.federation, sort_keys=False))
+
+    def start(self, timeout: float = 60.0) -> PSGroupProcesses:
+        for ps in self.ps.values():
+            ps.start(timeout)
+        return self
+
+    def __iter__(self):
+        return iter(self.ps.values())
+
+    def __getitem__(self, group: str) -> PSProcess:
+        return self.ps[group]
