@@ -69,14 +69,37 @@ class GlobalVersion:
 
 
 @dataclass
-class _Upload:
-    """One encoded delta kept (spooled) for retransmission."""
+class Upload:
+    """One encoded delta kept (spooled) for retransmission.
+
+    `saved()` and `restored()` carry it across a relaunch: a client preempted mid-push resends the same
+    upload id instead of training again, and the PS answers DUPLICATE if it had already taken it.
+    """
 
     header: pb.DeltaHeader
     spool: BinaryIO
     digest: bytes
     instance: str = ""
     accepted_at_version: int = 0
+
+    @property
+    def upload_id(self) -> str:
+        return self.header.upload_id
+
+    def saved(self) -> tuple[bytes, bytes]:
+        """(serialised header, payload) of this upload."""
+        self.spool.seek(0)
+        return self.header.SerializeToString(), self.spool.read()
+
+    @classmethod
+    def restored(cls, header: bytes, payload: bytes) -> Upload:
+        """The upload `saved()` described, with its original upload id."""
+        head = pb.DeltaHeader.FromString(header)
+        if head.payload_bytes != len(payload):
+            raise ValueError(f"saved upload holds {len(payload)} payload bytes, its header says {head.payload_bytes}")
+        spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - owned by the upload
+        spool.write(payload)
+        return cls(head, spool, hashlib.sha256(payload).digest())
 
 
 @dataclass
@@ -108,7 +131,7 @@ class PSClient:
         self.rpc_timeout_s, self.push_timeout_s, self.join_deadline_s = rpc_timeout_s, push_timeout_s, join_deadline_s
         self.retry_budget_s = retry_budget_s
         self._push_lock = threading.RLock()
-        self._pending: _Upload | None = None
+        self._pending: Upload | None = None
         self.session: str | None = None
         self.session_ttl_s = 60.0
         self.federation: FederationConfig | None = None
@@ -331,11 +354,15 @@ class PSClient:
 
     # ---- PushDelta ----------------------------------------------------------------------------------
 
-    def push(
+    def push(self, **kwargs) -> PushReceipt:
+        """Spool the encoded payload, then send it; retransmit with the same upload id on failure."""
+        return self.send(self.prepare(**kwargs))
+
+    def prepare(
         self, *, base_version: int, codec_header: bytes, frames: Iterable[bytes], num_tokens: int = 0,
         num_samples: int = 0, local_steps: int = 1, init: bool = False, manifest: list[ManifestEntry] | None = None,
-    ) -> PushReceipt:
-        """Spool the encoded payload, then send it; retransmit with the same upload id on failure."""
+    ) -> Upload:
+        """Spool the encoded payload under a fresh upload id, ready to `send` (or to save first, see `Upload`)."""
         spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - may outlive this call
         sha = hashlib.sha256()
         for frame in frames:
@@ -349,7 +376,10 @@ class PSClient:
         )
         if manifest:
             header.manifest.extend(manifest_to_proto(manifest))
-        upload = _Upload(header, spool, sha.digest())
+        return Upload(header, spool, sha.digest())
+
+    def send(self, upload: Upload) -> PushReceipt:
+        """Send a prepared (or restored) upload; an upload id the PS already took is answered DUPLICATE."""
         keep = False
         try:
             receipt = self._send(upload)
@@ -361,9 +391,9 @@ class PSClient:
             return receipt
         finally:
             if not keep:
-                spool.close()
+                upload.spool.close()
 
-    def _send(self, upload: _Upload) -> PushReceipt:
+    def _send(self, upload: Upload) -> PushReceipt:
         """PushDelta with retransmission until `retry_budget_s` runs out (the upload id keeps it idempotent)."""
         backoff = Backoff(cap_s=10.0)
         t0 = time.monotonic()
@@ -397,7 +427,7 @@ class PSClient:
                 return PushReceipt(pb.PushStatus.Name(result.status), result.version, result.staleness,
                                    result.weight, size, time.monotonic() - t0, attempt)
 
-    def _set_pending(self, upload: _Upload | None) -> None:
+    def _set_pending(self, upload: Upload | None) -> None:
         with self._cond:
             old, self._pending = self._pending, upload
         if old is not None and old is not upload:
