@@ -75,3 +75,51 @@ class PSGroupProcesses:
 
     def __getitem__(self, group: str) -> PSProcess:
         return self.ps[group]
+
+
+class LocalPSSet:
+    """The PS side of `geofed local`: one PS, or with `groups` > 1 one PS per group (clients round-robin).
+
+    `primary` is the PS whose checkpoints the launcher evaluates (every group's PS holds the same model).
+    """
+
+    def __init__(self, run: Path, fed_file: Path, logs: Path, groups: int = 1) -> None:
+        self.groups: PSGroupProcesses | None = None
+        extra = ["--keep-checkpoints", "2"]
+        if groups > 1:
+            federation = yaml.safe_load(fed_file.read_text())
+            self.groups = PSGroupProcesses(run / "ps", federation, groups, extra=extra)
+            for g, ps in self.groups.ps.items():
+                ps.log = logs / f"ps-{g}.log"
+            self.all = list(self.groups)
+        else:
+            self.all = [PSProcess(run, fed_file, checkpoint_dir=run / "ps", log=logs / "ps.log", extra=extra)]
+        self.primary = self.all[0]
+
+    def start(self) -> None:
+        for ps in self.all:
+            ps.start()
+
+    def for_client(self, i: int) -> tuple[PSProcess, dict[str, str]]:
+        """Client `i`'s PS and the extra client settings (its group)."""
+        if self.groups is None:
+            return self.primary, {}
+        g = self.groups.names[i % len(self.groups.names)]
+        return self.groups[g], {"group": g}
+
+    @property
+    def procs(self) -> list:
+        return [ps.proc for ps in self.all]
+
+    def ring_summary(self) -> str | None:
+        """`ring all-reduces: K` (the most any PS committed; each counts the rings it took part in)."""
+        if self.groups is None:
+            return None
+        counts = []
+        for ps in self.all:
+            try:
+                with ps.admin() as admin:
+                    counts.append(int(admin.status().get("ring_allreduces", 0)))
+            except Exception:  # noqa: BLE001 - a summary line must not fail the run
+                continue
+        return f"ring all-reduces: {max(counts) if counts else '?'} ({len(self.all)} PS groups)"

@@ -49,6 +49,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--federation", help="federation settings file overriding the local defaults")
     local.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a federation setting")
     local.add_argument("--quiet", action="store_true", help="only the summary lines")
+    local.add_argument("--ps-groups", type=int, default=1, metavar="N",
+                       help="N PS groups combined by ring all-reduce (multi-PS), clients split across them")
     local.set_defaults(func=run_local)
 
 
@@ -62,14 +64,17 @@ class LocalOptions:
     federation_file: str | None = None
     overrides: list[str] = field(default_factory=list)
     quiet: bool = False
+    ps_groups: int = 1  # PS groups (multi-PS, ring all-reduce); clients round-robin across them
 
 
 def run_local(args: argparse.Namespace) -> int:
     if args.clients < 1 or args.clients > 16:
         return _fail("--clients must be between 1 and 16")
+    if not 1 <= args.ps_groups <= args.clients:
+        return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
     opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
-                        quiet=args.quiet)
+                        quiet=args.quiet, ps_groups=args.ps_groups)
     return run_local_federation(opts)
 
 
@@ -129,7 +134,8 @@ def run_local_federation(opts: LocalOptions) -> int:
     from client_agent.corpus import CorpusError
 
     from .evaluate import GlobalEvaluator, newest
-    from .launch import PSProcess, StartError, start_client, stop_all
+    from .groups import LocalPSSet
+    from .launch import StartError, start_client, stop_all
 
     try:
         data = apply_overrides(merge_settings(LOCAL_DEFAULTS, load_settings_file(opts.federation_file)),
@@ -149,28 +155,30 @@ def run_local_federation(opts: LocalOptions) -> int:
          f"{opts.duration_s:.0f}s; run directory {run}")
 
     logs = run / "logs"
-    ps = PSProcess(run, run / "federation.yaml", checkpoint_dir=run / "ps", log=logs / "ps.log",
-                   extra=["--keep-checkpoints", "2"])
+    ps_set = LocalPSSet(run, run / "federation.yaml", logs, opts.ps_groups)
+    ps = ps_set.primary
     clients = []
     t0 = time.monotonic()
     try:
         try:
-            ps.start()
-        except StartError:
-            return _fail(f"the parameter server exited with {ps.proc.returncode}; see {ps.log}")
+            ps_set.start()
+        except StartError as exc:
+            return _fail(f"a parameter server did not start: {str(exc).splitlines()[0]}; see {logs}")
         except TimeoutError:
             return _fail("the parameter server did not start within 60 s")
         admin = ps.admin()
         tails = []
         for i, data_list in enumerate(lists):
             client_id = f"local.client-{i}"
-            token, _ = admin.create_token(client_id, site="local", ttl_s=600, master=(i == 0))
+            client_ps, client_extra = ps_set.for_client(i)
+            with client_ps.admin() as client_admin:
+                token, _ = client_admin.create_token(client_id, site="local", ttl_s=600, master=(i == 0))
             work = run / "clients" / f"client-{i}"
             slow = opts.slow_client if i == len(lists) - 1 else 1.0
             clients.append(start_client(
-                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=ps.address,
+                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=client_ps.address,
                 client_id=client_id, data=data_list, work_dir=work, duration_s=opts.duration_s, seed=i,
-                slowdown=slow,
+                slowdown=slow, **client_extra,
             ))  # fmt: skip
             tails.append(_Tail(work / "metrics.jsonl"))
         evaluator = GlobalEvaluator(fed, held, run / "eval-tokens.npy")
@@ -180,8 +188,10 @@ def run_local_federation(opts: LocalOptions) -> int:
         records += _watch(clients, tails, admin, opts, ps.ckpt_dir, evaluator, t0)
         traffic = _traffic(admin)
         admin.close()
+        rings = ps_set.ring_summary()
         failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None)]
-        ps.terminate()
+        for one in ps_set.all:
+            one.terminate()
         ckpt = newest(ps.ckpt_dir)
         if ckpt is None:
             return _fail(f"no global model was produced; see {logs}")
@@ -194,12 +204,14 @@ def run_local_federation(opts: LocalOptions) -> int:
         _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed")
         _say(f"eval loss: {initial:.2f} -> {final:.2f}")
         _say(traffic)
+        if rings:
+            _say(rings)
         _say(f"run directory: {run}")
         return 0 if not failed else 1
     except KeyboardInterrupt:
         return 130
     finally:
-        stop_all([p for p in (ps.proc, *clients) if p is not None])
+        stop_all([p for p in (*ps_set.procs, *clients) if p is not None])
 
 
 def _traffic(admin) -> str:
