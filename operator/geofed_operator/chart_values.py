@@ -77,6 +77,12 @@ class ChartValues(K8sModel):
     watch_namespaces: list[str] = Field(
         default_factory=list, description="Namespaces to watch; empty = all (cluster-wide RBAC)."
     )
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=3,
+        description="Operator replicas; above 1 they use kopf peering: one serves, the others stand by.",
+    )
     image: ImageValues = Field(default_factory=ImageValues, description="Operator image.")
     image_pull_secrets: list[PullSecret] = Field(default_factory=list, description="Pull secrets of the operator pod.")
     settings: OperatorSettings = Field(default_factory=OperatorSettings, description="Operator settings.")

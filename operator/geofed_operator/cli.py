@@ -6,6 +6,7 @@ Heavy imports (kopf, grpc) stay inside the handlers so `geofed --help` stays fas
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ def add_commands(subparsers: Any) -> None:
     op = subparsers.add_parser(
         "operator",
         help="run the Kubernetes operator (Federations in the cloud, SiteClients at a site)",
-        description="Run the geofed kopf operator. Peering is off (standalone): run one replica.",
+        description="Run the geofed kopf operator: standalone (one replica) or, with --peering, several replicas "
+        "of which one serves at a time.",
     )
     op.add_argument("--role", choices=("cloud", "site", "both"), default="both", help="which resources to serve")
     scope = op.add_mutually_exclusive_group()
@@ -37,6 +39,12 @@ def add_commands(subparsers: Any) -> None:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
     op.add_argument("--settings", help="operator settings YAML (camelCase; the chart mounts one)")
     op.add_argument("--liveness", default=None, help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    op.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="kopf peering object shared by the replicas (a random priority each: one serves, the others wait); "
+        "unset: standalone, run one replica",
+    )
     op.add_argument("--verbose", action="store_true", help="debug logging")
     op.set_defaults(func=run_operator)
 
@@ -106,7 +114,11 @@ def run_operator(args: argparse.Namespace) -> int:
     registry = build_registry(args.role, Deps(settings=settings))
     kopf.run(
         registry=registry,
-        standalone=True,  # no peering: one replica
+        standalone=not args.peering,
+        peering_name=args.peering,
+        # Equal priorities would freeze every replica; distinct random ones elect one to serve, and a
+        # standby takes over once the serving one's peering record expires.
+        priority=secrets.randbelow(1_000_000) + 1 if args.peering else None,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,

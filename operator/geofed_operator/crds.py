@@ -145,9 +145,45 @@ def siteclient_crd() -> dict[str, Any]:
     )
 
 
+def peering_crd(kind: str, scope: str) -> dict[str, Any]:
+    """kopf's own peering kind (kopf.dev/v1): replicas of the operator find each other through one object."""
+    plural = f"{kind.lower()}s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kopf.dev"},
+        "spec": {
+            "group": "kopf.dev",
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """File name -> CRD document, as written to `crds/`."""
     return {
         f"{names.GROUP}_{names.FEDERATION_PLURAL}.yaml": federation_crd(),
         f"{names.GROUP}_{names.SITECLIENT_PLURAL}.yaml": siteclient_crd(),
+    }
+
+
+def peering_crds() -> dict[str, dict[str, Any]]:
+    """File name -> kopf's peering CRDs (for `replicas` > 1), shipped with ours."""
+    return {
+        "kopf.dev_clusterkopfpeerings.yaml": peering_crd("ClusterKopfPeering", "Cluster"),
+        "kopf.dev_kopfpeerings.yaml": peering_crd("KopfPeering", "Namespaced"),
     }

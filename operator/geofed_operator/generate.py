@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel
 
 from geofed_operator.chart_values import ChartValues
-from geofed_operator.crds import all_crds
+from geofed_operator.crds import all_crds, peering_crds
 from geofed_operator.dashboard import build_dashboard
 from geofed_operator.keys import field_keys, k8s_dump
 from geofed_operator.openapi import model_schema
@@ -59,7 +59,7 @@ def values_schema() -> dict[str, Any]:
 def generated_files() -> dict[Path, str]:
     """Relative path -> exact file content of every generated file."""
     files: dict[Path, str] = {}
-    for name, crd in all_crds().items():
+    for name, crd in {**all_crds(), **peering_crds()}.items():
         text = HEADER + _yaml(crd)
         files[Path("crds") / name] = text
         files[CHART_DIR / "crds" / name] = text

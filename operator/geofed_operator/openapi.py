@@ -107,8 +107,10 @@ def _union(node: dict[str, Any], shape: Shape, defs: dict[str, Any], flavour: Fl
     The Helm values schema (plain JSON Schema) says the same exactly, with `oneOf`.
     """
     discriminator, variants = camel(shape[1]), shape[2]
-    objects = {tag: _object(model, model.model_json_schema(mode="validation"), defs, flavour)
-               for tag, model in variants.items()}
+    objects = {
+        tag: _object(model, model.model_json_schema(mode="validation"), defs, flavour)
+        for tag, model in variants.items()
+    }
     for tag, obj in objects.items():
         obj["properties"][discriminator] = {**obj["properties"][discriminator], "enum": [tag]}
     desc = _description(node, None)
@@ -124,8 +126,12 @@ def _union(node: dict[str, Any], shape: Shape, defs: dict[str, Any], flavour: Fl
             props.setdefault(key, copy.deepcopy(sub))
             owners.setdefault(key, []).append(tag)
     first = next(iter(variants))
-    props[discriminator] = {**props[discriminator], "enum": list(variants), "default": first,
-                            "description": f"Which variant: {', '.join(variants)}."}
+    props[discriminator] = {
+        **props[discriminator],
+        "enum": list(variants),
+        "default": first,
+        "description": f"Which variant: {', '.join(variants)}.",
+    }
     rules = []
     for key, tags in owners.items():
         if key == discriminator or len(tags) == len(variants):
@@ -133,8 +139,12 @@ def _union(node: dict[str, Any], shape: Shape, defs: dict[str, Any], flavour: Fl
         allowed = " || ".join(f"self.{discriminator} == '{t}'" for t in tags)
         props[key]["description"] = f"({', '.join(tags)} only) " + props[key].get("description", "")
         props[key].pop("default", None)  # a default would be filled in under every tag; pydantic applies it
-        rules.append({"rule": f"!has(self.{key}) || {allowed}",
-                      "message": f"{key} applies only to {discriminator} {', '.join(tags)}"})
+        rules.append(
+            {
+                "rule": f"!has(self.{key}) || {allowed}",
+                "message": f"{key} applies only to {discriminator} {', '.join(tags)}",
+            }
+        )
     out = {"type": "object"}
     if desc:
         out["description"] = desc

@@ -3,13 +3,15 @@
 kmock 0.8 keeps objects in memory but leaves out what a real API server does on its own: it sets no
 `metadata.resourceVersion` (kopf waits for it to detect its own changes), answers a failed JSON-patch
 `test` with 500 instead of 422 Unprocessable Entity (kopf retries only on 422), ignores
-`labelSelector`, never bumps `metadata.generation`, writes status through the main resource, and has
-no garbage collector for ownerReferences. This subclass adds exactly those, plus `refuse()` to play a
-ResourceQuota or an admission webhook that turns a create down.
+`labelSelector`, keeps a Secret's `stringData` as is, never bumps `metadata.generation`, writes
+status through the main resource, and has no garbage collector for ownerReferences. This subclass
+adds exactly those, plus `refuse()` to play a ResourceQuota or an admission webhook that turns a
+create down.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import itertools
 import uuid
@@ -101,6 +103,10 @@ class GeofedEmulator(kmock.KubernetesEmulator):
         assert request.resource is not None
         version = str(next(self._versions))
         plural = request.resource.plural
+        if plural == "secrets" and isinstance(request.data, dict) and "stringData" in request.data:
+            data = request.data.setdefault("data", {})  # what the API server does with stringData
+            for key, value in (request.data.pop("stringData") or {}).items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
             meta.update(resourceVersion=version, uid=str(uuid.uuid4()), creationTimestamp=_now())

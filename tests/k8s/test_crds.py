@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from geofed.config import FederationConfig
-from geofed_operator.crds import all_crds
+from geofed_operator.crds import all_crds, peering_crds
 from geofed_operator.federation_spec import parse_federation_spec, spec_to_federation_config
 from geofed_operator.generate import generated_files, stale_files
 from geofed_operator.keys import camel, from_k8s_keys, k8s_dump, to_k8s_keys
@@ -63,7 +63,8 @@ def test_generated_files_are_current() -> None:
 
 def test_chart_crds_are_the_crds() -> None:
     chart = sorted(p.name for p in (REPO / "charts/geofed/crds").glob("*.yaml"))
-    assert chart == sorted(p.name for p in (REPO / "crds").glob("*.yaml")) == sorted(all_crds())
+    expected = sorted({**all_crds(), **peering_crds()})
+    assert chart == sorted(p.name for p in (REPO / "crds").glob("*.yaml")) == expected
     for name in chart:
         assert (REPO / "charts/geofed/crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes()
     assert all(path.parts[0] in ("crds", "charts") for path in generated_files())

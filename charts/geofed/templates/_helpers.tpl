@@ -88,6 +88,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end -}}
 
+{{/* kopf peering (replicas > 1): the replicas' shared record, cluster-wide or per namespace. */}}
+{{- define "geofed.peeringRules" -}}
+- apiGroups: [kopf.dev]
+  resources: [{{ if .Values.watchNamespaces }}kopfpeerings{{ else }}clusterkopfpeerings{{ end }}]
+  verbs: [get, list, watch, patch]
+{{- end -}}
+
 {{/* Cluster-scoped reads kopf needs to discover resources and namespaces. */}}
 {{- define "geofed.clusterRules" -}}
 - apiGroups: [apiextensions.k8s.io]

@@ -183,8 +183,12 @@ class StorageMismatch(Exception):
     """The checkpoint PVC cannot become what the spec asks (shrinking, another StorageClass)."""
 
 
-def reconcile_pvc(kube: Kube, fed: FederationObject, owner: Mapping[str, Any]) -> None:
-    """Create the checkpoint PVC; keep its ownership in line with retainOnDelete; grow it on request."""
+def reconcile_pvc(kube: Kube, fed: FederationObject, owner: Mapping[str, Any], *, may_adopt: bool) -> None:
+    """Create the checkpoint PVC; keep its ownership in line with retainOnDelete; grow it on request.
+
+    Only a change handler (`may_adopt`, fresh spec) re-adopts an existing PVC: a timer pass that started
+    before `retainOnDelete: true` must never hand the global model back to the garbage collector.
+    """
     pvc = build_pvc(fed)
     if not fed.spec.storage.retain_on_delete:
         kopf.adopt(pvc, owner=owner)
@@ -194,7 +198,7 @@ def reconcile_pvc(kube: Kube, fed: FederationObject, owner: Mapping[str, Any]) -
     refs = (live.get("metadata") or {}).get("ownerReferences") or []
     ours = [r for r in refs if r.get("uid") == uid]
     wanted = [] if fed.spec.storage.retain_on_delete else pvc["metadata"].get("ownerReferences", [])
-    if [r.get("uid") for r in ours] != [r.get("uid") for r in wanted]:
+    if [r.get("uid") for r in ours] != [r.get("uid") for r in wanted] and (may_adopt or not wanted):
         others = [r for r in refs if r.get("uid") != uid]
         try:
             kube.patch(
@@ -221,7 +225,9 @@ def reconcile_pvc(kube: Kube, fed: FederationObject, owner: Mapping[str, Any]) -
             raise ChildRejected("PersistentVolumeClaim", name, exc) from None
 
 
-def reconcile_children(deps: Deps, fed: FederationObject, body: Mapping[str, Any]) -> tuple[TLSState, str, str | None]:
+def reconcile_children(
+    deps: Deps, fed: FederationObject, body: Mapping[str, Any], *, on_change: bool
+) -> tuple[TLSState, str, str | None]:
     """Create or update every child (re-creating deleted ones); (TLS state, config hash, public address)."""
     kube, owner = deps.kube, body
     ensure_admin_secret(kube, fed, owner)
@@ -241,7 +247,7 @@ def reconcile_children(deps: Deps, fed: FederationObject, body: Mapping[str, Any
     kopf.adopt(children, owner=owner)
     for child in children:
         _apply(kube, child)
-    reconcile_pvc(kube, fed, owner)
+    reconcile_pvc(kube, fed, owner, may_adopt=on_change)
     return tls, digest, public_address(fed, service)
 
 
@@ -258,7 +264,7 @@ def reconcile_federation(
         return False
     now = deps.clock()
     try:
-        tls, digest, address = reconcile_children(deps, fed, body)
+        tls, digest, address = reconcile_children(deps, fed, body, on_change=on_change)
     except (MissingSecret, ChildRejected, StorageMismatch, KubeError) as exc:
         reason = {MissingSecret: "TLSSecretMissing", ChildRejected: "ChildRejected", StorageMismatch: "StorageMismatch"}
         why = reason.get(type(exc), "APIError")
