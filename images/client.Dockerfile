@@ -11,14 +11,19 @@ RUN apt-get update \
     && python${PYTHON_VERSION} -m venv /opt/geofed
 ENV PATH=/opt/geofed/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml constraints.txt README.md ./
+# Dependencies first, from pyproject.toml and constraints.txt only: a code change never reinstalls torch.
+COPY pyproject.toml constraints.txt ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install --constraint constraints.txt --extra-index-url ${TORCH_INDEX} -r /tmp/requirements.txt
+COPY README.md ./
 COPY geofed ./geofed
 COPY ps_server ./ps_server
 COPY client_agent ./client_agent
 COPY operator ./operator
 COPY geofed_apps ./geofed_apps
 COPY geofed_testing ./geofed_testing
-RUN pip install --constraint constraints.txt --extra-index-url ${TORCH_INDEX} . \
+RUN pip install --no-deps . \
     && rm -rf /src
 RUN groupadd --gid 10001 geofed && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin geofed
 ENV PYTHONUNBUFFERED=1 HOME=/home/geofed

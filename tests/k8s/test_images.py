@@ -157,3 +157,123 @@ def test_operator_image_installs_what_the_operator_imports() -> None:
     needed &= set(REQUIREMENTS)  # grpc maps to several distributions; only grpcio is a dependency
     assert needed, "the scan found the operator's imports"
     assert needed <= set(_pins("operator")), needed - set(_pins("operator"))
+
+
+SOURCES = ("geofed", "ps_server", "client_agent", "operator", "geofed_apps", "geofed_testing", "README.md")
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_dependencies_install_before_the_sources_are_copied(name: str) -> None:
+    """A code change must not reinstall torch: every pip install of dependencies precedes the source COPYs."""
+    ops = instructions(IMAGES[name])
+    first_source = min(
+        i for i, (op, arg) in enumerate(ops) if op == "COPY" and any(s in arg.split()[:-1] for s in SOURCES)
+    )
+    installs = [i for i, (op, arg) in enumerate(ops) if op == "RUN" and "pip install" in arg]
+    after = [ops[i][1] for i in installs if i > first_source]
+    assert after and all("--no-deps" in arg for arg in after), after
+    assert any(i < first_source for i in installs)
+
+
+def _dockerignore_allows(path: str) -> bool:
+    """Docker's rule: the last pattern matching `path` (or a parent of it) decides; `!` re-includes."""
+    allowed = True
+    for line in (REPO / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate, pattern = line.startswith("!"), line.lstrip("!")
+        regex = re.escape(pattern).replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+        if re.fullmatch(regex, path) or re.fullmatch(regex + "/.*", path):
+            allowed = negate
+    return allowed
+
+
+def test_dockerignore_sends_sources_and_keeps_local_state_out() -> None:
+    for name in IMAGES:
+        for op, arg in instructions(IMAGES[name]):
+            if op == "COPY" and not arg.startswith("--from"):
+                for src in arg.split()[:-1]:
+                    assert _dockerignore_allows(src) and _dockerignore_allows(f"{src}/x.py" if "." not in src else src)
+    private = [".venv/bin/python", ".git/config", "runs/demo/ckpt.safetensors", "tests/k8s/conftest.py",
+               "bench/results.json", "geofed/__pycache__/config.pyc", "admin.token", "site.yaml"]  # fmt: skip
+    assert not [p for p in private if _dockerignore_allows(p)]
+
+
+# What the PS image installs, by import name (the distributions' own dependencies come with them).
+PS_IMPORTS = {"grpc", "grpc_health", "google", "pydantic", "prometheus_client", "numpy", "constriction", "numba",
+              "yaml", "safetensors"}  # fmt: skip
+
+
+def test_ps_image_has_no_torch_and_pins_what_the_ps_imports() -> None:
+    pins = _pins("ps")
+    assert not {"torch", "transformers", "peft", "accelerate"} & set(pins)
+    mapping = importlib.metadata.packages_distributions()
+    wanted = {canonicalize_name(d) for m in PS_IMPORTS for d in mapping.get(m, [])} & set(REQUIREMENTS)
+    assert wanted == set(pins), wanted ^ set(pins)
+    for dist, version in pins.items():
+        assert REQUIREMENTS[dist].specifier.contains(version, prereleases=True), (dist, version)
+
+
+def _closure(dists: set[str]) -> set[str]:
+    """The distributions and everything they require (what pip would install for them)."""
+    seen: set[str] = set()
+    todo = list(dists)
+    while todo:
+        dist = canonicalize_name(todo.pop())
+        if dist in seen:
+            continue
+        seen.add(dist)
+        for req in importlib.metadata.requires(dist) or []:
+            parsed = Requirement(req)
+            if parsed.marker is None or parsed.marker.evaluate({"extra": ""}):
+                todo.append(parsed.name)
+    return seen
+
+
+BLOCKER = """
+import importlib.abc, importlib.machinery, sys
+allowed = set(sys.argv[1].split(","))
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        if top in allowed or top in sys.stdlib_module_names or "." in name:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(top)
+        if spec is None or "site-packages" not in str(spec.origin):  # the standard library's private modules
+            return None
+        raise ImportError(f"{top} is not in the PS image")
+sys.meta_path.insert(0, Blocker())
+from geofed_apps.cli import main
+sys.argv = ["geofed", *sys.argv[2:]]
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_the_ps_runs_with_only_the_ps_image_packages(tmp_path: Path) -> None:
+    """`geofed ps` starts and answers the probe with torch, transformers, kopf... unimportable."""
+    import subprocess
+    import time
+
+    dists = _closure({d for m in PS_IMPORTS for d in importlib.metadata.packages_distributions().get(m, [])})
+    mapping = importlib.metadata.packages_distributions()
+    allowed = {m for m, ds in mapping.items() if {canonicalize_name(d) for d in ds} & dists}
+    allowed |= FIRST_PARTY | {"geofed_apps", "_distutils_hack", "__editable___geofed_0_1_0_finder"}
+    ready = tmp_path / "ready"
+    cmd = [sys.executable, "-c", BLOCKER, ",".join(sorted(allowed)), "ps", "--insecure", "--port", "0",
+           "--metrics-port", "0", "--ready-file", str(ready), "--checkpoint-dir", str(tmp_path / "ckpt"),
+           "--admin-token-file", str(tmp_path / "admin")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (ready.exists() and ready.read_text().strip()):
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the PS did not start"
+            time.sleep(0.1)
+        probe = [sys.executable, "-c", BLOCKER, ",".join(sorted(allowed)), "ps", "--help"]
+        assert subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+        health = [sys.executable, "-m", "ps_server.probe", "--port", ready.read_text().strip(), "--insecure"]
+        assert subprocess.run(health, capture_output=True, timeout=60).returncode == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
