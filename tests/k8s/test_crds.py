@@ -35,7 +35,7 @@ def _validate(plural: str, obj: dict[str, Any]) -> None:
 
 def _examples() -> list[dict[str, Any]]:
     docs = []
-    for name in ("federation.yaml", "site.yaml"):
+    for name in ("federation.yaml", "site.yaml", "networkpolicy.yaml"):
         docs += [d for d in yaml.safe_load_all((REPO / "examples" / name).read_text()) if d]
     return docs
 

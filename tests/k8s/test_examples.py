@@ -17,7 +17,6 @@ from .emulator import GeofedEmulator
 from .objects import create, get
 from .test_operator_federation import _runner
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -25,6 +24,8 @@ def example(name: str) -> list[dict]:
     return [d for d in yaml.safe_load_all((REPO / "examples" / name).read_text()) if d]
 
 
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=GeofedEmulator)
 async def test_the_examples_become_a_ps_and_a_master_client(api, fake_ps) -> None:
     """federation.yaml -> PS that names the master; site.yaml -> the master's Job with a minted token."""
     async with operator_running(_runner("both", fake_ps)) as runner:
@@ -50,3 +51,18 @@ async def test_the_examples_become_a_ps_and_a_master_client(api, fake_ps) -> Non
         assert pod["containers"][0]["command"][:4] == ["torchrun", "--standalone", "--nproc-per-node", "2"]
         assert {t["key"] for t in pod["tolerations"]} == {"preemptible"}
     assert runner.exception is None
+
+
+def test_the_network_policy_example_fits_the_example_federation() -> None:
+    """It selects the PS pod the operator builds and opens exactly its gRPC port and, narrowly, metrics."""
+    from geofed_operator.cloud_builders import FederationObject, build_ps_deployment
+
+    (fed_doc,) = example("federation.yaml")
+    (policy,) = example("networkpolicy.yaml")
+    fed = FederationObject.from_body(fed_doc, "img")
+    pod = build_ps_deployment(fed, config_hash="x")["spec"]["template"]
+    assert policy["metadata"]["namespace"] == fed.namespace
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    grpc, metrics = policy["spec"]["ingress"]
+    assert [p["port"] for p in grpc["ports"]] == [fed.spec.service.port] and "from" not in grpc
+    assert [p["port"] for p in metrics["ports"]] == [fed.spec.service.metrics_port] and metrics["from"]
