@@ -1,8 +1,9 @@
 """Receiving one PushDelta: a pure state machine over header, ordered payload chunks and trailer.
 
 The encoded payload is spooled (RAM up to a threshold, then a temp file), checksummed and decoded
-*while it arrives* to validate it (shape, finiteness, norm); only a fully valid push reaches the
-aggregator, which decodes the spool once more into the running sum. Nothing touches the global
+*while it arrives* to validate it (shape, finiteness, norm); the decoded values stay in RAM while a
+shared 1 GiB budget allows (`KEPT_DECODED`), so the aggregator folds them without a second decode;
+beyond it, the aggregator decodes the spool once more into the running sum. Nothing touches the global
 model before the trailer's checksum matches, so a broken push can never corrupt it.
 """
 
@@ -32,6 +33,28 @@ _READ = 1 << 20
 _DECODE_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
 
 
+class _Budget:
+    """Bytes of decoded pushes held in RAM at once: within it a push is decoded once (while it arrives)
+    and folded from memory; beyond it, it is decoded again from its spool when folded."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.free, self._lock = nbytes, threading.Lock()
+
+    def take(self, nbytes: int) -> bool:
+        with self._lock:
+            if nbytes > self.free:
+                return False
+            self.free -= nbytes
+            return True
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.free += nbytes
+
+
+KEPT_DECODED = _Budget(1 << 30)
+
+
 @dataclass
 class PushHeader:
     """Protocol-neutral copy of DeltaHeader."""
@@ -58,9 +81,14 @@ class ReceivedPush:
     numel: int
     norm: float
     spool: BinaryIO
+    values: np.ndarray | None = None  # decoded while it arrived (within KEPT_DECODED), else None
 
     def iter_values(self, max_numel: int):
-        """Decode the spooled payload again, yielding (offset, float32 values)."""
+        """(offset, float32 values): from memory when kept, else decoded again from the spool."""
+        if self.values is not None:
+            for start in range(0, self.values.size, _READ):
+                yield start, self.values[start : start + _READ]
+            return
         self.spool.seek(0)
         decoder = decoder_for(self.header.codec_header, max_numel=max_numel)
         while chunk := self.spool.read(_READ):
@@ -69,6 +97,9 @@ class ReceivedPush:
 
     def close(self) -> None:
         self.spool.close()
+        if self.values is not None:
+            KEPT_DECODED.give(self.values.nbytes)
+            self.values = None
 
 
 class PushReceiver:
@@ -87,6 +118,7 @@ class PushReceiver:
         self._decoded = 0
         self._sq_norm = 0.0
         self._done = False
+        self._values: np.ndarray | None = None
 
     def on_header(self, header: PushHeader) -> None:
         if self.header is not None:
@@ -120,6 +152,8 @@ class PushReceiver:
             raise InvalidPush("codec", "the initial model must be sent with the fp32 codec")
         self.header = header
         self._spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_RAM)
+        if KEPT_DECODED.take(4 * expected):
+            self._values = np.empty(expected, dtype=np.float32)
 
     def on_payload(self, offset: int, data: bytes) -> None:
         if self.header is None or self._spool is None:
@@ -145,6 +179,8 @@ class PushReceiver:
                         )
                     wide = values.astype(np.float64)  # float32 squares overflow from |v| ≈ 1.8e19 on
                     self._sq_norm += float(np.dot(wide, wide))
+                    if self._values is not None:
+                        self._values[off : off + values.size] = values
                     self._decoded = off + values.size
         except CodecError as exc:
             raise InvalidPush("codec", f"payload: {exc}") from exc
@@ -167,9 +203,10 @@ class PushReceiver:
         if not math.isfinite(norm):
             raise InvalidPush("nonfinite", "delta norm overflows float")
         push = ReceivedPush(
-            self.client_id, self.header, self._decoder.codec_name, self._decoder.numel, norm, self._spool
+            self.client_id, self.header, self._decoder.codec_name, self._decoder.numel, norm, self._spool,
+            self._values,
         )
-        self._spool = None
+        self._spool, self._values = None, None
         return push
 
     def abort(self) -> None:
@@ -177,3 +214,6 @@ class PushReceiver:
         if self._spool is not None:
             self._spool.close()
             self._spool = None
+        if self._values is not None:
+            KEPT_DECODED.give(self._values.nbytes)
+            self._values = None

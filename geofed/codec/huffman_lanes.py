@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from geofed.codec import huffman_jit
 from geofed.codec.errors import CodecError
 from geofed.codec.header import Reader
 from geofed.codec.huffman import HuffmanCode
@@ -60,6 +61,10 @@ class LaneEncoder:
     def __init__(self, code: HuffmanCode, lane_syms: int, max_syms: int) -> None:
         self.code = code
         self.lane_syms = lane_syms
+        self.compiled = huffman_jit.enabled()
+        if self.compiled:  # the compiled coder needs no work arrays
+            self._coder = huffman_jit.coder_for(code)
+            return
         self.pairs = code.pair_tables is not None and lane_syms % 2 == 0
         items = -(-max_syms // 2) if self.pairs else max_syms
         self._a = np.empty(items, np.uint64)
@@ -71,6 +76,11 @@ class LaneEncoder:
 
     def encode(self, syms: np.ndarray) -> bytes:
         """Lane bit lengths followed by the MSB-first bitstream of one frame's symbols."""
+        if self.compiled:
+            done = self._coder.encode(syms, self.lane_syms)
+            if done is None:
+                raise CodecError("a symbol has no Huffman code: the input changed after the histogram pass")
+            return pack_lane_bits(done[0]) + done[1]
         n = syms.size
         if self.pairs:
             n2 = n // 2
@@ -124,6 +134,10 @@ def decode_lanes(code: HuffmanCode, r: Reader, count: int, lane_syms: int) -> np
     if len(stream) != need:
         raise CodecError(f"corrupt Huffman frame: lanes need {need} bytes of bitstream, {len(stream)} came")
     starts = (np.cumsum(lane_bits) - lane_bits).astype(np.uint32)
+    if huffman_jit.enabled():
+        out, ends = huffman_jit.coder_for(code).decode(stream, starts, counts, lane_syms)
+        _check_lane_ends(ends, starts, lane_bits)
+        return out
     # Every lane reads at most lane_syms * max_len bits past its start, plus a 4-byte window.
     buf = np.zeros(len(stream) + (lane_syms * code.max_len) // 8 + 8, dtype=np.uint32)
     buf[: len(stream)] = np.frombuffer(stream, dtype=np.uint8)
@@ -149,6 +163,11 @@ def decode_lanes(code: HuffmanCode, r: Reader, count: int, lane_syms: int) -> np
             last_end = int(pos[-1])
     ends = pos.astype(np.int64)
     ends[-1] = last_end
+    _check_lane_ends(ends, starts, lane_bits)
+    return lane_major(out)[:count]
+
+
+def _check_lane_ends(ends: np.ndarray, starts: np.ndarray, lane_bits: np.ndarray) -> None:
     bad = np.flatnonzero(ends != starts + lane_bits)
     if bad.size:
         lane = int(bad[0])
@@ -156,7 +175,6 @@ def decode_lanes(code: HuffmanCode, r: Reader, count: int, lane_syms: int) -> np
             f"corrupt Huffman data: lane {lane} decoded to bit {int(ends[lane])}, "
             f"its stored end is bit {int(starts[lane] + lane_bits[lane])}"
         )
-    return lane_major(out)[:count]
 
 
 def lane_major(out: np.ndarray) -> np.ndarray:
