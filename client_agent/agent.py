@@ -160,7 +160,9 @@ class ClientAgent:
         precision = pick_precision(fed.training.precision, device)
         if ranks.distributed:
             model = shard_model(model.to(device), precision)
-        stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed)
+        if fed.training.torch_threads:
+            torch.set_num_threads(fed.training.torch_threads)
+        stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
         trainer = LocalTrainer(model, fed.training, stream, device, precision=precision, slowdown=cfg.slowdown,
                                rank=ranks.rank, world=ranks.world, micro_batch_size=cfg.micro_batch_size or None)
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
@@ -182,6 +184,8 @@ class ClientAgent:
         global_model = self._first_model(ps, cfg.model_wait_timeout_s) if ranks.leader else None
         while True:
             paradigm.adopt(ranks, trainer.model, global_model.flat if global_model else None)
+            if not fed.training.keep_optimizer_state and rounds:
+                trainer.reset_optimizer()  # FedAvg-style: every round starts AdamW afresh on the new model
             if self.first_step_at is None:
                 self.first_step_at = time.monotonic() - self.t_start
                 log.info("event=first_step client=%s seconds_since_start=%.2f", cfg.client_id, self.first_step_at)

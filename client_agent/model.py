@@ -42,7 +42,7 @@ def check_model_config(cfg: ModelConfig) -> None:
 
 
 def hf_config(cfg: ModelConfig) -> PretrainedConfig:
-    """The transformers config for `cfg`: no dropout (pretraining), tied embeddings, EOS = the last id."""
+    """The transformers config for `cfg`: `cfg.dropout` (0 for pretraining), tied embeddings, EOS = the last id."""
     check_model_config(cfg)
     special = cfg.vocab_size - 1  # the byte tokenizer's EOS (256 of 257); GPT-2's 50256 of 50257 as well
     if cfg.family == "gpt2":
@@ -54,9 +54,9 @@ def hf_config(cfg: ModelConfig) -> PretrainedConfig:
             n_embd=cfg.n_embd,
             vocab_size=cfg.vocab_size,
             n_positions=cfg.block_size,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
+            resid_pdrop=cfg.dropout,
+            embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.dropout,
             bos_token_id=special,
             eos_token_id=special,
             use_cache=False,
@@ -73,7 +73,7 @@ def hf_config(cfg: ModelConfig) -> PretrainedConfig:
             vocab_size=cfg.vocab_size,
             max_position_embeddings=cfg.block_size,
             tie_word_embeddings=True,
-            attention_dropout=0.0,
+            attention_dropout=cfg.dropout,
             bos_token_id=special,
             eos_token_id=special,
             pad_token_id=None,

@@ -28,9 +28,6 @@ from client_agent.model import lm_loss
 from client_agent.precision import Precision, autocast, grad_scaler, pick_micro_batch, pick_precision
 from geofed.config import TrainingConfig
 
-GRAD_CLIP = 1.0
-ADAM_BETAS = (0.9, 0.95)  # the usual LLM-pretraining betas (GPT-3, Llama); β2 = 0.999 reacts too slowly
-
 
 class NonFiniteLossError(RuntimeError):
     """Every step of a round had a non-finite loss or gradient: reset to the global model, do not push."""
@@ -102,9 +99,12 @@ def micro_plan(batch_size: int, micro: int, rank: int = 0, world: int = 1) -> li
     return split_rows(rows.stop - rows.start, -(-most // micro))
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices only; biases, norms and other vectors are not decayed (GPT-2/nanoGPT practice)."""
+def _param_groups(model: nn.Module, weight_decay: float, groups: str = "matrices") -> list[dict]:
+    """`matrices`: decay 2-D+ parameters only, not biases, norms or other vectors (GPT-2/nanoGPT practice);
+    `all`: decay every trained parameter."""
     params = [p for p in model.parameters() if p.requires_grad]
+    if groups == "all":
+        return [{"params": params, "weight_decay": weight_decay}]
     return [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
@@ -153,7 +153,8 @@ class LocalTrainer:
         self.micro_batch_size = int(self._all_reduce(torch.tensor(micro, device=self.device), "MIN").item())
         self.plan = micro_plan(cfg.batch_size, self.micro_batch_size, rank, world)
         self.optimizer = torch.optim.AdamW(
-            _param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=ADAM_BETAS, eps=1e-8
+            _param_groups(model, cfg.weight_decay, cfg.weight_decay_groups), lr=cfg.lr,
+            betas=(cfg.adam_beta1, cfg.adam_beta2), eps=1e-8,
         )
         self.scaler = grad_scaler(self.precision, self.device, distributed=world > 1)
         self.slowdown, self.clock, self.sleep = slowdown, clock, sleep
@@ -192,7 +193,8 @@ class LocalTrainer:
             self.scaler.scale(loss * (rows * self.world / self.cfg.batch_size)).backward()
             loss_sum += loss.detach() * rows
         self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+        clip = self.cfg.grad_clip or math.inf  # 0 disables clipping; the norm is still measured
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         applied = bool(torch.isfinite(norm).item())
         if applied or self.scaler.is_enabled():
@@ -297,6 +299,10 @@ class LocalTrainer:
             reshard(self.model)  # FSDP2 leaves the root unsharded after a forward without backward
         totals = self._all_reduce(totals)
         return float(totals[0] / totals[1])
+
+    def reset_optimizer(self) -> None:
+        """Forget AdamW's moments and step counts (each adopted global model, when keep_optimizer_state is off)."""
+        self.optimizer.state.clear()
 
     def state_dict(self) -> dict:
         """Inner optimizer (keyed by parameter name, portable across GPU counts), step, data position, scaler.

@@ -36,13 +36,25 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _default_text(field) -> str:
+    """`required`, or the default as a user would type it (never pydantic's PydanticUndefined)."""
+    if field.is_required():
+        return "required"
+    default = field.get_default(call_default_factory=True)
+    if default is None:
+        return "default: none"
+    if isinstance(default, bool):
+        return "default: on" if default else "default: off"
+    return f"default: {default}"
+
+
 def add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], *, exclude: tuple[str, ...] = ()) -> None:
     """One `--kebab-case` flag per field of a flat settings model; help comes from its description."""
     for name, field in model.model_fields.items():
         if name in exclude:
             continue
         ann = field.annotation
-        help_text = f"{field.description} (default: {field.default})"
+        help_text = f"{field.description} ({_default_text(field)})"
         if ann is bool:
             parser.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)

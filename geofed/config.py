@@ -31,6 +31,11 @@ class ModelConfig(_Section):
     )
     block_size: int = Field(128, ge=8, le=131072, description="Context length in tokens.")
     seed: int = Field(0, description="Seed for the master client's random initialisation of the model.")
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0,
+        description="Dropout on embeddings, attention and residual outputs while training (0 = none, the usual "
+        "choice for pretraining; 0.1 is common when fine-tuning on little data).",
+    )
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> ModelConfig:
@@ -111,7 +116,7 @@ class AggregationConfig(_Section):
         30.0, gt=0, description="async: seconds after the first buffered delta before an outer step anyway."
     )
     max_staleness: int = Field(
-        8, ge=0, le=1_000_000, description="Deltas computed against a version older than this are refused."
+        16, ge=0, le=1_000_000, description="Deltas computed against a version older than this are refused."
     )
     staleness_exponent: float = Field(
         0.5, ge=0, le=8, description="Staleness weight (1 + s) ** -a for a delta s versions behind."
@@ -148,9 +153,34 @@ class DownlinkConfig(_Section):
 class TrainingConfig(_Section):
     """Client-side training: inner optimizer, batch and cadence (Algorithm 1, local loop)."""
 
-    lr: float = Field(1e-3, gt=0, le=1, description="Inner AdamW learning rate.")
+    lr: float = Field(3e-3, gt=0, le=1, description="Inner AdamW learning rate (3e-3 suits the default 2x128 model).")
     weight_decay: float = Field(0.0, ge=0, le=1, description="Inner AdamW weight decay.")
-    warmup_steps: int = Field(20, ge=0, description="Linear warm-up steps of the inner learning rate.")
+    weight_decay_groups: Literal["matrices", "all"] = Field(
+        "matrices",
+        description="Which parameters weight_decay applies to: matrices (2-D and larger: not biases, norms or "
+        "other vectors; GPT-2/nanoGPT practice) or all.",
+    )
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="Inner AdamW β1 (first-moment decay).")
+    adam_beta2: float = Field(
+        0.95, ge=0, lt=1, description="Inner AdamW β2; 0.95 is the usual LLM-pretraining value (0.999 reacts slowly)."
+    )
+    grad_clip: float = Field(
+        1.0, ge=0, description="Clip the global gradient L2 norm to this before each inner step; 0 disables."
+    )
+    keep_optimizer_state: bool = Field(
+        True,
+        description="Keep the inner AdamW moments across rounds (Algorithm 1, and DiLoCo); false resets them each "
+        "time the client adopts a new global model (FedAvg-style local optimisation).",
+    )
+    torch_threads: int = Field(
+        0, ge=0, le=1024, description="CPU threads torch uses on each client; 0 keeps torch's default (all cores)."
+    )
+    eval_fraction: float = Field(
+        0.05, gt=0, lt=0.5,
+        description="Fraction of each client's tokens (the tail of its data) held out for the client's own eval "
+        "loss and checkpoint ranking; never trained on.",
+    )
+    warmup_steps: int = Field(10, ge=0, description="Linear warm-up steps of the inner learning rate.")
     lr_schedule: Literal["constant", "cosine"] = Field(
         "constant",
         description="Inner learning rate after warm-up: constant (rounds have no known end), or a cosine decay "
@@ -161,19 +191,19 @@ class TrainingConfig(_Section):
     )
     lr_min_ratio: float = Field(0.1, ge=0, le=1, description="cosine: the floor as a fraction of lr.")
     batch_size: int = Field(
-        16, ge=1, le=1 << 20, description="Effective batch in sequences per step, equal on every client (§III-C2)."
+        8, ge=1, le=1 << 20, description="Effective batch in sequences per step, equal on every client (§III-C2)."
     )
     micro_batch_size: int = Field(
         0, ge=0, le=1 << 20, description="Sequences per forward pass; 0 picks the largest that fits the device."
     )
-    local_steps: int = Field(50, ge=1, description="H: local steps between syncs.")
+    local_steps: int = Field(40, ge=1, description="H: local steps between syncs.")
     sync_interval_s: float = Field(
         60.0, gt=0, description="T: wall-clock seconds between syncs; whichever of H and T comes first."
     )
     max_steps: int = Field(0, ge=0, description="Stop after this many local steps in total; 0 = no limit.")
-    eval_every: int = Field(100, ge=1, description="Evaluate (and feed the top-k checkpoint manager) every N steps.")
-    eval_batches: int = Field(4, ge=1, description="Batches of held-out data per evaluation.")
-    keep_best: int = Field(10, ge=1, le=1000, description="Checkpoints kept by lowest eval loss (§III-B4).")
+    eval_every: int = Field(40, ge=1, description="Evaluate (and feed the top-k checkpoint manager) every N steps.")
+    eval_batches: int = Field(2, ge=1, description="Batches of held-out data per evaluation.")
+    keep_best: int = Field(3, ge=1, le=1000, description="Checkpoints kept by lowest eval loss (§III-B4).")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="Mixed precision; auto = bf16 where supported, fp16 + grad scaler, else fp32."
     )

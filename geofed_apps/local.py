@@ -23,16 +23,9 @@ from geofed.config import FederationConfig
 if TYPE_CHECKING:
     from .evaluate import GlobalEvaluator
 
-# Small enough for 2 CPU cores shared by N clients and the PS; large enough to learn Python syntax.
-LOCAL_DEFAULTS: dict = {
-    "name": "local",
-    "model": {"family": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 128, "seed": 0},
-    "training": {"lr": 3e-3, "warmup_steps": 10, "batch_size": 8, "local_steps": 40, "sync_interval_s": 6.0,
-                 "eval_every": 40, "eval_batches": 2, "keep_best": 3},
-    "aggregation": {"mode": "async", "buffer_size": 1, "outer_optimizer": "fedavg", "global_lr": 0.5,
-                    "max_staleness": 16},
-    "codec": {"name": "int8", "entropy": "huffman", "error_feedback": True},
-}
+# `geofed local` runs the federation defaults (geofed/config.py), the same ones `geofed ps` starts with:
+# the default model is the small one that fits 2 CPU cores shared by N clients and the PS.
+LOCAL_DEFAULTS: dict = {"name": "local"}
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

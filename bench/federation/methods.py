@@ -28,7 +28,12 @@ FP32 = {"name": "fp32", "entropy": "none", "error_feedback": False}
 
 # Harness-wide settings on top of `geofed local`'s defaults: the harness evaluates the global model
 # itself (after the run), so client-side evaluations would only steal CPU from training.
-BENCH_DEFAULTS: dict[str, Any] = {"training": {"eval_every": 1_000_000}}
+# The settings the saved hetero-wan/local3 results ran with (geofed local's defaults before the
+# federation defaults were unified), so new runs stay comparable with them.
+BENCH_DEFAULTS: dict[str, Any] = {
+    "training": {"eval_every": 1_000_000, "sync_interval_s": 6.0},
+    "codec": {"name": "int8", "entropy": "huffman", "error_feedback": True},
+}
 
 
 @dataclass(frozen=True)
