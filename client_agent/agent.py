@@ -151,6 +151,7 @@ class ClientAgent:
         device = ranks.device(pick_device(cfg.device))
         self._preload.join()
         paradigm = client_paradigm(fed.paradigm)
+        paradigm.bind_ps(ps)
         # Only the master's Θ0 needs a random init when everything is exchanged; a paradigm that keeps a
         # frozen part builds it on every client (`shell_ok`).
         model = paradigm.prepare(paradigm.build(fed, initialise=bootstrap))

@@ -245,6 +245,11 @@ class FederationConfig(_Section):
         return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
+    def _paradigm_fits_model(self) -> FederationConfig:
+        self.paradigm.check_model(self.model)
+        return self
+
+    @model_validator(mode="after")
     def _groups_unique(self) -> FederationConfig:
         check_groups(self.groups)
         return self

@@ -20,6 +20,7 @@ from .core import ParameterServerCore
 from .grpc_api import AdminServicer, ParameterServerServicer
 from .memory import tune_allocator
 from .peers import PeerServicer, PeerTransport, load_peer_secret
+from .status_page import start_status_page
 
 log = logging.getLogger("geofed.ps")
 
@@ -77,10 +78,13 @@ class RunningServer:
 
     def __init__(self, core: ParameterServerCore, server: grpc.Server, port: int, health: health.HealthServicer):
         self.core, self.server, self.port, self.health = core, server, port, health
+        self.status_page = None  # the built-in status page, when status_port is set
 
     def stop(self, grace: float = 5.0) -> None:
         """Graceful stop: refuse new RPCs, checkpoint, then close streams."""
         self.health.enter_graceful_shutdown()
+        if self.status_page is not None:
+            self.status_page.stop()
         self.core.stop()
         self.server.stop(grace).wait()
 
@@ -90,10 +94,10 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     credentials = server_credentials(cfg)
     tune_allocator()  # before any worker thread exists
     peers, secret = None, ""
-    if fed.groups:  # multi-PS: this PS dials the others for the ring all-reduce
+    if fed.groups or cfg.peer_token_file:  # multi-PS ring peers, or services of the federation (split trainer)
         try:
             secret = load_peer_secret(cfg.peer_token_file)
-            peers = PeerTransport(fed, cfg, secret)
+            peers = PeerTransport(fed, cfg, secret) if fed.groups else None
         except (OSError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
     try:
@@ -107,6 +111,7 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     pb_grpc.add_AdminServicer_to_server(AdminServicer(core), server)
     if peers is not None:
         peers.bind(core.model)
+    if secret:
         pb_grpc.add_PeerServicer_to_server(PeerServicer(core, secret), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -114,6 +119,10 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
         raise ConfigError(f"cannot bind {address}")
+    try:
+        page = start_status_page(core, cfg)
+    except OSError as exc:
+        raise ConfigError(f"cannot bind the status page on {cfg.status_host}:{cfg.status_port}: {exc}") from exc
     server.start()
     core.start_timer()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -124,7 +133,9 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
         "event=listening port=%d tls=%s mtls=%s metrics_port=%d version=%d", port, credentials is not None,
         bool(cfg.client_ca), cfg.metrics_port, core.model.version,
     )
-    return RunningServer(core, server, port, health_servicer)
+    running = RunningServer(core, server, port, health_servicer)
+    running.status_page = page
+    return running
 
 
 def serve(fed: FederationConfig, cfg: ServerConfig, ready_file: str | None = None) -> int:

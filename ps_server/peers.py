@@ -31,6 +31,7 @@ from .checkpoint import _join_arrays, _split_arrays  # the checkpoint's own stat
 from .core import ParameterServerCore
 from .global_model import GlobalModel, Manifest, sha256_of
 from .group import GroupMember, PeerHead, PeerModel
+from .registry import AuthError
 
 log = logging.getLogger("geofed.ps")
 
@@ -92,36 +93,50 @@ class PeerServicer(pb_grpc.PeerServicer):
     def _refused(self, context: grpc.ServicerContext, exc: RingRefused):
         context.abort(_REFUSALS.get(exc.kind, grpc.StatusCode.FAILED_PRECONDITION), exc.message)
 
+    def _group(self, context: grpc.ServicerContext) -> GroupMember:
+        if not self.core.group.enabled:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this PS belongs to no PS group")
+        return self.group
+
+    def CheckSession(self, request: pb.CheckSessionRequest, context) -> pb.CheckSessionResponse:
+        """Whose live session this is, for a service of the federation (the split-learning trainer)."""
+        self._check(context, self.core.fed.name, "session-check")
+        try:
+            return pb.CheckSessionResponse(client_id=self.core.registry.session(request.session).client_id)
+        except AuthError:
+            return pb.CheckSessionResponse()
+
     def RingStep(self, request: pb.RingStepRequest, context) -> pb.RingStepResponse:
         self._check(context, request.federation, request.sender, request.layout)
         msg = RingMessage(_key_from_proto(request.key), request.sender, request.phase, request.step,
                           request.payload, {m.group: (m.weight, m.count) for m in request.meta},
                           tuple(request.candidates))
         try:
-            self.group.reducer.deliver(msg)
+            self._group(context).reducer.deliver(msg)
         except RingRefused as exc:
             self._refused(context, exc)
         return pb.RingStepResponse()
 
     def RingAbort(self, request: pb.RingAbortRequest, context) -> pb.RingAbortResponse:
         self._check(context, request.federation, request.sender)
-        return pb.RingAbortResponse(state=self.group.reducer.abort_request(_key_from_proto(request.key)))
+        return pb.RingAbortResponse(state=self._group(context).reducer.abort_request(_key_from_proto(request.key)))
 
     def RingJoin(self, request: pb.RingJoinRequest, context) -> pb.RingJoinResponse:
         self._check(context, request.federation, request.sender)
         try:
-            self.group.reducer.join_request(request.sender)
+            self._group(context).reducer.join_request(request.sender)
         except RingRefused as exc:
             self._refused(context, exc)
         return pb.RingJoinResponse()
 
     def FetchModel(self, request: pb.FetchModelRequest, context):
         self._check(context, request.federation, request.sender)
+        group = self._group(context)
         agg = self.core.aggregator
         with agg.lock:  # model and strategy state of one version
             snap = self.core.model.current()
             state = agg.strategy.state_dict()
-            members = self.group.reducer.members
+            members = group.reducer.members
         head = pb.PeerModelChunk(version=snap.version if snap else 0, members=list(members))
         if snap is None or request.header_only:
             yield head

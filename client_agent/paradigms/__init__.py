@@ -6,9 +6,10 @@ from geofed.paradigms import ParadigmSettings
 
 from .base import ClientParadigm, ParadigmError
 from .bitfit import BitFit
+from .fsl_sage import FslSage
 from .pretrain import Pretrain
 
-CLIENT_PARADIGMS: dict[str, type[ClientParadigm]] = {p.name: p for p in (Pretrain, BitFit)}
+CLIENT_PARADIGMS: dict[str, type[ClientParadigm]] = {p.name: p for p in (Pretrain, BitFit, FslSage)}
 
 
 def client_paradigm(settings: ParadigmSettings) -> ClientParadigm:

@@ -40,6 +40,10 @@ class ClientParadigm:
     def __init__(self, settings: ParadigmSettings) -> None:
         self.settings = settings
 
+    def bind_ps(self, ps) -> None:  # noqa: B027 - optional hook
+        """The joined `PSClient`: a paradigm with a service of its own (fsl-sage's trainer) authenticates
+        there with the client's PS session. Nothing by default."""
+
     # ---- building -------------------------------------------------------------------------------
 
     def build(self, fed: FederationConfig, *, initialise: bool) -> nn.Module:

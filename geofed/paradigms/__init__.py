@@ -12,10 +12,11 @@ from pydantic import Field
 
 from .base import ParadigmSettings
 from .bitfit import BitFitSettings
+from .fsl_sage import FslSageSettings
 from .pretrain import PretrainSettings
 
 # The one list of known paradigms' settings; the CRD and Helm schemas are generated from this union.
-PARADIGM_SETTINGS: tuple[type[ParadigmSettings], ...] = (PretrainSettings, BitFitSettings)
+PARADIGM_SETTINGS: tuple[type[ParadigmSettings], ...] = (PretrainSettings, BitFitSettings, FslSageSettings)
 
 ParadigmConfig = Annotated[Union[PARADIGM_SETTINGS], Field(discriminator="name")]  # noqa: UP007
 

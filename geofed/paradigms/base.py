@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from geofed.settings_base import Section
 
 
@@ -14,3 +16,7 @@ class ParadigmSettings(Section):
     """
 
     name: str
+
+    def check_model(self, model: Any) -> None:
+        """Refuse (ValueError naming the setting) settings that cannot fit `model` (a `ModelConfig`)."""
+        return None

@@ -421,3 +421,35 @@ class PeerModelChunk(_message.Message):
     shape: _containers.RepeatedScalarFieldContainer[int]
     sha256: bytes
     def __init__(self, version: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., state_json: _Optional[str] = ..., array: _Optional[str] = ..., offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class CheckSessionRequest(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    def __init__(self, session: _Optional[str] = ...) -> None: ...
+
+class CheckSessionResponse(_message.Message):
+    __slots__ = ("client_id",)
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    def __init__(self, client_id: _Optional[str] = ...) -> None: ...
+
+class SplitTensor(_message.Message):
+    __slots__ = ("name", "shape", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SplitMessage(_message.Message):
+    __slots__ = ("kind", "tensors", "batches")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    tensors: _containers.RepeatedCompositeFieldContainer[SplitTensor]
+    batches: int
+    def __init__(self, kind: _Optional[str] = ..., tensors: _Optional[_Iterable[_Union[SplitTensor, _Mapping]]] = ..., batches: _Optional[int] = ...) -> None: ...

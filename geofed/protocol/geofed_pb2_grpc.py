@@ -550,6 +550,11 @@ class PeerStub:
                 request_serializer=geofed_dot_protocol_dot_geofed__pb2.FetchModelRequest.SerializeToString,
                 response_deserializer=geofed_dot_protocol_dot_geofed__pb2.PeerModelChunk.FromString,
                 _registered_method=True)
+        self.CheckSession = channel.unary_unary(
+                '/geofed.v1.Peer/CheckSession',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.CheckSessionRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.CheckSessionResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServicer:
@@ -585,6 +590,13 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckSession(self, request, context):
+        """Whose live session a credential is (the split-learning trainer authenticating a client).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -607,6 +619,11 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.FetchModel,
                     request_deserializer=geofed_dot_protocol_dot_geofed__pb2.FetchModelRequest.FromString,
                     response_serializer=geofed_dot_protocol_dot_geofed__pb2.PeerModelChunk.SerializeToString,
+            ),
+            'CheckSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckSession,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.CheckSessionRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.CheckSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -719,6 +736,114 @@ class Peer:
             '/geofed.v1.Peer/FetchModel',
             geofed_dot_protocol_dot_geofed__pb2.FetchModelRequest.SerializeToString,
             geofed_dot_protocol_dot_geofed__pb2.PeerModelChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.Peer/CheckSession',
+            geofed_dot_protocol_dot_geofed__pb2.CheckSessionRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.CheckSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class SplitTrainerStub:
+    """The server-side trainer of split learning (FSL-SAGE, paper §III-C3d), its own process.
+    Credential: the client's PS session, "authorization: Bearer <session>" (checked with the PS).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Align = channel.stream_stream(
+                '/geofed.v1.SplitTrainer/Align',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.SplitMessage.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.SplitMessage.FromString,
+                _registered_method=True)
+
+
+class SplitTrainerServicer:
+    """The server-side trainer of split learning (FSL-SAGE, paper §III-C3d), its own process.
+    Credential: the client's PS session, "authorization: Bearer <session>" (checked with the PS).
+    """
+
+    def Align(self, request_iterator, context):
+        """One exchange, in order: client "start" (its auxiliary model); per batch: client "activations"
+        (smashed data at the cut), trainer "outputs" (the server-side blocks' output), client "grad" (the
+        loss gradient at those outputs; the trainer updates its blocks); then trainer "aux" (realigned).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SplitTrainerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Align': grpc.stream_stream_rpc_method_handler(
+                    servicer.Align,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.SplitMessage.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.SplitMessage.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'geofed.v1.SplitTrainer', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('geofed.v1.SplitTrainer', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class SplitTrainer:
+    """The server-side trainer of split learning (FSL-SAGE, paper §III-C3d), its own process.
+    Credential: the client's PS session, "authorization: Bearer <session>" (checked with the PS).
+    """
+
+    @staticmethod
+    def Align(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/geofed.v1.SplitTrainer/Align',
+            geofed_dot_protocol_dot_geofed__pb2.SplitMessage.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.SplitMessage.FromString,
             options,
             channel_credentials,
             insecure,

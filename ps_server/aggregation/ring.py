@@ -27,7 +27,6 @@ Pure: numpy and threads; the wire is a `RingTransport` (`ps_server/peers.py` ove
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +35,8 @@ from typing import Protocol
 
 import numpy as np
 
-from geofed.codec import CodecError, decoder_for, make_codec
+from geofed.codec import CodecError
+from geofed.codec.framed import pack, unpack
 
 from .reducer import ReduceFailed
 from .strategy import RoundSum
@@ -103,28 +103,13 @@ def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
 
 
 def encode_chunk(values: np.ndarray, codec: str) -> bytes:
-    """Codec header and frames of one chunk, length-prefixed: self-describing bytes."""
-    header, frames = make_codec(codec).encode(np.ascontiguousarray(values, dtype=np.float32))
-    return struct.pack("<I", len(header)) + header + b"".join(frames)
+    """One chunk's compressed, self-describing bytes."""
+    return pack(values, codec)
 
 
 def decode_chunk(data: bytes, numel: int) -> np.ndarray:
     """Exactly `numel` float32 values from `encode_chunk`'s bytes; CodecError if they are anything else."""
-    if len(data) < 4:
-        raise CodecError("ring chunk shorter than its header length")
-    (hlen,) = struct.unpack_from("<I", data)
-    if hlen > len(data) - 4:
-        raise CodecError("ring chunk header runs past its end")
-    dec = decoder_for(data[4 : 4 + hlen], max_numel=numel)
-    out = np.empty(numel, dtype=np.float32)
-    filled = 0
-    for offset, values in dec.feed(memoryview(data)[4 + hlen :]):
-        out[offset : offset + values.size] = values
-        filled += values.size
-    dec.finish()
-    if filled != numel:
-        raise CodecError(f"ring chunk holds {filled} values, expected {numel}")
-    return out
+    return unpack(data, numel)
 
 
 class RingReducer:

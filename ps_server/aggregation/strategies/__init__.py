@@ -6,9 +6,10 @@ from geofed.config import FederationConfig
 
 from ..strategy import Strategy
 from .bitfit import BitFit
+from .fsl_sage import FslSage
 from .pretrain import Pretrain
 
-STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Pretrain, BitFit)}
+STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Pretrain, BitFit, FslSage)}
 
 
 def build_strategy(fed: FederationConfig) -> Strategy:
