@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,6 +111,20 @@ class FakePS:
 @pytest.fixture()
 def fake_ps() -> FakePS:
     return FakePS()
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+async def kubectl(*args: str) -> str:
+    """Run the real kubectl (test kubeconfig) while the emulator keeps serving; its stdout."""
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL or "kubectl", *args, env={**os.environ, "HOME": tempfile.gettempdir()},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
 
 
 @contextlib.asynccontextmanager

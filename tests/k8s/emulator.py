@@ -6,7 +6,7 @@ kmock 0.8 keeps objects in memory but leaves out what a real API server does on 
 `labelSelector`, keeps a Secret's `stringData` as is, never bumps `metadata.generation`, writes
 status through the main resource, and has no garbage collector for ownerReferences. This subclass
 adds exactly those, plus `refuse()` to play a ResourceQuota or an admission webhook that turns a
-create down.
+create down, and server-side table printing of the CRDs' columns for `kubectl get` (tables.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import jsonpatch
 import kmock
 import yaml
 from kmock._internal import enums, k8s, references, rendering
+
+from . import tables
 
 # Kinds with a status subresource: writes to the main resource leave .status alone, and vice versa.
 STATUS_SUBRESOURCE = {"deployments", "jobs", "pods", "services", "persistentvolumeclaims", "federations", "siteclients"}
@@ -83,6 +85,9 @@ class GeofedEmulator(kmock.KubernetesEmulator):
             crd = yaml.safe_load(path.read_text())
             spec = crd["spec"]
             for version in spec["versions"]:
+                if version.get("additionalPrinterColumns"):
+                    columns = self.__dict__.setdefault("_columns", {})
+                    columns[spec["names"]["plural"]] = version["additionalPrinterColumns"]
                 self.resources[f"{spec['group']}/{version['name']}/{spec['names']['plural']}"] = kmock.ResourceInfo(
                     kind=spec["names"]["kind"],
                     singular=spec["names"]["singular"],
@@ -172,7 +177,18 @@ class GeofedEmulator(kmock.KubernetesEmulator):
             payload["items"] = [
                 o for o in payload["items"] if _matches((o.get("metadata") or {}).get("labels") or {}, selector)
             ]
-        return payload
+        return self._as_table(request, payload["items"]) or payload
+
+    async def _serve_fetch(self, request: rendering.Request) -> Any:
+        payload = await super()._serve_fetch(request)
+        return self._as_table(request, [payload]) or payload
+
+    def _as_table(self, request: rendering.Request, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Server-side printing for `kubectl get` (custom resources with printer columns only)."""
+        columns = self.__dict__.get("_columns", {}).get(request.resource.plural if request.resource else None)
+        if columns is None or "as=Table" not in request.headers.get("Accept", ""):
+            return None
+        return tables.table(items, columns)
 
     async def _collect_garbage(self) -> None:
         """Delete (or mark for deletion, if finalized) objects whose owners are all gone, repeatedly."""

@@ -1,0 +1,31 @@
+"""The real `kubectl get` against the emulator: printer columns as a user sees them (server-side tables)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import KUBECTL, NAMESPACE, kubectl
+from .emulator import GeofedEmulator
+from .objects import create, patch
+from .test_operator_federation import FED
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.kmock(cls=GeofedEmulator),
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed"),
+]
+
+
+async def test_kubectl_get_shows_the_printer_columns(api) -> None:
+    """`kubectl get federations` prints PHASE, READY, REASON, VERSION, CLIENTS, LOSS, AGE from status."""
+    await create(api, FED)
+    ready = {"type": "Ready", "status": "True", "reason": "Serving", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    status = {"phase": "Running", "version": 12, "connectedClients": 2, "trainLoss": 3.25, "conditions": [ready]}
+    await patch(api, "geofed.io/v1alpha1", "Federation", NAMESPACE, "demo", {"status": status}, status=True)
+    out = await kubectl("get", "federations", "-n", NAMESPACE)
+    header, row = out.splitlines()
+    assert header.split() == ["NAME", "PHASE", "READY", "REASON", "VERSION", "CLIENTS", "LOSS", "AGE"]
+    assert row.split()[:7] == ["demo", "Running", "True", "Serving", "12", "2", "3.25"]
+    wide = await kubectl("get", "fed", "demo", "-n", NAMESPACE, "-o", "wide")
+    assert "ADDRESS" in wide.splitlines()[0] and "MODE" in wide.splitlines()[0]
