@@ -7,13 +7,16 @@ resumes its optimizer state and data position from its own checkpoint and the mo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -29,12 +32,16 @@ from .flat import ManifestMismatch, check_manifest
 from .fsdp import shard_model
 from .paradigms import ClientParadigm, client_paradigm
 from .precision import pick_precision
-from .ps_client import GlobalVersion, JoinError, PSClient, StaleDeltaError
+from .ps_client import GlobalVersion, JoinError, PSClient, PushError, StaleDeltaError, Upload
 from .ranks import Ranks
-from .tokenizer import load_tokenizer
-from .trainer import LocalTrainer
+from .tokenizer import check_vocab, load_tokenizer
+from .trainer import LocalTrainer, NonFiniteLossError
 
 log = logging.getLogger("geofed.client")
+
+FEDERATION_CACHE = "federation.json"  # the federation of the last Join: checked before the next one
+MAX_NON_FINITE_ROUNDS = 3  # rounds in a row with no finite step before the client gives up
+TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")  # push outcomes in which the PS has the delta
 
 
 class Preempted(Exception):
@@ -129,23 +136,35 @@ class ClientAgent:
 
     def _run(self, ps: PSClient) -> int:
         cfg = self.cfg
-        ranks = Ranks()
+        ranks = Ranks(cfg.process_group_timeout_s)
         # Data first: a bad data directory must fail before the one-time token is spent.
         tokenizer = load_tokenizer(cfg.tokenizer)
         tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=self.work / "tokens.npy")
         if report.skipped:
             log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
-        fed_json, bootstrap = None, False
-        resumed = CheckpointManager(self.work / "checkpoints").load_latest()
-        if ranks.leader:
+        # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
+        resumed = ranks.share_resume(CheckpointManager(self.work / "checkpoints").load_latest() if ranks.leader
+                                     else None)
+
+        def join() -> tuple[str, bool]:
             if resumed is not None:  # declare what we ran: a federation that changed refuses us at Join
                 ps.paradigm = resumed.paradigm
                 ps.declared_manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in resumed.manifest)
+            # A tokenizer the model cannot embed: refuse before a token is spent when the federation is known,
+            # else right after Join (the saved rejoin token serves the corrected relaunch).
+            if (vocab := _cached_vocab(self.work / FEDERATION_CACHE)) is not None:
+                check_vocab(tokenizer, vocab)
             ps.join()
-            fed_json = ps.federation.model_dump_json()
-            bootstrap = ps.master and ps.join_version == 0
-            if not bootstrap:
+            joined = ps.federation.model_dump_json()
+            (self.work / FEDERATION_CACHE).write_text(joined)
+            check_vocab(tokenizer, ps.federation.model.vocab_size)
+            master = ps.master and ps.join_version == 0
+            if not master:
                 ps.start()  # fetch the global model while the model is being built
+            return joined, master
+
+        # Rank 0 joins while the other ranks wait in short polls (`Ranks.lead`): a slow PS cannot time them out.
+        fed_json, bootstrap = ranks.lead(join) or (None, False)
         fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
         bootstrap = ranks.bcast_flag(bootstrap)
         device = ranks.device(pick_device(cfg.device))
@@ -160,7 +179,7 @@ class ClientAgent:
             paradigm.load_private_state(model, resumed.private)  # before sharding: full tensors here
         precision = pick_precision(fed.training.precision, device)
         if ranks.distributed:
-            model = shard_model(model.to(device), precision)
+            model = shard_model(model, precision)  # only this rank's shards are allocated on the device
         if fed.training.torch_threads:
             torch.set_num_threads(fed.training.torch_threads)
         stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
@@ -170,10 +189,13 @@ class ClientAgent:
         self.manifest = paradigm.manifest(model)
         numel = sum(t.numel for t in self.manifest)
         ef = ErrorFeedback(numel) if fed.codec.error_feedback and ranks.leader else None
+        saved_upload: tuple[bytes, bytes] | None = None
         if resumed is not None:
             trainer.load_state_dict(resumed.trainer_state())
             if ef is not None and resumed.residual:
                 ef.load_state_dict(resumed.residual)
+            if resumed.upload:  # preempted mid-push: that delta is resent below, its data is not trained again
+                saved_upload = tuple(bytes(resumed.upload[k].numpy()) for k in ("header", "payload"))
             log.info("event=resumed client=%s rank=%d step=%d base_version=%d", cfg.client_id, ranks.rank,
                      resumed.step, resumed.base_version)
         if bootstrap:
@@ -181,8 +203,14 @@ class ClientAgent:
         resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
 
         delta = torch.empty(numel, dtype=torch.float32) if ranks.leader else None
-        rounds = 0
-        global_model = self._first_model(ps, cfg.model_wait_timeout_s) if ranks.leader else None
+        rounds = bad_rounds = 0
+
+        def first_model() -> GlobalVersion:
+            if saved_upload is not None:
+                self._resend(ps, saved_upload, ef)
+            return self._first_model(ps, cfg.model_wait_timeout_s)
+
+        global_model = ranks.lead(first_model)
         while True:
             paradigm.adopt(ranks, trainer.model, global_model.flat if global_model else None)
             if not fed.training.keep_optimizer_state and rounds:
@@ -194,7 +222,15 @@ class ClientAgent:
             if cfg.duration_s:
                 deadline = min(deadline, self.t_start + cfg.duration_s)
             remaining = fed.training.max_steps - trainer.step if fed.training.max_steps else fed.training.local_steps
-            stats = trainer.train(min(fed.training.local_steps, remaining), deadline=deadline)
+            try:
+                stats = trainer.train(min(fed.training.local_steps, remaining), deadline=deadline)
+            except NonFiniteLossError as exc:  # every rank raises it: the skip decision is global
+                bad_rounds += 1
+                log.warning("event=non_finite_round client=%s step=%d detail=%r", cfg.client_id, trainer.step, str(exc))
+                if bad_rounds >= MAX_NON_FINITE_ROUNDS:
+                    raise
+                continue  # back to the global model (the loop's first line); nothing is pushed for this round
+            bad_rounds = 0
             eval_loss = None
             if trainer.step // fed.training.eval_every != (trainer.step - stats.steps) // fed.training.eval_every:
                 eval_loss = trainer.evaluate(fed.training.eval_batches)
@@ -202,20 +238,21 @@ class ClientAgent:
             state = trainer.state_dict()  # collective under FSDP: gathers optimizer state to rank 0
             state["private"] = paradigm.private_state(trainer.model)
             rounds += 1
-            if ranks.leader:
-                outcome = self._push(ps, fed, global_model, delta, ef, stats, eval_loss, trainer.step, numel)
-                model_flat = delta + torch.from_numpy(global_model.flat)
-                self._checkpoint(ckpts, state, model_flat, global_model.version, ef, eval_loss, trainer.step,
-                                 paradigm.name)
-            done = ranks.bcast_flag(self._should_stop(rounds, trainer.step, fed) if ranks.leader else None)
+            # Rank 0 checkpoints and pushes while the other ranks wait in short polls (`Ranks.lead`).
+            outcome, done = ranks.lead(partial(
+                self._sync, ps, fed, ckpts, global_model, delta, ef, stats, eval_loss, state, trainer.step, numel,
+                rounds, paradigm)) or (None, False)
+            done = ranks.bcast_flag(done)
             if not ranks.leader:
                 if done:
                     return 0
+                ranks.lead(lambda: None)  # while rank 0 waits for the next model
                 continue
             base_version = global_model.version
             t_idle = time.monotonic()
             if not done:
-                global_model = self._next_model(ps, fed, global_model, outcome.status, outcome.version)
+                global_model = ranks.lead(
+                    partial(self._next_model, ps, fed, global_model, outcome.status, outcome.version))
             self._record(RoundRecord(
                 time.time(), cfg.client_id, rounds, trainer.step, base_version, outcome.version, outcome.status,
                 outcome.staleness, stats.mean_loss, eval_loss, stats.tokens_per_s, outcome.payload_bytes,
@@ -225,22 +262,58 @@ class ClientAgent:
             if done:
                 return 0
 
+    def _sync(self, ps: PSClient, fed: FederationConfig, ckpts: CheckpointManager, base: GlobalVersion,
+              delta: torch.Tensor, ef: ErrorFeedback | None, stats, eval_loss: float | None, state: dict, step: int,
+              numel: int, rounds: int, paradigm: ClientParadigm) -> tuple[PushOutcome, bool]:
+        """Rank 0's part of a sync: checkpoint and push the round; whether to stop after it."""
+        model_flat = delta + torch.from_numpy(base.flat)
+
+        def save(upload: Upload) -> None:
+            self._checkpoint(ckpts, state, model_flat, base.version, ef, eval_loss, step, paradigm.name, upload)
+
+        outcome = self._push(ps, fed, base, delta, ef, stats, eval_loss, step, numel, save)
+        return outcome, self._should_stop(rounds, step, fed)
+
     def _push(self, ps: PSClient, fed: FederationConfig, base: GlobalVersion, delta: torch.Tensor,
-              ef: ErrorFeedback | None, stats, eval_loss: float | None, step: int, numel: int) -> PushOutcome:
-        """Encode δ (int8/int16 by link rate, with error feedback) and push it (Algorithm 1: send δc)."""
+              ef: ErrorFeedback | None, stats, eval_loss: float | None, step: int, numel: int,
+              save: Callable[[Upload], None]) -> PushOutcome:
+        """Encode δ (int8/int16 by link rate, with error feedback) and push it (Algorithm 1: send δc).
+
+        `save(upload)` checkpoints the round, upload included, before anything is sent: a client preempted
+        mid-push resends that upload when relaunched (DUPLICATE if it had landed) instead of training again.
+        The error-feedback residual moves on only when the PS took the delta.
+        """
         codec = make_codec(self._codec_name(fed, ps, numel), fed.codec.entropy, fed.codec.block_scales)
         values = delta.numpy()
         header, frames = ef.encode(codec, values) if ef is not None else codec.encode(values)
         ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
                      "tokens_per_s": stats.tokens_per_s, "bytes_sent": ps.bytes_sent, "step": step}
+        upload = ps.prepare(base_version=base.version, codec_header=header, frames=frames, num_tokens=stats.tokens,
+                            num_samples=stats.samples, local_steps=max(1, stats.steps))
+        save(upload)
         try:
-            r = ps.push(base_version=base.version, codec_header=header, frames=frames, num_tokens=stats.tokens,
-                        num_samples=stats.samples, local_steps=max(1, stats.steps))
+            r = ps.send(upload)
         except StaleDeltaError as exc:
+            if ef is not None:
+                ef.discard()  # nothing of this delta was applied: its quantisation error must not carry over
             log.warning("event=delta_stale client=%s detail=%r", self.cfg.client_id, str(exc))
             latest = ps.latest()
             return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec.name)
+        if ef is not None:
+            ef.commit()
         return PushOutcome(r.status, r.version, r.staleness, r.payload_bytes, r.seconds, codec.name)
+
+    def _resend(self, ps: PSClient, saved: tuple[bytes, bytes], ef: ErrorFeedback | None) -> None:
+        """Relaunched after a preemption mid-push: send that upload again under its own id."""
+        upload = Upload.restored(*saved)
+        try:
+            status = ps.send(upload).status
+        except (StaleDeltaError, PushError) as exc:  # refused: that round's data is lost, never counted twice
+            status = "REFUSED"
+            log.warning("event=upload_refused upload=%s detail=%r", upload.upload_id, str(exc))
+        if ef is not None:
+            ef.commit() if status in TAKEN else ef.discard()
+        log.info("event=upload_resent upload=%s status=%s", upload.upload_id, status)
 
     def _bootstrap(self, ps: PSClient, ranks: Ranks, paradigm: ClientParadigm, model: torch.nn.Module,
                    resumed: ClientCheckpoint | None) -> None:
@@ -250,13 +323,16 @@ class ClientAgent:
             paradigm.adopt(ranks, model, resumed.model if ranks.leader else None)
             base = resumed.base_version
         flat = paradigm.full_exchanged(ranks, model)
-        if not ranks.leader:
-            return
-        ps.start()
-        header, frames = make_codec("fp32").encode(flat.numpy())
-        receipt = ps.push(base_version=base, codec_header=header, frames=frames, init=True,
-                          manifest=paradigm.manifest(model))
-        log.info("event=bootstrapped client=%s version=%d reseed=%s", self.cfg.client_id, receipt.version, base > 0)
+
+        def push() -> None:
+            ps.start()
+            header, frames = make_codec("fp32").encode(flat.numpy())
+            receipt = ps.push(base_version=base, codec_header=header, frames=frames, init=True,
+                              manifest=paradigm.manifest(model))
+            log.info("event=bootstrapped client=%s version=%d reseed=%s", self.cfg.client_id, receipt.version,
+                     base > 0)
+
+        ranks.lead(push)
 
     @staticmethod
     def _first_model(ps: PSClient, timeout_s: float) -> GlobalVersion:
@@ -317,18 +393,21 @@ class ClientAgent:
             raise ManifestMismatch(f"paradigm {paradigm.name!r}: {exc}") from None
 
     def _checkpoint(self, ckpts: CheckpointManager, state: dict, model_flat: torch.Tensor, base_version: int,
-                    ef: ErrorFeedback | None, eval_loss: float | None, step: int, paradigm: str) -> None:
-        """One atomic file after every sync, plus the K lowest-eval-loss ones (§III-B4)."""
+                    ef: ErrorFeedback | None, eval_loss: float | None, step: int, paradigm: str,
+                    upload: Upload) -> None:
+        """One atomic file every sync, written just before its push, plus the K lowest-eval-loss ones (§III-B4)."""
+        header, payload = upload.saved()
         ckpt = ClientCheckpoint(
             model=model_flat, optimizer=state["optimizer"], step=state["step"],
             data_position=state["data_position"], base_version=base_version,
             residual=ef.state_dict() if ef is not None else {}, scaler=state.get("scaler", {}), eval_loss=eval_loss,
             private=state.get("private", {}), paradigm=paradigm,
             manifest=[[t.name, list(t.shape), t.dtype] for t in self.manifest],
+            upload={"header": _bytes_tensor(header), "payload": _bytes_tensor(payload)},
         )
         ckpts.save_latest(ckpt)
         if eval_loss is not None:
-            ckpts.consider(eval_loss, step, ckpt)
+            ckpts.consider(eval_loss, step, dataclasses.replace(ckpt, upload={}))
 
     def _should_stop(self, rounds: int, step: int, fed: FederationConfig) -> bool:
         cfg = self.cfg
@@ -355,6 +434,19 @@ def _preload_model_code() -> None:
 
 def _raise_preempted(signum, frame):
     raise Preempted()
+
+
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    """`data` as a uint8 tensor (what a weights-only checkpoint can hold)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
+def _cached_vocab(path: Path) -> int | None:
+    """The model vocabulary of the federation saved at the last Join, if one was saved and is readable."""
+    try:
+        return FederationConfig.model_validate_json(path.read_text()).model.vocab_size
+    except (OSError, ValueError):
+        return None
 
 
 def _data_source(data: str):

@@ -48,6 +48,9 @@ class ClientCheckpoint:
     private: dict[str, torch.Tensor] = field(default_factory=dict)
     paradigm: str = ""
     manifest: list[list[Any]] = field(default_factory=list)  # [name, shape, dtype] per exchanged tensor
+    # The round's encoded delta ({"header", "payload"} as uint8), saved before its push: a client preempted
+    # mid-push resends it under the same upload id instead of training that round's data again.
+    upload: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def trainer_state(self) -> dict[str, Any]:
         """The part `LocalTrainer.load_state_dict` takes."""

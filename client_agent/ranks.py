@@ -6,20 +6,34 @@ Settings and decisions travel from rank 0 as tensors: nothing is pickled between
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from .checkpoint import ClientCheckpoint
 from .flat import Select, delta_, flatten, load_flat_
 from .fsdp import broadcast_flat_from_rank0, full_flat_on_rank0, init_distributed, local_device
+from .leader_wait import leader_wait
+
+T = TypeVar("T")
+# Checkpoint parts only rank 0 uses: the model and residual it pushes from, the optimizer state it
+# broadcasts shard by shard while loading, the upload it resends ("private" is broadcast separately).
+LEADER_ONLY = ("model", "optimizer", "residual", "upload", "private")
 
 
 class Ranks:
     """This process's place in its site's process group."""
 
-    def __init__(self) -> None:
-        self.rank, self.world = init_distributed()
+    def __init__(self, timeout_s: float | None = None) -> None:
+        self.rank, self.world = init_distributed(timeout_s=timeout_s)
+        # How often waiting ranks hear from rank 0 during its network waits: well inside the timeout.
+        self.poll_s = min(5.0, (timeout_s or 600.0) / 4)
 
     @property
     def leader(self) -> bool:
@@ -52,6 +66,31 @@ class Ranks:
         else:
             buf = torch.empty(int(size), dtype=torch.uint8)
         return bytes(self._bcast(buf).numpy()).decode()
+
+    def lead(self, work: Callable[[], T]) -> T | None:
+        """Run rank 0's network work (no collectives in it) while the other ranks wait; its result on rank 0,
+        None elsewhere. The wait may outlast the process-group timeout (`leader_wait`)."""
+        return leader_wait(work, leader=self.leader, bcast=self._bcast if self.distributed else None,
+                           poll_s=self.poll_s)
+
+    def share_resume(self, ckpt: ClientCheckpoint | None) -> ClientCheckpoint | None:
+        """Rank 0's checkpoint on every rank, which never reads the file (on a multi-node site it is on rank
+        0's node only): step, data position, scaler and the rest as JSON, the private tensors broadcast;
+        the parts only rank 0 uses (`LEADER_ONLY`) stay empty elsewhere."""
+        if not self.distributed:
+            return ckpt
+        meta = None
+        if self.leader and ckpt is not None:
+            meta = {f.name: getattr(ckpt, f.name) for f in dataclasses.fields(ckpt) if f.name not in LEADER_ONLY}
+            meta["private"] = {n: [list(t.shape), str(t.dtype).removeprefix("torch.")] for n, t in ckpt.private.items()}
+        meta = json.loads(self.bcast_text(json.dumps(meta)))
+        if meta is None:
+            return None
+        private = {}
+        for name, (shape, dtype) in meta.pop("private").items():
+            mine = ckpt.private[name].contiguous() if self.leader else torch.empty(shape, dtype=getattr(torch, dtype))
+            private[name] = self._bcast(mine)
+        return ckpt if self.leader else ClientCheckpoint(model=torch.empty(0), optimizer={}, private=private, **meta)
 
     def bcast_flag(self, value: bool | None) -> bool:
         """Rank 0's decision on every rank."""

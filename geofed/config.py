@@ -343,3 +343,10 @@ class ClientConfig(_Section):
     retry_budget_s: float = Field(
         600.0, gt=0, description="Keep retransmitting a failed push this long (a PS outage) before giving up."
     )
+    process_group_timeout_s: float = Field(
+        600.0,
+        ge=5,
+        le=86400,
+        description="torchrun sites: limit on any one collective between the site's ranks (torch's NCCL default). "
+        "Waits for the PS do not count against it: the other ranks poll rank 0 every timeout/4 (at most 5 s).",
+    )

@@ -19,8 +19,10 @@ from geofed.codec.errors import CodecError
 class ErrorFeedback:
     """Residual memory of one client (one float32 vector of the flattened delta's size).
 
-    `encode` updates the residual immediately (the residual belongs to this payload): a retry after a
-    failed push must resend the same bytes, not re-encode, or the dropped error would be counted twice.
+    Note: `encode` stages the new residual and leaves the current one in place; `commit` adopts it once
+    the PS has taken the payload (ACCEPTED, APPLIED or DUPLICATE), `discard` drops it when the PS refused
+    the payload (stale) and nothing of it was applied. A retry of a failed push resends the same bytes
+    with the same upload id; it never re-encodes, so a staged residual belongs to exactly one payload.
     """
 
     def __init__(self, numel: int) -> None:
@@ -28,34 +30,63 @@ class ErrorFeedback:
             raise CodecError(f"numel must be >= 0, got {numel}")
         self.numel = numel
         self.residual = np.zeros(numel, dtype=np.float32)
+        self.staged: np.ndarray | None = None  # the residual of the payload last encoded, until it is settled
+        self._spare: np.ndarray | None = None  # last committed-over buffer, reused by the next encode
 
     def encode(
         self, codec: Codec, delta: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS
     ) -> tuple[bytes, Iterator[bytes]]:
-        """Encode delta + residual; the residual becomes what this encoding loses."""
+        """Encode delta + residual; what this encoding loses is staged, to `commit` once the PS takes it."""
         if not isinstance(delta, np.ndarray) or delta.shape != (self.numel,) or delta.dtype != np.float32:
             raise CodecError(f"delta must be a float32 array of shape ({self.numel},)")
         corrected = delta + self.residual  # the frames read this lazily; it lives as long as they do
-        return codec.encode(corrected, frame_elems=frame_elems, residual_out=self.residual)
+        staged = self._spare if self._spare is not None else np.empty(self.numel, dtype=np.float32)
+        self._spare = None
+        out = codec.encode(corrected, frame_elems=frame_elems, residual_out=staged)
+        self.staged = staged
+        return out
+
+    def commit(self) -> None:
+        """The PS took the last encoded payload: its quantisation error becomes the residual."""
+        if self.staged is None:
+            return
+        self._spare, self.residual, self.staged = self.residual, self.staged, None
+
+    def discard(self) -> None:
+        """The PS refused the last encoded payload: keep the residual as it was before encoding it."""
+        if self.staged is not None:
+            self._spare, self.staged = self.staged, None
 
     def reset(self) -> None:
         """Forget the residual (e.g. after the client re-syncs to a fresh global model)."""
         self.residual.fill(0)
+        self.discard()
 
     def state_dict(self) -> dict[str, Any]:
-        """{"residual": torch tensor sharing memory}; loadable with torch.load(weights_only=True)."""
+        """{"residual": tensor[, "staged": tensor]} sharing memory; loadable with torch.load(weights_only=True).
+
+        "staged" is present while a payload is unsettled (a checkpoint written before its push).
+        """
         import torch
 
-        return {"residual": torch.from_numpy(self.residual)}
+        state = {"residual": torch.from_numpy(self.residual)}
+        if self.staged is not None:
+            state["staged"] = torch.from_numpy(self.staged)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from `state_dict()` output (torch tensor or numpy array)."""
-        if set(state) != {"residual"}:
-            raise CodecError(f"error-feedback state must have exactly the key 'residual', got {sorted(state)}")
-        value = state["residual"]
+        """Restore from `state_dict()` output (torch tensors or numpy arrays)."""
+        if "residual" not in state or not set(state) <= {"residual", "staged"}:
+            raise CodecError(
+                f"error-feedback state must have exactly the key 'residual' (and 'staged'), got {sorted(state)}"
+            )
+        self.residual = self._checked(state["residual"], "residual")
+        self.staged = self._checked(state["staged"], "staged residual") if "staged" in state else None
+
+    def _checked(self, value: Any, what: str) -> np.ndarray:
         arr = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
         if arr.shape != (self.numel,) or arr.dtype != np.float32:
-            raise CodecError(f"residual must be float32 of shape ({self.numel},), got {arr.dtype} {arr.shape}")
+            raise CodecError(f"{what} must be float32 of shape ({self.numel},), got {arr.dtype} {arr.shape}")
         if not np.isfinite(arr).all():
-            raise CodecError("residual contains non-finite values")
-        self.residual = np.array(arr, dtype=np.float32, copy=True)
+            raise CodecError(f"{what} contains non-finite values")
+        return np.array(arr, dtype=np.float32, copy=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import client_fsdp_worker as worker
 import pytest
+import share_resume_worker
 import torch
 import uneven_batch_worker
 from torchrun_launch import torchrun
@@ -48,3 +51,20 @@ def test_uneven_batch_runs_the_same_passes_on_every_rank_with_the_exact_gradient
     assert got["eval_loss"] == pytest.approx(got["ref_eval_loss"], rel=1e-5)
     # The micro-batch probe reserves AdamW memory for this rank's shards only (they add up to the model).
     assert got["reserved"] < got["adamw_full"] and got["reserved_all"] == got["adamw_full"]
+
+
+def test_only_rank_zero_reads_the_checkpoint_and_every_rank_resumes(tmp_path, monkeypatch):
+    """A multi-node site: `latest.pt` is on rank 0's node only; rank 1 resumes from what rank 0 shares."""
+    # Prepare: a one-process checkpoint (3 steps, optimizer state, position, private state).
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    share_resume_worker.write_checkpoint(tmp_path / "ckpt")
+
+    # Execute
+    proc = torchrun(share_resume_worker.__file__, "run", str(tmp_path / "ckpt"), str(tmp_path / "seen"), cwd=tmp_path)
+
+    # Assert: both ranks saw the same resume state, and one more step matches the one-process resume.
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    zero, one = (json.loads((tmp_path / f"seen.{r}.json").read_text()) for r in (0, 1))
+    assert zero == one
+    assert (one["step"], one["base_version"], one["private"]) == (3, 5, {"adapter.a": [[0, 1, 2], [3, 4, 5]]})
+    assert float((tmp_path / "seen.diff").read_text()) < 1e-5

@@ -1,4 +1,5 @@
-"""Error feedback: summed decoded deltas track summed true deltas; state survives a weights-only checkpoint."""
+"""Error feedback: summed decoded deltas track summed true deltas; a refused payload leaves the residual as it
+was; state survives a weights-only checkpoint."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def test_sum_of_decoded_deltas_tracks_the_truth_with_ef(spec: tuple) -> None:
     for d in deltas():
         truth += d
         with_ef += decode(*ef.encode(codec, d, frame_elems=4096))
+        ef.commit()
         without += decode(*codec.encode(d, frame_elems=4096))
     err_ef = np.linalg.norm(with_ef - truth)
     err_plain = np.linalg.norm(without - truth)
@@ -49,6 +51,7 @@ def test_fp32_leaves_no_residual() -> None:
     ef = ErrorFeedback(N)
     d = heavy_tailed(N)
     assert np.array_equal(decode(*ef.encode(make_codec("fp32"), d)), d)
+    ef.commit()
     assert not ef.residual.any()
 
 
@@ -56,6 +59,7 @@ def test_state_survives_weights_only_checkpoint() -> None:
     codec = make_codec("int8", "huffman")
     ef = ErrorFeedback(N)
     ef.encode(codec, heavy_tailed(N, seed=1))
+    ef.commit()
     buf = io.BytesIO()
     torch.save(ef.state_dict(), buf)
     buf.seek(0)
@@ -85,6 +89,66 @@ def test_load_state_dict_validates() -> None:
 def test_reset_clears_the_residual() -> None:
     ef = ErrorFeedback(N)
     ef.encode(make_codec("int8"), heavy_tailed(N))
+    ef.commit()
     assert ef.residual.any()
     ef.reset()
     assert not ef.residual.any()
+
+
+def test_refused_payload_leaves_the_residual_as_it_was() -> None:
+    """Prepare a residual from one taken push; encode a second delta; the PS refuses it (stale)."""
+    # Prepare
+    codec = make_codec("int8", "huffman")
+    ef = ErrorFeedback(N)
+    ef.encode(codec, heavy_tailed(N, seed=1))
+    ef.commit()
+    before = ef.residual.copy()
+
+    # Execute
+    _ = list(ef.encode(codec, heavy_tailed(N, seed=2))[1])
+    ef.discard()
+
+    # Assert: bit for bit the residual of the first push, as if the second had never been encoded.
+    assert before.any() and np.array_equal(ef.residual, before)
+    assert ef.staged is None
+
+
+def test_taken_payload_commits_exactly_what_quantisation_lost() -> None:
+    """The committed residual is (delta + old residual) - what the PS decodes, computed here by decoding."""
+    # Prepare
+    codec = make_codec("int8", "huffman")
+    ef = ErrorFeedback(N)
+    ef.encode(codec, heavy_tailed(N, seed=1))
+    ef.commit()
+    old, d = ef.residual.copy(), heavy_tailed(N, seed=2)
+
+    # Execute
+    decoded = decode(*ef.encode(codec, d))
+    unsettled = ef.residual.copy()
+    ef.commit()
+
+    # Assert: untouched until commit, then the independent residual.
+    assert np.array_equal(unsettled, old)
+    np.testing.assert_allclose(ef.residual, (d + old) - decoded, atol=1e-6)
+
+
+def test_unsettled_payload_survives_a_checkpoint() -> None:
+    """A checkpoint written before the push holds both residuals; the relaunch settles it either way."""
+    codec = make_codec("int8", "huffman")
+    ef = ErrorFeedback(N)
+    ef.encode(codec, heavy_tailed(N, seed=1))
+    ef.commit()
+    ef.encode(codec, heavy_tailed(N, seed=2))
+    buf = io.BytesIO()
+    torch.save(ef.state_dict(), buf)
+    buf.seek(0)
+    state = torch.load(buf, weights_only=True)
+
+    refused, taken = ErrorFeedback(N), ErrorFeedback(N)
+    refused.load_state_dict(state)
+    taken.load_state_dict(state)
+    refused.discard()
+    taken.commit()
+
+    assert np.array_equal(refused.residual, ef.residual)
+    assert np.array_equal(taken.residual, ef.staged)
