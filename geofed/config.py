@@ -263,6 +263,27 @@ class ServerConfig(_Section):
         7443, ge=0, le=65535, description="The one fixed gRPC port clients dial out to (0: any free port, for tests)."
     )
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics HTTP port; 0 disables.")
+    status_port: int = Field(
+        9091, ge=0, le=65535,
+        description="HTTP port of the built-in status page (/ and its JSON at /api/status); 0 disables.",
+    )
+    status_host: str = Field(
+        "127.0.0.1",
+        description="Address the status page binds. On a loopback address (the default: reach it with "
+        "`kubectl port-forward` or an SSH tunnel) status_auth 'auto' lets local users in without a credential; "
+        "anywhere else every request needs the admin credential or a site credential (which sees its own "
+        "clients only).",
+    )
+    status_auth: Literal["auto", "credential"] = Field(
+        "auto",
+        description="auto: no credential needed when status_host is a loopback address, required otherwise; "
+        "credential: always required (HTTP Basic with the credential as password, or Bearer).",
+    )
+    contribution_window: int = Field(
+        20, ge=1, le=100_000,
+        description="Applied global versions the windowed contribution share looks back over (status page, "
+        "metrics, geofed status).",
+    )
     insecure: bool = Field(False, description="Serve plaintext gRPC; for local use only.")
     tls_cert: str | None = Field(None, description="PEM server certificate file.")
     tls_key: str | None = Field(None, description="PEM server private key file.")

@@ -8,19 +8,13 @@ the federation's `groups` as its address, and all share one peer secret (a 0600 
 from __future__ import annotations
 
 import secrets
-import socket
 from pathlib import Path
 
 import yaml
 
-from .launch import PSProcess, write_token
+from .launch import PSProcess, free_port, write_token
 
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["LocalPSSet", "PSGroupProcesses", "free_port", "group_names", "with_groups"]
 
 
 def group_names(n: int) -> list[str]:
@@ -95,6 +89,8 @@ class LocalPSSet:
         else:
             self.all = [PSProcess(run, fed_file, checkpoint_dir=run / "ps", log=logs / "ps.log", extra=extra)]
         self.primary = self.all[0]
+        for ps in self.all:  # each PS serves its status page on loopback, printed by `geofed local`
+            ps.status_port = free_port()
 
     def start(self) -> None:
         for ps in self.all:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -110,6 +111,13 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str, *, period:
         time.sleep(period)
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for a PS's metrics or status page)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def write_token(path: Path, token: str) -> Path:
     """Write a credential readable by its owner only (0600, in a folder made 0700 if new)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -128,7 +136,7 @@ class PSProcess:
 
     def __init__(self, workdir: Path, federation: dict | Path | None = None, *, extra: list[str] | None = None,
                  checkpoint_dir: Path | None = None, log: Path | None = None, metrics_port: int = 0,
-                 new_session: bool = False) -> None:
+                 new_session: bool = False, status_port: int = 0) -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         if isinstance(federation, Path):
@@ -142,6 +150,7 @@ class PSProcess:
         self.ckpt_dir = checkpoint_dir or self.dir / "ckpt"
         self.extra = list(extra or [])
         self.metrics_port = metrics_port
+        self.status_port = status_port  # the built-in status page (0: off)
         self.new_session = new_session
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -149,7 +158,8 @@ class PSProcess:
     def command(self) -> list[str]:
         """The `geofed ps` command line; later flags (`extra`) override earlier ones."""
         return [*GEOFED, "ps", *self.transport_flags(), *flags(
-            host="127.0.0.1", port=self.port, metrics_port=self.metrics_port, federation=self.fed_file,
+            host="127.0.0.1", port=self.port, metrics_port=self.metrics_port, status_port=self.status_port,
+            federation=self.fed_file,
             checkpoint_dir=self.ckpt_dir, admin_token_file=self.admin_file, ready_file=self.ready,
         ), *self.extra]  # fmt: skip
 
@@ -177,6 +187,11 @@ class PSProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def status_url(self) -> str | None:
+        """The status page's address (loopback: no credential needed), when it has one."""
+        return f"http://localhost:{self.status_port}/" if self.status_port else None
 
     @property
     def admin_credential(self) -> str:

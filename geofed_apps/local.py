@@ -159,6 +159,8 @@ def run_local_federation(opts: LocalOptions) -> int:
             return _fail(f"a parameter server did not start: {str(exc).splitlines()[0]}; see {logs}")
         except TimeoutError:
             return _fail("the parameter server did not start within 60 s")
+        for one in ps_set.all:
+            _say(f"status page: {one.status_url} (live while this runs)")
         admin = ps.admin()
         tails = []
         for i, data_list in enumerate(lists):

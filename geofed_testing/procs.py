@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -22,14 +21,9 @@ import grpc
 import psutil
 
 from geofed.protocol.admin_client import AdminClient
-from geofed_apps.launch import PSProcess, stop
+from geofed_apps.launch import PSProcess, free_port, stop
 
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for the PS's metrics endpoint)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["PSNode", "Reaper", "TlsFiles", "free_port"]
 
 
 class Reaper:

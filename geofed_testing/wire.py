@@ -35,16 +35,16 @@ def theta0(numel: int = NUMEL, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(numel).astype(np.float32)
 
 
-def mint(ps, client_id: str, master: bool = False, ttl_s: float = 0.0) -> str:
-    """A one-time join token from the PS's admin surface."""
+def mint(ps, client_id: str, master: bool = False, ttl_s: float = 0.0, site: str = "") -> str:
+    """A one-time join token from the PS's admin surface (for `site`, when given)."""
     with ps.admin() as admin:
-        return admin.create_token(client_id, ttl_s=ttl_s, master=master)[0]
+        return admin.create_token(client_id, site=site, ttl_s=ttl_s, master=master)[0]
 
 
 def join(ps, client_id: str, *, master: bool = False, address: str | None = None, state_dir: Path | None = None,
-         start: bool = True, reaper=None, **kw) -> PSClient:
+         start: bool = True, reaper=None, site: str = "", **kw) -> PSClient:
     """A joined `PSClient` (model stream running when `start`), closed by `reaper` if given."""
-    token = mint(ps, client_id, master)
+    token = mint(ps, client_id, master, site=site)
     client = PSClient(address or ps.address, client_id, lambda: token, insecure=ps.tls is None,
                       ca_cert=ps.tls.ca.read_bytes() if ps.tls else None, state_dir=state_dir, **kw)
     if reaper is not None:

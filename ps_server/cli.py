@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 
@@ -31,9 +32,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     _add_admin_flags(create)
     create.set_defaults(func=run_token_create)
 
-    status = sub.add_parser("status", help="print the PS status as JSON")
+    status = sub.add_parser("status", help="show the PS status: summary, clients and per-site contributions")
     _add_admin_flags(status)
-    status.add_argument("--clients", action="store_true", help="also list clients")
+    status.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    status.add_argument("--clients", action="store_true", help="with --json: also list clients")
+    status.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                        help="refresh every SECONDS (default 2) until interrupted")
     status.set_defaults(func=run_status)
 
 
@@ -85,14 +89,30 @@ def run_token_create(args) -> int:
 def run_status(args) -> int:
     from geofed.protocol.admin_client import AdminError
 
+    from .status_table import format_status
+
+    if args.watch is not None and not args.watch > 0:
+        print("geofed status: --watch takes a positive number of seconds", file=sys.stderr)
+        return 2
     try:
         with _admin_client(args) as admin:
-            out = {"status": admin.status()}
-            if args.clients:
-                out["clients"] = admin.list_clients()
+            while True:
+                status = admin.status()
+                clients = admin.list_clients() if args.clients or not args.json else None
+                if args.watch is not None and sys.stdout.isatty():
+                    print("\033[H\033[2J", end="")  # clear the terminal between refreshes
+                if args.json:
+                    json.dump({"status": status, **({"clients": clients} if args.clients else {})}, sys.stdout,
+                              indent=2)
+                    print()
+                else:
+                    print(format_status(status, clients or []))
+                if args.watch is None:
+                    return 0
+                sys.stdout.flush()
+                time.sleep(args.watch)
     except (AdminError, OSError) as exc:
         print(f"geofed status: {exc}", file=sys.stderr)
         return 1
-    json.dump(out, sys.stdout, indent=2)
-    print()
-    return 0
+    except KeyboardInterrupt:
+        return 0

@@ -18,6 +18,7 @@ from geofed.config import FederationConfig, ServerConfig
 from geofed.manifest import Manifest, manifest_difference
 
 from .aggregation.aggregator import Aggregator, PushOutcome
+from .aggregation.contributions import Contributions
 from .checkpoint import CheckpointStore, PSCheckpoint
 from .errors import ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
@@ -25,6 +26,7 @@ from .group import GroupTransport, build_group
 from .ingest import PushHeader, PushReceiver, ReceivedPush
 from .metrics import PSMetrics
 from .registry import AuthError, Principal, Registry, Session
+from .status_page.history import LossHistory
 
 log = logging.getLogger("geofed.ps")
 
@@ -43,6 +45,26 @@ class ClientState:
     bytes_in: int = 0
     bytes_out: int = 0
     report: dict = field(default_factory=dict)
+    # For the status page (issue 15): unix times, PS-observed.
+    first_seen: float = field(default_factory=time.time)
+    joins: int = 0
+    push_started: float = 0.0
+    push_finished: float = 0.0
+    last_sync: float = 0.0  # when its last push completed
+    last_push_s: float = 0.0  # that push's wall time on the PS (a sync's round trip)
+    push_s_total: float = 0.0
+    compression_ratio: float = 0.0  # encoded bytes / fp32 bytes of its last delta
+
+    def push_done(self, ratio: float | None = None) -> None:
+        """Its push ended (accepted, or refused when `ratio` is None)."""
+        now = time.time()
+        if self.push_started > self.push_finished:
+            if ratio is not None:
+                self.last_sync, self.last_push_s = now, now - self.push_started
+                self.push_s_total += self.last_push_s
+            self.push_finished = now
+        if ratio is not None:
+            self.compression_ratio = ratio
 
 
 @dataclass(frozen=True)
@@ -78,9 +100,10 @@ class ParameterServerCore:
         self.group = build_group(fed, server, peers, self.model)  # multi-PS: ring all-reduce with the others
         self.aggregator = Aggregator(
             fed, self.model, active_clients=self.active_client_count, on_apply=self._on_apply,
-            reducer=self.group.reducer,
+            reducer=self.group.reducer, contributions=Contributions(server.contribution_window),
             on_staleness=self.metrics.staleness.observe,
         )
+        self.history = LossHistory()  # (version, time, mean reported losses) for the status page
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
 
@@ -147,6 +170,8 @@ class ParameterServerCore:
         self.metrics.global_version.set(snap.version)
         for client_id, ledger in self.aggregator.ledger.items():
             self.metrics.contribution.labels(client_id).set(ledger.contribution)
+        self.history.record(snap.version, self.clients)
+        self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
         self._versions_since_ckpt += 1
         if self._versions_since_ckpt >= self.server.checkpoint_every:
             self.checkpoint()
@@ -158,6 +183,7 @@ class ParameterServerCore:
             state = self.clients.get(session.client_id)
             if state is None:
                 state = self.clients[session.client_id] = ClientState(session.client_id, session.site)
+                self.aggregator.contributions.seen(session.client_id)
             state.last_seen = time.time()
             return state
 
@@ -210,7 +236,7 @@ class ParameterServerCore:
         bound = peer if self.server.bind_sessions else ""
         session_secret, session, rejoin = self.registry.join(token, client_id, bound)
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
-        self._client(session)
+        self._client(session).joins += 1
         snap = self.model.current()
         master = session.master and snap is None
         log.info("event=join client=%s site=%s master=%s version=%d", client_id, session.site, master,
@@ -274,11 +300,13 @@ class ParameterServerCore:
             max_upload_bytes=self.server.max_upload_bytes, max_init_numel=MAX_INIT_NUMEL,
         )
         receiver.on_header(header)
+        self._client(session).push_started = time.time()
         return receiver, None
 
     def complete_push(self, session: Session, push: ReceivedPush) -> PushOutcome:
         """Fold a fully received push in and account for it."""
         client = self._client(session)
+        self.record_report(client, push.header.report)  # first: a version this push closes plots its loss
         try:
             t0 = time.perf_counter()
             if push.header.init:
@@ -290,6 +318,7 @@ class ParameterServerCore:
             push.close()
         self._count_stale(client.client_id, outcome)
         self.metrics.compression_ratio.labels(client.client_id).set(push.header.payload_bytes / max(1, 4 * push.numel))
+        client.push_done(push.header.payload_bytes / max(1, 4 * push.numel))
         self.record_report(client, push.header.report)
         log.info(
             "event=push client=%s upload=%s status=%s version=%d staleness=%d bytes=%d codec=%s",
@@ -305,6 +334,8 @@ class ParameterServerCore:
 
     def reject(self, err: PushRejected, client_id: str) -> None:
         self.metrics.rejected.labels(err.reason).inc()
+        if client_id in self.clients:
+            self.clients[client_id].push_done()
         log.warning("event=push_rejected client=%s reason=%s message=%r", client_id, err.reason, err.message)
 
     # ---- admin ------------------------------------------------------------------------------------
@@ -348,3 +379,7 @@ class ParameterServerCore:
                 "report": dict(c.report), "contribution": ledger.contribution if ledger else 0.0,
             })
         return out
+
+    def site_of(self, client_id: str) -> str:
+        client = self.clients.get(client_id)
+        return client.site if client else ""

@@ -29,6 +29,7 @@ from .errors import (
 from .ingest import PushHeader
 from .ratelimit import RateLimiter
 from .registry import AuthError, Session
+from .status_page.view import client_rows, wire_fields
 
 log = logging.getLogger("geofed.ps")
 
@@ -264,11 +265,13 @@ class AdminServicer(pb_grpc.AdminServicer):
     def ListClients(self, request, context) -> pb.ListClientsResponse:
         principal = self._principal(context)
         clients = [c for c in self.core.client_list() if principal.is_admin or c["site"] == principal.site]
+        rows = {row["client_id"]: row for row in client_rows(self.core, principal.site)}  # contribution accounting
         response = pb.ListClientsResponse()
         for c in clients:
             info = response.clients.add(
                 client_id=c["client_id"], site=c["site"], connected=c["connected"], last_seen=c["last_seen"],
                 pushes=c["pushes"], bytes_in=c["bytes_in"], bytes_out=c["bytes_out"], contribution=c["contribution"],
+                **wire_fields(rows.get(c["client_id"])),
             )
             info.report.CopyFrom(report_to_proto(c["report"]))
         return response

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+# Contributions.report() key -> (metric name suffix, help)
+CONTRIBUTION_METRICS = {
+    "tokens": ("tokens_trained", "Server-vouched tokens behind applied deltas"),
+    "mass": ("update_mass", "Update mass applied: sum of weight x clipped L2 norm, staleness discount in the weight"),
+    "share_window": ("update_share_window", "Share of the applied update mass over the last contribution_window "
+                     "versions"),
+    "share_run": ("update_share_run", "Share of the applied update mass over the run"),
+    "compute_s": ("compute_seconds", "Compute-seconds behind applied deltas (reported, capped by PS-observed time)"),
+}
 
 
 class PSMetrics:
@@ -39,6 +51,25 @@ class PSMetrics:
             "geofed_client_contribution", "Summed weight of the client's applied deltas", ["client"], registry=r
         )
         self.checkpoint_failures = Counter("geofed_checkpoint_failures", "Failed PS checkpoints", registry=r)
+        # Contribution accounting (issue 15; ps_server/aggregation/contributions.py), per client and per site.
+        self.contrib = {
+            key: (Gauge(f"geofed_client_{name}", f"{text} (per client)", ["client", "site"], registry=r),
+                  Gauge(f"geofed_site_{name}", f"{text} (per site)", ["site"], registry=r))
+            for key, (name, text) in CONTRIBUTION_METRICS.items()
+        }
+
+    def set_contributions(self, report: dict[str, dict], site_of: Callable[[str], str]) -> None:
+        """Publish `Contributions.report()`; a site's figure is the sum of its clients' (shares add up)."""
+        sites: dict[str, dict[str, float]] = {}
+        for client_id, row in report.items():
+            site = site_of(client_id)
+            for key, (per_client, _) in self.contrib.items():
+                per_client.labels(client_id, site).set(row[key])
+                totals = sites.setdefault(site, {})
+                totals[key] = totals.get(key, 0.0) + row[key]
+        for site, totals in sites.items():
+            for key, (_, per_site) in self.contrib.items():
+                per_site.labels(site).set(totals[key])
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Expose /metrics over HTTP on its own port."""

@@ -76,7 +76,9 @@ class AdminClient:
 
     def status(self) -> dict:
         r = self._call(self.stub.GetStatus, pb.StatusRequest())
-        return {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}
+        # Repeated fields as lists: the dict goes to json.dump (`geofed status --json`) and the operator.
+        return {f.name: list(getattr(r, f.name)) if f.is_repeated else getattr(r, f.name)
+                for f in r.DESCRIPTOR.fields}
 
     def list_clients(self) -> list[dict]:
         r = self._call(self.stub.ListClients, pb.ListClientsRequest())

@@ -249,7 +249,7 @@ class ListClientsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ClientInfo(_message.Message):
-    __slots__ = ("client_id", "site", "connected", "last_seen", "pushes", "bytes_in", "bytes_out", "report", "contribution")
+    __slots__ = ("client_id", "site", "connected", "last_seen", "pushes", "bytes_in", "bytes_out", "report", "contribution", "tokens_trained", "update_mass", "share_window", "share_run", "compute_s", "state", "rejoins")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SITE_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
@@ -259,6 +259,13 @@ class ClientInfo(_message.Message):
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     CONTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    SHARE_RUN_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REJOINS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     site: str
     connected: bool
@@ -268,7 +275,14 @@ class ClientInfo(_message.Message):
     bytes_out: int
     report: ClientReport
     contribution: float
-    def __init__(self, client_id: _Optional[str] = ..., site: _Optional[str] = ..., connected: _Optional[bool] = ..., last_seen: _Optional[float] = ..., pushes: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., report: _Optional[_Union[ClientReport, _Mapping]] = ..., contribution: _Optional[float] = ...) -> None: ...
+    tokens_trained: int
+    update_mass: float
+    share_window: float
+    share_run: float
+    compute_s: float
+    state: str
+    rejoins: int
+    def __init__(self, client_id: _Optional[str] = ..., site: _Optional[str] = ..., connected: _Optional[bool] = ..., last_seen: _Optional[float] = ..., pushes: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., report: _Optional[_Union[ClientReport, _Mapping]] = ..., contribution: _Optional[float] = ..., tokens_trained: _Optional[int] = ..., update_mass: _Optional[float] = ..., share_window: _Optional[float] = ..., share_run: _Optional[float] = ..., compute_s: _Optional[float] = ..., state: _Optional[str] = ..., rejoins: _Optional[int] = ...) -> None: ...
 
 class ListClientsResponse(_message.Message):
     __slots__ = ("clients",)

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from geofed.contribution_summary import from_client_list, site_summary
 from geofed_operator.conditions import set_conditions
 from geofed_operator.status_models import FederationStatus, status_patch
 
@@ -37,9 +38,20 @@ def _loss(value: Any) -> float | None:
     return value if math.isfinite(value) and value != 0.0 else None
 
 
+def site_contributions(clients: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`status.sites` from the PS's client list (`AdminClient.list_clients()`)."""
+    return [
+        {"site": s["site"], "clients": s["clients"], "tokens_trained": int(s["tokens"]),
+         "update_mass": float(s["mass"]), "share_window": round(min(1.0, s["share_window"]), 6),
+         "share_run": round(min(1.0, s["share_run"]), 6), "compute_seconds": round(float(s["compute_s"]), 3)}
+        for s in site_summary(from_client_list(clients))
+    ]
+
+
 def federation_status_from_ps(
     ps: Mapping[str, Any],
     *,
+    clients: Sequence[Mapping[str, Any]] | None = None,
     now: dt.datetime,
     generation: int | None,
     conditions: Sequence[Mapping[str, Any]] | None,
@@ -64,6 +76,7 @@ def federation_status_from_ps(
         has_model=has_model,
         num_parameters=int(ps.get("num_parameters", 0)),
         server_instance=str(ps.get("server_instance", "")) or None,
+        **({"sites": site_contributions(clients)} if clients is not None else {}),
         conditions=set_conditions(
             conditions,
             {

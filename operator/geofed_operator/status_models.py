@@ -36,6 +36,23 @@ FederationPhase = Literal["Pending", "Progressing", "Running", "Degraded"]
 SiteClientPhase = Literal["Pending", "Launching", "Running", "Backoff", "Degraded", "Succeeded", "Failed"]
 
 
+class SiteContribution(K8sModel):
+    """One site's contribution to the global model: the PS's accounting summed over the site's clients."""
+
+    site: str = Field(max_length=253, description="Site name (empty for clients minted without one).")
+    clients: int = Field(ge=0, description="Clients of the site the PS knows.")
+    tokens_trained: int = Field(ge=0, description="Server-vouched tokens behind its applied deltas.")
+    update_mass: float = Field(
+        ge=0, description="Sum of weight x L2 norm of its applied deltas, after the norm bound and clipping; the "
+        "weight carries the staleness discount."
+    )
+    share_window: float = Field(
+        ge=0, le=1, description="Its share of the applied update mass over the PS's contribution window."
+    )
+    share_run: float = Field(ge=0, le=1, description="Its share of the applied update mass over the run.")
+    compute_seconds: float = Field(ge=0, description="Compute-seconds behind its applied deltas.")
+
+
 class FederationStatus(K8sModel):
     """Observed state of a federation, polled from the PS admin API."""
 
@@ -65,6 +82,9 @@ class FederationStatus(K8sModel):
     tls_secret_name: str | None = Field(None, max_length=253, description="Secret with the served certificate.")
     tls_note: str | None = Field(None, max_length=1024, description="How TLS is set up, e.g. generated self-signed.")
     config_hash: str | None = Field(None, max_length=64, description="Hash of the PS configuration now rolled out.")
+    sites: list[SiteContribution] | None = Field(
+        None, max_length=1000, description="Per-site contribution accounting (docs/status.md), by site name."
+    )
 
 
 class SiteClientStatus(K8sModel):

@@ -23,6 +23,7 @@ from geofed.config import FederationConfig
 from ..errors import InvalidPush, NotPermitted, NotReady, StaleDelta
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader, ReceivedPush
+from .contributions import Contributions
 from .downlink import Downlink
 from .reducer import LocalReducer, ReduceFailed, Reducer, empty_round
 from .rounds import admit, should_close
@@ -68,12 +69,14 @@ class Aggregator:
         clock: Callable[[], float] = time.monotonic,
         strategy: Strategy | None = None,
         reducer: Reducer | None = None,
+        contributions: Contributions | None = None,
     ) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
         self.model = model
         self.strategy = strategy or build_strategy(fed)
         self.reducer = reducer or LocalReducer()
+        self.contributions = contributions or Contributions()  # who put what into the model (issue 15)
         self.active_clients = active_clients
         self.on_apply = on_apply
         self.on_staleness = on_staleness
@@ -181,6 +184,9 @@ class Aggregator:
                 self.acc = self.strategy.open_round(current)
             weight = self.strategy.fold(self.acc, push, adm, num_tokens=header.num_tokens,
                                         local_steps=header.local_steps)
+            self.contributions.folded(push.client_id, tokens=header.num_tokens, weight=weight, norm=push.norm,
+                                      clip_norm=self.cfg.clip_norm,
+                                      tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
             if self.first_at is None:
                 self.first_at = self.clock()
             ledger = self.ledger.setdefault(push.client_id, ClientLedger())
@@ -235,6 +241,7 @@ class Aggregator:
         new_version = current.version + 1
         for client_id, weight in self._pending.items():
             self.ledger.setdefault(client_id, ClientLedger()).contribution += weight
+        self.contributions.applied()
         log.info(
             "event=apply version=%d deltas=%d clients=%d weight=%.1f", new_version, round_sum.count,
             len(round_sum.clients), round_sum.weight,
@@ -245,6 +252,7 @@ class Aggregator:
     def _drop_round(self, deltas: int, why: str, reason: str) -> None:
         log.error("event=round_dropped version=%d deltas=%d reason=%r", self.model.version, deltas, why)
         self._dropped = (reason, why)
+        self.contributions.dropped()
         self.acc, self.first_at, self._pending = None, None, {}
         return None
 
@@ -265,6 +273,7 @@ class Aggregator:
                     for c, recent in self.uploads.items() for u, o in recent.items()
                 ],
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
+                "contributions": self.contributions.state_dict(),
                 "downlink": self.strategy.stream.state_dict(self.model.current()) if self.strategy.stream else {},
             }
 
@@ -286,6 +295,7 @@ class Aggregator:
                 outcome = PushOutcome(status, version, staleness, weight)
                 self.uploads.setdefault(client_id, OrderedDict())[upload_id] = outcome
             self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
+            self.contributions.load_state_dict(state.get("contributions", {}))
             if self.strategy.stream is not None:
                 self.strategy.stream.load_state_dict(state.get("downlink", {}))
             self.acc, self.first_at, self._pending = None, None, {}
@@ -305,6 +315,7 @@ class Aggregator:
             current = self.model.current()
             if current is not None and (current.flat.size != flat.size or current.manifest != manifest):
                 acc, first_at, pending, uploads = None, None, {}, []  # another layout: nothing buffered fits
+                self.contributions.dropped()
             self.acc, self.first_at, self._pending, self._round_uploads = acc, first_at, pending, uploads
             snap = self.model.publish(snapshot_version, flat, manifest)
             log.info("event=adopt version=%d numel=%d", snapshot_version, flat.size)

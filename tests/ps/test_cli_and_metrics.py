@@ -29,7 +29,7 @@ def test_token_create_and_status_commands(tmp_path):
         token = out.stdout.strip()
         assert len(token) >= 32
         assert token not in ps.logs()  # secrets never reach the logs
-        status = _run("status", "--clients", *admin)
+        status = _run("status", "--json", "--clients", *admin)
         assert status.returncode == 0, status.stderr
         body = json.loads(status.stdout)
         assert body["status"]["has_model"] is False and body["status"]["federation"] == "default"

@@ -337,13 +337,14 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
             timeout_s=deps.settings.admin_timeout_s,
             server_name=server_name,
         ) as admin:
+            clients = admin.list_clients()  # before status: the per-site contributions in status.sites
             ps_status = admin.status()
     except Exception as exc:  # AdminError, or a TLS/channel error: all end up as a readable condition
         reason, message = explain_admin_error(exc, address, "read the status")
         logger.warning("%s", message)
         _write(patch, body, federation_status_degraded(reason, message, **common))
         return
-    _write(patch, body, federation_status_from_ps(ps_status, **common))
+    _write(patch, body, federation_status_from_ps(ps_status, clients=clients, **common))
 
 
 def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
