@@ -1,0 +1,91 @@
+"""The agent's push: the round is checkpointed (upload included) before anything is sent, and the
+error-feedback residual moves on only when the PS takes the delta (issue 17)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from client_agent.agent import ClientAgent
+from client_agent.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
+from client_agent.trainer import TrainStats
+from geofed.codec import ErrorFeedback, decoder_for
+from geofed.config import ClientConfig, FederationConfig
+from geofed.protocol import geofed_pb2 as pb
+
+N = 5000
+
+
+class FakePS:
+    """Takes or refuses every push; records the order of saves and sends."""
+
+    link_bytes_per_s = None
+    bytes_sent = 0
+
+    def __init__(self, events: list[str], refuse: bool) -> None:
+        self.events, self.refuse, self.report = events, refuse, {}
+        self.sent: list[Upload] = []
+
+    def prepare(self, *, base_version, codec_header, frames, **_) -> Upload:
+        payload = b"".join(frames)
+        header = pb.DeltaHeader(base_version=base_version, upload_id="u-7", codec_header=codec_header,
+                                payload_bytes=len(payload))
+        return Upload(header, io.BytesIO(payload), hashlib.sha256(payload).digest())
+
+    def send(self, upload: Upload) -> PushReceipt:
+        self.events.append("send")
+        self.sent.append(upload)
+        if self.refuse:
+            raise StaleDeltaError("too stale: resync")
+        return PushReceipt("APPLIED", 3, 0, 1.0, upload.header.payload_bytes, 0.1, 1)
+
+    def latest(self):
+        return None
+
+
+def decoded(upload: Upload) -> np.ndarray:
+    header, payload = upload.saved()
+    dec = decoder_for(pb.DeltaHeader.FromString(header).codec_header, max_numel=N)
+    out = np.concatenate([v for _, v in dec.feed(payload)])
+    dec.finish()
+    return out
+
+
+def push(tmp_path, refuse: bool):
+    """One `_push` of a fresh delta with error feedback that already holds a residual."""
+    agent = ClientAgent(ClientConfig(client_id="t.push", data=str(tmp_path), work_dir=str(tmp_path / "w")))
+    fed = FederationConfig.model_validate({"codec": {"name": "int8"}})
+    rng = np.random.default_rng(0)
+    ef = ErrorFeedback(N)
+    ef.residual[:] = rng.standard_normal(N).astype(np.float32) * 1e-3
+    before = ef.residual.copy()
+    delta = rng.standard_normal(N).astype(np.float32)
+    stats = TrainStats(3, 96, 12, 2.0, 10.0, 1.0, "steps", 1e-3, 0.5)
+    events: list[str] = []
+    ps = FakePS(events, refuse)
+    outcome = agent._push(ps, fed, GlobalVersion(2, np.zeros(N, np.float32), ()), torch.from_numpy(delta),
+                          ef, stats, None, 3, N, lambda upload: events.append(f"save {upload.upload_id}"))
+    return outcome, ef, before, delta, events, ps
+
+
+@pytest.mark.parametrize("refuse", [True, False])
+def test_the_round_is_saved_with_its_upload_before_it_is_sent(tmp_path, refuse):
+    _, _, _, _, events, _ = push(tmp_path, refuse)
+    assert events == ["save u-7", "send"]
+
+
+def test_a_refused_push_leaves_the_residual_as_it_was(tmp_path):
+    outcome, ef, before, _, _, _ = push(tmp_path, refuse=True)
+    assert outcome.status == "STALE"
+    assert np.array_equal(ef.residual, before)
+
+
+def test_a_taken_push_keeps_what_quantisation_lost(tmp_path):
+    outcome, ef, before, delta, _, ps = push(tmp_path, refuse=False)
+    assert outcome.status == "APPLIED"
+    # Independent reference: what the PS decodes, subtracted from what was meant to be sent.
+    np.testing.assert_allclose(ef.residual, (delta + before) - decoded(ps.sent[0]), atol=1e-6)
