@@ -81,6 +81,7 @@ class RoundRecord:
     push_s: float
     idle_s: float
     train_s: float
+    skipped_steps: int = 0  # steps of the round whose loss or gradient was not finite (skipped, as GradScaler does)
 
 
 def pick_device(name: str) -> torch.device:
@@ -257,7 +258,7 @@ class ClientAgent:
                 time.time(), cfg.client_id, rounds, trainer.step, base_version, outcome.version, outcome.status,
                 outcome.staleness, stats.mean_loss, eval_loss, stats.tokens_per_s, outcome.payload_bytes,
                 outcome.payload_bytes / max(1, 4 * numel), outcome.codec, outcome.seconds,
-                time.monotonic() - t_idle, stats.seconds,
+                time.monotonic() - t_idle, stats.seconds, stats.skipped_steps,
             ))
             if done:
                 return 0

@@ -25,7 +25,8 @@ FED = {
     "aggregation": {"mode": "async", "buffer_size": 1},
     "codec": {"name": "int8"},
 }
-POISONED_PASSES = 2  # the first round: 2 steps of one forward/backward each
+# One forward/backward per step: the first round's 2 steps, then the first step of the next round.
+POISONED_PASSES = 3
 
 
 @pytest.fixture
@@ -36,7 +37,8 @@ def ps(tmp_path):
 
 
 def test_a_wholly_non_finite_round_is_not_pushed_and_the_client_recovers(ps, tmp_path, monkeypatch, caplog):
-    # Prepare: the first round's losses are NaN (say, an fp16 overflow every step); later ones are real.
+    # Prepare: the first round's losses are NaN (say, an fp16 overflow every step), and so is the next
+    # round's first; later ones are real.
     calls, real_loss = itertools.count(), trainer_module.lm_loss
 
     def loss(model, chunk):
@@ -69,5 +71,6 @@ def test_a_wholly_non_finite_round_is_not_pushed_and_the_client_recovers(ps, tmp
     assert [r["status"] for r in records] == ["APPLIED", "APPLIED"]
     assert all(math.isfinite(r["train_loss"]) for r in records)
     assert [r["step"] for r in records] == [4, 6]  # steps 1-2 were trained (and skipped), then 3-4 and 5-6
+    assert [r["skipped_steps"] for r in records] == [1, 0]  # step 3 skipped, the round still pushed
     assert ps.status()["version"] == 3
     assert "event=non_finite_round" in caplog.text
