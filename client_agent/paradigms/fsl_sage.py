@@ -88,6 +88,7 @@ class FslSage(ClientParadigm):
         cut_in: dict[str, torch.Tensor] = {}
         hook = aux.register_forward_pre_hook(lambda _m, args: cut_in.__setitem__("a", args[0]))
         requests: queue.Queue = queue.Queue()
+        sent = received = 0
         channel = open_channel(s.trainer, insecure=True)
         stub = pb_grpc.SplitTrainerStub(channel)
 
@@ -98,28 +99,36 @@ class FslSage(ClientParadigm):
         try:
             call = stub.Align(outgoing(), metadata=bearer(self.ps.session), timeout=300)
             state = aux.state_dict()
-            requests.put(pb.SplitMessage(kind="start", batches=s.align_batches,
-                                         tensors=[self._tensor(n, v) for n, v in state.items()]))
+            start = pb.SplitMessage(kind="start", batches=s.align_batches,
+                                    tensors=[self._tensor(n, v) for n, v in state.items()])
+            requests.put(start)
+            sent += start.ByteSize()
             for _ in range(s.align_batches):
                 batch = trainer.stream.next_batch(trainer.cfg.batch_size, 0, 1)
                 inputs, targets = batch[:, :-1].to(trainer.device), batch[:, 1:].to(trainer.device)
                 with torch.no_grad():
                     model(input_ids=inputs, use_cache=False)  # fills cut_in["a"]: the smashed activations
-                requests.put(pb.SplitMessage(kind="activations", tensors=[self._tensor("a", cut_in["a"])]))
+                acts = pb.SplitMessage(kind="activations", tensors=[self._tensor("a", cut_in["a"])])
+                requests.put(acts)
                 reply = next(call)
+                sent, received = sent + acts.ByteSize(), received + reply.ByteSize()
                 h = self._decode(reply).requires_grad_(True)
                 logits = model.lm_head(model.transformer.ln_f(h))
                 loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
                 (g_h,) = torch.autograd.grad(loss, h)
-                requests.put(pb.SplitMessage(kind="grad", tensors=[self._tensor("g", g_h)]))
+                grad = pb.SplitMessage(kind="grad", tensors=[self._tensor("g", g_h)])
+                requests.put(grad)
+                sent += grad.ByteSize()
             reply = next(call)
+            received += reply.ByteSize()
             if reply.kind != "aux":
                 raise ValueError(f"the trainer answered {reply.kind!r}, expected 'aux'")
             new = {t.name: decode_tensor(t.data, list(t.shape), 1 << 26) for t in reply.tensors}
             with torch.no_grad():
                 aux.load_state_dict(new)
             self.exchanges += 1
-            log.info("event=split_aligned exchanges=%d server_loss=%.4f", self.exchanges, float(loss.detach()))
+            log.info("event=split_aligned exchanges=%d server_loss=%.4f bytes_sent=%d bytes_received=%d",
+                     self.exchanges, float(loss.detach()), sent, received)
         finally:
             requests.put(None)
             hook.remove()
