@@ -113,6 +113,11 @@ class ModelAssembler:
     def _finish(self, t: _Transfer, held: tuple[int, np.ndarray] | None) -> np.ndarray:
         if t.encoding == FP32:
             return t.buf.view(np.float32)
+        if t.base_version == 0:  # a whole vector, coded as its difference from zeros
+            try:
+                held = (0, np.zeros(model_delta.numel_of(t.buf), dtype=np.float32))
+            except CodecError as exc:
+                raise TransferRestart(f"model transfer for version {t.version}: {exc}") from exc
         if held is None or held[0] != t.base_version:
             raise TransferRestart(f"a difference from version {t.base_version} came, "
                                   f"this client holds {held[0] if held else 'none'}")

@@ -151,6 +151,10 @@ class PSClient:
         self.link_bytes_per_s: float | None = None  # measured upload throughput (for codec choice)
         self.model_resumes = 0
         self._call = None
+        # On demand (federation.downlink.prefetch off): the stream is open only while someone waits for a
+        # newer model than `_demand` (-1: any other model), so a client receives one difference per sync.
+        self.on_demand = False
+        self._demand: int | None = 0  # the first model is fetched at start(), while the model is being built
         self.group = ""  # multi-PS: the client's group; the PS refuses a client of another group
 
     # ---- Join ---------------------------------------------------------------------------------------
@@ -221,6 +225,7 @@ class PSClient:
         self.session = r.session
         self.session_ttl_s = r.session_ttl_s
         self.federation = FederationConfig.model_validate_json(r.federation_json)
+        self.on_demand = not self.federation.downlink.prefetch
         self.master = r.master
         self.server_instance = r.server_instance
         self.join_version = r.version
@@ -260,6 +265,9 @@ class PSClient:
     def wait_for_fresh(self, than: GlobalVersion | None, timeout: float | None = None) -> GlobalVersion | None:
         """Block until a model other than `than` has been received (any version: used after a resync)."""
         with self._cond:
+            if self._latest is than:
+                self._demand = -1
+                self._cond.notify_all()
             self._cond.wait_for(
                 lambda: self._stop.is_set() or (self._latest is not None and self._latest is not than), timeout
             )
@@ -269,6 +277,9 @@ class PSClient:
     def wait_for_version(self, newer_than: int, timeout: float | None = None) -> GlobalVersion | None:
         """Block until a global version > `newer_than` has been fully received."""
         with self._cond:
+            if self._demand != -1 and (self._latest is None or self._latest.version <= newer_than):
+                self._demand = max(self._demand or 0, newer_than)
+                self._cond.notify_all()
             self._cond.wait_for(
                 lambda: self._stop.is_set() or (self._latest is not None and self._latest.version > newer_than),
                 timeout,
@@ -280,6 +291,11 @@ class PSClient:
         backoff = Backoff()
         assembler = ModelAssembler(self.downlink_decoders)
         while not self._stop.is_set():
+            if self.on_demand:
+                with self._cond:  # nothing to fetch until someone waits for a model
+                    self._cond.wait_for(lambda: self._stop.is_set() or self._demand is not None, 1.0)
+                    if self._demand is None:
+                        continue
             have = self._latest.version if self._latest else 0
             req = pb.StreamModelRequest(have_version=have)
             resume = assembler.resume_point()
@@ -293,8 +309,11 @@ class PSClient:
                 for chunk in call:
                     if self._stop.is_set():
                         break
-                    self._take_chunk(assembler, chunk)
+                    got = self._take_chunk(assembler, chunk)
                     backoff.reset()
+                    if got and self.on_demand and self._demand is None:
+                        call.cancel()  # the waiter has its model; reopen at the next demand
+                        break
             except (ChunkDamaged, TransferRestart) as exc:
                 # Reopen the stream: at the offset reached (a damaged chunk), or from the start.
                 if isinstance(exc, TransferRestart):
@@ -321,22 +340,25 @@ class PSClient:
             except JoinError:
                 time.sleep(backoff.next_delay())
 
-    def _take_chunk(self, assembler: ModelAssembler, chunk: pb.ModelChunk) -> None:
-        """Feed one chunk to the assembler; publish the vector when a transfer completes and verifies."""
+    def _take_chunk(self, assembler: ModelAssembler, chunk: pb.ModelChunk) -> bool:
+        """Feed one chunk to the assembler; publish the vector when a transfer completes and verifies (True)."""
         self.bytes_received += len(chunk.data)
         held = self._latest
         got = assembler.take(chunk, (held.version, held.flat) if held is not None else None)
         if got is None:
-            return
+            return False
         gv = GlobalVersion(got.version, got.flat, got.manifest or self.manifest, seconds=got.seconds)
         if got.manifest:
             self.manifest = got.manifest
         with self._cond:
             self._latest = gv
+            if self._demand is not None and (self._demand == -1 or gv.version > self._demand):
+                self._demand = None
             self._cond.notify_all()
         self._settle_pending(got.version)
         log.info("event=model_received version=%d encoding=%s bytes=%d seconds=%.2f", got.version, got.encoding,
                  got.nbytes, got.seconds)
+        return True
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(max(1.0, self.session_ttl_s / 3)):

@@ -143,10 +143,17 @@ class DownlinkConfig(_Section):
         description="grid_delta: grid steps per rms of one version's change (per block of 16384 values). Higher: "
         "finer published model, more bits down; the published model stays within half a step of the PS's.",
     )
+    prefetch: bool = Field(
+        False,
+        description="true: the PS streams every new version to every client as it is published (the next model is "
+        "often there before a sync, at more bytes down under async); false: a client opens the stream only when "
+        "it needs a model (at its sync) and receives one difference to the newest version.",
+    )
     history: int = Field(
-        6, ge=1, le=256,
-        description="grid_delta: published versions the PS keeps to difference against (one fp32 model each); a "
-        "client holding an older version receives the whole vector.",
+        16, ge=1, le=256,
+        description="grid_delta: published versions the PS keeps to difference against (one fp32 model each: "
+        "lower it for large models); a client holding an older version receives the whole vector. The default "
+        "matches aggregation.max_staleness, so every client whose deltas are still admitted gets a difference.",
     )
 
 

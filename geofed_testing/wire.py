@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from client_agent.model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
 from client_agent.ps_client import PSClient, PushReceipt
 from geofed.codec import make_codec
 from geofed.protocol import geofed_pb2 as pb
@@ -77,16 +78,19 @@ def raw_session(ps, client_id: str, master: bool = False) -> tuple[pb_grpc.Param
 
 
 def fetch_model(stub: pb_grpc.ParameterServerStub, session: str, timeout: float = 30.0) -> tuple[int, bytes]:
-    """One complete, checksum-verified model version (its raw fp32 bytes) from a fresh StreamModel call."""
+    """One complete, checksum-verified model version (its raw fp32 bytes) from a fresh StreamModel call.
+
+    The PS sends a client holding nothing the whole vector, in fp32 or coded (see `ModelAssembler`)."""
     call = stub.StreamModel(pb.StreamModelRequest(), metadata=bearer(session), timeout=timeout)
-    buf = bytearray()
+    assembler = ModelAssembler()
     try:
         for chunk in call:
-            buf += chunk.data
-            if chunk.offset + len(chunk.data) == chunk.total_bytes:
-                if hashlib.sha256(buf).digest() != chunk.sha256:
-                    raise AssertionError("model checksum mismatch")
-                return chunk.version, bytes(buf)
+            try:
+                got = assembler.take(chunk, None)
+            except (ChunkDamaged, TransferRestart) as exc:
+                raise AssertionError(f"model checksum mismatch: {exc}") from exc
+            if got is not None:
+                return got.version, got.flat.tobytes()
     finally:
         call.cancel()
     raise AssertionError("stream ended before a whole model arrived")

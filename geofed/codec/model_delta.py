@@ -6,7 +6,8 @@ model again, so the published model never drifts more than half a grid step from
 accumulates. Grid exponents are chosen so every grid value is an exact fp32 (|P / 2^e| < 2^23), which
 makes the difference between two published versions an exact integer multiple D of 2^min(e_have, e_v)
 per block. A client holding P_have computes P_have + float32(D) · 2^e in fp32; the exact sum is an fp32
-number, so IEEE rounding returns it unchanged: every client ends bit-identical to the PS's P_v.
+number, so IEEE rounding returns it unchanged: every client ends bit-identical to the PS's P_v. Zero
+lies on every grid, so a whole published vector is its difference from zeros (often smaller than fp32).
 
 Payload (little-endian)::
 
@@ -145,6 +146,14 @@ def _decode_stream(r: Reader, expect: int, frame: int) -> np.ndarray:
         (blen,) = r.unpack("<I", "frame length")
         syms[start : start + n] = stage.decode(Reader(r.take(blen, "frame"), "model delta frame"), n)
     return syms
+
+
+def numel_of(payload: bytes | memoryview) -> int:
+    """The model size a payload is for (read from its header; CodecError when it is not one)."""
+    magic, version, numel, _, _ = Reader(payload, "model delta").unpack(_HEAD.format, "model delta header")
+    if magic != MAGIC or version != VERSION:
+        raise CodecError(f"not a model delta (magic {bytes(magic)!r}, version {version})")
+    return numel
 
 
 def decode(have: np.ndarray, payload: bytes | memoryview) -> np.ndarray:

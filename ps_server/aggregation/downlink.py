@@ -7,8 +7,9 @@ future sparse mode adds its own encoding here and travels the same way.
 
 `GridStream` is the default for the whole-model paradigms: it rounds each published version onto
 power-of-two grids (server-side error feedback, see model_delta), keeps the last `history` published
-vectors, and sends a client the exact compressed difference from the one it holds, or the whole
-published vector when that is smaller or the held version is gone. Plain numpy; no gRPC.
+vectors, and sends a client the exact compressed difference from the one it holds; a client without a
+kept version gets the whole published vector, as its difference from zeros or in fp32, whichever is
+smaller. Plain numpy; no gRPC.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def build_stream(encoding: str, steps: float, history: int) -> GridStream | None
 
 @dataclass(frozen=True)
 class Downlink:
-    """One transfer: `data` decodes, with the client's `base_version` vector, to the `version` vector."""
+    """One transfer: `data` decodes, with the client's `base_version` vector (0: zeros), to the `version` vector."""
 
     version: int
     encoding: str
@@ -130,10 +131,12 @@ class GridStream:
             have = self._published.get(have_version)
         out = Downlink.full(pub.version, pub.flat, pub.sha256, snapshot.manifest)
         if have is not None and have.version != pub.version:
-            data = model_delta.encode(have.flat, have.exps, pub.flat, pub.exps)
-            if data is not None and len(data) < out.nbytes:
-                out = Downlink(pub.version, GRID_DELTA, memoryview(data), pub.sha256, snapshot.manifest,
-                               have.version)
+            base_flat, base_exps, base_version = have.flat, have.exps, have.version
+        else:  # the whole vector, as the difference from zeros when that is smaller than fp32
+            base_flat, base_exps, base_version = np.zeros_like(pub.flat), pub.exps, 0
+        data = model_delta.encode(base_flat, base_exps, pub.flat, pub.exps)
+        if data is not None and len(data) < out.nbytes:
+            out = Downlink(pub.version, GRID_DELTA, memoryview(data), pub.sha256, snapshot.manifest, base_version)
         log.debug("event=downlink version=%d have=%d encoding=%s bytes=%d", pub.version, have_version,
                   out.encoding, out.nbytes)
         with self._lock:

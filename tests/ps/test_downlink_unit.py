@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from geofed.codec import model_delta
-from ps_server.aggregation.downlink import FP32, GRID_DELTA, GridStream
+from ps_server.aggregation.downlink import GRID_DELTA, Downlink, GridStream
 from ps_server.global_model import GlobalModel
 
 MANIFEST = (("w", (50_000,), "float32"),)
@@ -32,11 +32,12 @@ def test_a_client_holding_a_kept_version_gets_a_small_exact_difference():
     down = stream.downlink(snaps[3], 1)
 
     # Assert
-    assert held.encoding == FP32 and held.version == 1
+    assert held.base_version == 0 and held.version == 1
     assert down.encoding == GRID_DELTA and down.base_version == 1
     assert down.nbytes < snaps[3].flat.nbytes / 3
-    got = model_delta.decode(np.frombuffer(held.data, np.float32), down.data)
-    full = np.frombuffer(stream.downlink(snaps[3], 0).data, np.float32)
+    held_flat = stream.published(snaps[0]).flat
+    got = model_delta.decode(held_flat, down.data)
+    full = stream.published(snaps[3]).flat
     assert np.array_equal(got.view(np.uint32), full.view(np.uint32))
 
 
@@ -47,7 +48,22 @@ def test_a_client_whose_version_left_the_history_gets_the_whole_vector():
 
     down = stream.downlink(snaps[3], 1)  # version 1 is gone (history 2 keeps 3 and 4)
 
-    assert down.encoding == FP32 and down.base_version == 0 and down.nbytes == snaps[3].flat.nbytes
+    assert down.base_version == 0  # the whole vector: fp32, or its difference from zeros when smaller
+    assert down.nbytes <= snaps[3].flat.nbytes
+
+
+def test_a_whole_vector_coded_from_zeros_is_exact_and_smaller_than_fp32():
+    stream, snaps = GridStream(steps=8.0, history=4), _versions(GlobalModel(), 3)
+    for s in snaps:
+        stream.downlink(s, 0)
+
+    down = stream.downlink(snaps[2], 0)
+
+    assert down.encoding == GRID_DELTA and down.base_version == 0
+    assert down.nbytes < 0.75 * snaps[2].flat.nbytes
+    got = model_delta.decode(np.zeros(snaps[2].flat.size, np.float32), down.data)
+    full = np.frombuffer(Downlink.full(3, stream.published(snaps[2]).flat, b"", MANIFEST).data, np.float32)
+    assert np.array_equal(got.view(np.uint32), full.view(np.uint32))
 
 
 def test_a_version_unknown_to_the_ps_gets_the_whole_vector_never_an_error():
@@ -55,13 +71,13 @@ def test_a_version_unknown_to_the_ps_gets_the_whole_vector_never_an_error():
 
     down = stream.downlink(snaps[1], 99)  # e.g. a client of a PS that restarted from an older checkpoint
 
-    assert down.encoding == FP32
+    assert down.base_version == 0
 
 
 def test_the_published_vector_is_the_true_model_on_its_grid_within_a_fraction_of_an_update():
     stream, snaps = GridStream(steps=8.0, history=4), _versions(GlobalModel(), 5)
     for s in snaps:
-        pub = np.frombuffer(stream.downlink(s, 0).data, np.float32)
+        pub = stream.published(s).flat
         assert np.abs(pub.astype(np.float64) - s.flat).max() < 0.5e-4
 
 

@@ -15,7 +15,7 @@ from geofed_testing.wire import NUMEL, Observer, init_model, join, push, raw_ses
 def ps(tmp_path):
     node = PSNode(tmp_path / "ps", {"aggregation": {"mode": "async", "buffer_size": 1, "global_lr": 1.0,
                                                     "weighting": "uniform", "max_staleness": 8},
-                                    "downlink": {"encoding": "grid_delta", "history": 2}}).start()
+                                    "downlink": {"encoding": "grid_delta", "history": 8}}).start()
     yield node
     node.kill()
 
@@ -58,8 +58,9 @@ def test_clients_end_bit_identical_to_the_published_model_and_pull_less_than_fp3
 def test_a_client_whose_version_the_ps_no_longer_keeps_gets_the_whole_vector(ps):
     master = join(ps, "h.a", master=True)
     init_model(master)
-    for k in range(4):
+    for k in range(9):  # version 10: the history of 8 no longer holds version 1
         assert push(master, 1 + k, _delta(10 + k)).status == "APPLIED"
+        master.wait_for_version(1 + k, timeout=20)  # the PS publishes (grids) each version as it is asked for
     stub, session = raw_session(ps, "h.old")
 
     call = stub.StreamModel(pb.StreamModelRequest(have_version=1), metadata=bearer(session), timeout=20)
@@ -68,6 +69,32 @@ def test_a_client_whose_version_the_ps_no_longer_keeps_gets_the_whole_vector(ps)
     finally:
         call.cancel()
 
-    assert first.version == 5 and first.encoding == "fp32" and first.base_version == 0
-    assert first.total_bytes == NUMEL * 4
+    assert first.version == 10 and first.base_version == 0  # the whole vector, not a difference
+    assert first.total_bytes <= NUMEL * 4
     master.close()
+
+
+def test_an_on_demand_client_receives_one_difference_to_the_newest_not_every_version(ps):
+    # Prepare: one client follows every version (prefetch), one fetches only when it waits
+    master = join(ps, "d.m", master=True)
+    init_model(master)
+    eager, lazy = join(ps, "d.eager"), join(ps, "d.lazy")
+    eager.on_demand = False
+    assert push(master, 1, _delta(19)).status == "APPLIED"  # past Θ0's finer grid
+    for c in (eager, lazy):
+        assert c.wait_for_version(1, timeout=20).version == 2
+    start = {c: c.bytes_received for c in (eager, lazy)}
+
+    # Execute: five versions while `lazy` does not wait, then both want the newest
+    for k in range(5):
+        assert push(master, 2 + k, _delta(20 + k)).status == "APPLIED"
+        assert eager.wait_for_version(2 + k, timeout=20).version == 3 + k
+    got = lazy.wait_for_version(6, timeout=20)
+
+    # Assert
+    assert got.version == 7
+    assert np.array_equal(got.flat.view(np.uint32), eager.latest().flat.view(np.uint32))
+    eager_bytes, lazy_bytes = (c.bytes_received - start[c] for c in (eager, lazy))
+    assert lazy_bytes < 0.5 * eager_bytes  # one difference instead of five
+    for c in (master, eager, lazy):
+        c.close()
