@@ -7,6 +7,7 @@ the core's state on each request; reading never blocks the aggregator for long (
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,11 @@ def _in_open_round(core: ParameterServerCore) -> set[str] | None:
         return set(agg.acc.clients) if agg.acc is not None else set()
     finally:
         agg.lock.release()
+
+
+def _finite(value) -> float | None:
+    """A reported number as JSON can carry it (a client may report NaN or inf; 0 means "not reported")."""
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value != 0 else None
 
 
 def client_state(c: ClientState, *, live: bool, waiting: bool, now: float, timeout_s: float) -> str:
@@ -88,7 +94,7 @@ def client_rows(core: ParameterServerCore, site: str | None) -> list[dict]:
             "sync_rtt_s": c.last_push_s or None,
             "idle_share": max(0.0, 1.0 - busy / elapsed) if elapsed >= 1.0 and c.last_sync else None,
             "rejoins": max(0, c.joins - 1),
-            "train_loss": c.report.get("train_loss") or None, "eval_loss": c.report.get("eval_loss") or None,
+            "train_loss": _finite(c.report.get("train_loss")), "eval_loss": _finite(c.report.get("eval_loss")),
             "tokens": contrib.get("tokens", 0), "mass": contrib.get("mass", 0.0),
             "share_window": contrib.get("share_window", 0.0), "share_run": contrib.get("share_run", 0.0),
             "compute_s": contrib.get("compute_s", 0.0),

@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol.auth import bearer
 from geofed_testing.procs import PSNode, free_port
-from geofed_testing.wire import NUMEL, init_model, join, push
+from geofed_testing.wire import NUMEL, init_model, join, push, raw_session
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))
 ASYNC_K1 = {"aggregation": {"mode": "async", "buffer_size": 1, "staleness_exponent": 0.5}}
@@ -158,7 +160,14 @@ def test_a_loopback_page_needs_no_credential_but_a_local_host_name(tmp_path):
     ps.status_port = free_port()
     ps.start()
     try:
+        stub, session = raw_session(ps, "odd.reporter")  # a client reporting a NaN loss must not break the page
+        stub.Heartbeat(pb.HeartbeatRequest(report=pb.ClientReport(train_loss=float("nan"), eval_loss=float("inf"))),
+                       metadata=bearer(session), timeout=10)
         base = f"http://127.0.0.1:{ps.status_port}"
+        status, _, body = _get(base + "/api/status")
+        assert status == 200
+        row = json.loads(body)["clients"][0]
+        assert row["client_id"] == "odd.reporter" and row["train_loss"] is None and row["eval_loss"] is None
         status, headers, body = _get(base + "/")
         assert status == 200 and headers["Content-Type"].startswith("text/html") and b"/static/status.js" in body
         assert _get(base + "/api/status")[0] == 200
