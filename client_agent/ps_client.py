@@ -126,6 +126,9 @@ class PSClient:
         self.token_source = token_source
         self.channel = open_channel(address, insecure=insecure, ca_cert=ca_cert, client_cert=client_cert,
                                     client_key=client_key)
+        # How to dial the federation's other services (fsl-sage's trainer) the way we dial the PS.
+        self.channel_options = {"insecure": insecure, "ca_cert": ca_cert, "client_cert": client_cert,
+                                "client_key": client_key}
         self.stub = pb_grpc.ParameterServerStub(self.channel)
         self.state_dir = Path(state_dir) if state_dir else None
         self.rpc_timeout_s, self.push_timeout_s, self.join_deadline_s = rpc_timeout_s, push_timeout_s, join_deadline_s

@@ -1,7 +1,7 @@
 """FSL-SAGE's server-side trainer (paper §III-C3d): its own process and gRPC service, beside the torch-free PS.
 
     python -m client_agent.split_trainer --federation fed.yaml --ps HOST:PORT --peer-token-file F \
-        --port 7450 --out DIR [--insecure] [--ready-file R]
+        --port 7450 --out DIR (--tls-cert C --tls-key K [--ca PS_CA] | --insecure) [--ready-file R]
 
 It holds the server-side blocks (`ServerPart`, seeded like every client's model). A client's `Align` call
 sends its auxiliary model and a few batches of smashed activations; per batch the trainer answers the
@@ -177,7 +177,10 @@ def serve(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="0.0.0.0")
     ap.add_argument("--port", type=int, default=7450)
     ap.add_argument("--out", required=True, help="directory for the server-side blocks (safetensors)")
-    ap.add_argument("--insecure", action="store_true")
+    ap.add_argument("--insecure", action="store_true", help="plaintext, to clients and to the PS (local use only)")
+    ap.add_argument("--tls-cert", help="PEM certificate clients see (the PS's CA must have signed it)")
+    ap.add_argument("--tls-key", help="PEM key of --tls-cert")
+    ap.add_argument("--ca", help="PEM CA of the PS's certificate, to check sessions over TLS")
     ap.add_argument("--ready-file")
     args = ap.parse_args(argv)
     setup_logging("INFO")
@@ -187,15 +190,21 @@ def serve(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(1)
     secret = Path(args.peer_token_file).read_text().strip()
-    servicer = SplitTrainerServicer(fed, Path(args.out), SessionChecker(args.ps, secret, insecure=args.insecure))
+    ca = Path(args.ca).read_bytes() if args.ca else None
+    servicer = SplitTrainerServicer(fed, Path(args.out), SessionChecker(args.ps, secret, insecure=args.insecure, ca=ca))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
                          options=[("grpc.max_receive_message_length", 256 << 20),
                                   ("grpc.max_send_message_length", 256 << 20)])
     pb_grpc.add_SplitTrainerServicer_to_server(servicer, server)
-    if not args.insecure:
-        print("split trainer: TLS is not wired yet; run with --insecure inside the cluster network", flush=True)
+    address = f"{args.host}:{args.port}"
+    if args.insecure:
+        port = server.add_insecure_port(address)
+    elif args.tls_cert and args.tls_key:
+        key, cert = Path(args.tls_key).read_bytes(), Path(args.tls_cert).read_bytes()
+        port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
+    else:
+        print("split trainer: TLS needs --tls-cert and --tls-key (or --insecure for local use only)", flush=True)
         return 2
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
     server.start()
     log.info("event=split_listening port=%d cut_layer=%d", port, fed.paradigm.cut_layer)
     if args.ready_file:

@@ -89,7 +89,7 @@ class FslSage(ClientParadigm):
         hook = aux.register_forward_pre_hook(lambda _m, args: cut_in.__setitem__("a", args[0]))
         requests: queue.Queue = queue.Queue()
         sent = received = 0
-        channel = open_channel(s.trainer, insecure=True)
+        channel = open_channel(s.trainer, **getattr(self.ps, "channel_options", {"insecure": True}))
         stub = pb_grpc.SplitTrainerStub(channel)
 
         def outgoing():

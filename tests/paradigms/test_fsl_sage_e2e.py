@@ -5,74 +5,17 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import sys
-import threading
-from pathlib import Path
 
 import numpy as np
+import pytest
 
 from client_agent.checkpoint import CheckpointManager
 from geofed_apps.groups import free_port
 from geofed_apps.launch import spawn, start_client, stop, wait_until, write_token
 from geofed_testing.procs import PSNode, Reaper
+from geofed_testing.recorder import RecordingProxy, private_corpus
 from geofed_testing.wire import mint
-
-
-class RecordingProxy:
-    """A TCP relay that keeps every byte the client side sends (what would cross the client's WAN link)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target = target_port
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.up = bytearray()
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target))
-            except OSError:
-                conn.close()
-                continue
-            threading.Thread(target=self._pipe, args=(conn, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, conn, False), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if record:
-                    with self.lock:
-                        self.up += data
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def private_corpus(root: Path, seed: int = 0) -> Path:
-    """Text no one else has: random 'words' of 6-12 letters, so any leaked window is unmistakable."""
-    rng = np.random.default_rng(seed)
-    root.mkdir(parents=True)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    for i in range(3):
-        words = ["".join(rng.choice(letters, rng.integers(6, 13))) for _ in range(6000)]
-        (root / f"secret{i}.txt").write_text(" ".join(words) + "\n")
-    return root
 
 
 def federation(trainer: str) -> dict:
@@ -88,6 +31,7 @@ def federation(trainer: str) -> dict:
     }
 
 
+@pytest.mark.slow  # 60-90 s on 2 shared cores; test_fsl_sage_exchange.py covers the exchange in seconds
 def test_raw_data_never_leaves_and_a_preempted_split_client_rejoins(tmp_path):
     """Every byte the client sends to the PS and to the split trainer is recorded: no window of its text is in
     them. The client is SIGKILLed after its first exchange and relaunched: it resumes from its checkpoint
