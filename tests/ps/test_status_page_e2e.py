@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -117,6 +118,7 @@ def test_the_admin_sees_every_client_with_the_contribution_ledger(federation):
         assert rows[client_id]["share_run"] == pytest.approx(mass / total, rel=1e-4)
         assert rows[client_id]["share_window"] == pytest.approx(mass / total, rel=1e-4)  # window 20 > 2 versions
     assert rows["west.a"]["staleness"] == 1 and rows["east.m"]["staleness"] == 0
+    assert [(r["state"], r["rejoins"], r["pushes"]) for r in view["clients"]] == [("training", 0, 1)] * 2
     assert 0 < rows["east.m"]["compute_s"] <= 2.0  # 100 tokens at 50 tokens/s, capped by the time since its join
     assert 0 < rows["west.a"]["compute_s"] < 1e-3  # 300 tokens at the claimed 1e9 tokens/s
     assert rows["east.m"]["compression_ratio"] == pytest.approx(1.0, rel=0.05)  # fp32 codec
@@ -175,3 +177,25 @@ def test_a_loopback_page_needs_no_credential_but_a_local_host_name(tmp_path):
         assert _get(base + "/api/status", auth=_basic("wrong-" + "x" * 40))[0] == 403
     finally:
         ps.kill()
+
+
+def test_geofed_status_watch_refreshes_until_interrupted(federation):
+    # Prepare
+    ps, _, _ = federation
+    cmd = [GEOFED, "status", "--watch", "0.2", "--ps", ps.address, "--admin-token-file", str(ps.admin_file),
+           "--insecure"]
+
+    # Execute: read until the table was printed twice, then Ctrl-C
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    headers = 0
+    try:
+        for line in proc.stdout:
+            headers += line.startswith("federation default  version 3")
+            if headers == 2:
+                break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+
+    # Assert
+    assert headers == 2 and code == 0, proc.stderr.read()
