@@ -41,9 +41,15 @@ def _loss(value: Any) -> float | None:
 def site_contributions(clients: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """`status.sites` from the PS's client list (`AdminClient.list_clients()`)."""
     return [
-        {"site": s["site"], "clients": s["clients"], "tokens_trained": int(s["tokens"]),
-         "update_mass": float(s["mass"]), "share_window": round(min(1.0, s["share_window"]), 6),
-         "share_run": round(min(1.0, s["share_run"]), 6), "compute_seconds": round(float(s["compute_s"]), 3)}
+        {
+            "site": s["site"],
+            "clients": s["clients"],
+            "tokens_trained": int(s["tokens"]),
+            "update_mass": float(s["mass"]),
+            "share_window": round(min(1.0, s["share_window"]), 6),
+            "share_run": round(min(1.0, s["share_run"]), 6),
+            "compute_seconds": round(float(s["compute_s"]), 3),
+        }
         for s in site_summary(from_client_list(clients))
     ]
 

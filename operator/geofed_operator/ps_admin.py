@@ -6,6 +6,8 @@ with a message a person can act on, never as a crash loop.
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -59,9 +61,42 @@ _HINTS = {
     "TLSUntrusted": "the PS certificate is not signed by the CA given (caSecretRef / --ca): copy ca.crt from "
     "the Federation's TLS Secret again",
 }
-# Substrings of gRPC's UNAVAILABLE details that mean TLS, not the network, is at fault.
+# Substrings of gRPC's UNAVAILABLE details that mean TLS, not the network, is at fault (when gRPC says so).
 _TLS_NAME = ("peer name", "hostname mismatch", "not in peer certificate", "subject alt", "ip address mismatch")
 _TLS_TRUST = ("certificate verify failed", "ssl_error", "handshake failed", "unable to get local issuer")
+
+
+def diagnose_tls(address: str, ca_cert: bytes | None, server_name: str | None, timeout_s: float = 5.0) -> str | None:
+    """Why a TLS connection to `address` fails: TLSNameMismatch, TLSUntrusted, or None (TCP down, or fine).
+
+    gRPC often reports a bad certificate only as an unreachable server; a plain handshake with the same
+    CA and name tells the cases apart, so the message points at spec.tls.dnsNames or the CA, not the
+    firewall.
+    """
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context(cadata=ca_cert.decode() if ca_cert else None)
+    context.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            with context.wrap_socket(sock, server_hostname=server_name or host.strip("[]")):
+                return None
+    except ssl.SSLCertVerificationError as exc:
+        # 62/64: X509_V_ERR_HOSTNAME_MISMATCH / IP_ADDRESS_MISMATCH; the rest: an untrusted chain.
+        return "TLSNameMismatch" if exc.verify_code in (62, 64) else "TLSUntrusted"
+    except (OSError, ValueError):
+        return None
+
+
+def explain_admin_failure(
+    exc: Exception, address: str, what: str, *, ca_cert: bytes | None, server_name: str | None, insecure: bool
+) -> tuple[str, str]:
+    """`explain_admin_error`, with an unreachable PS checked for a certificate problem first."""
+    reason, message = explain_admin_error(exc, address, what)
+    if reason == "PSUnreachable" and not insecure:
+        found = diagnose_tls(address, ca_cert, server_name)
+        if found:
+            return found, f"could not {what} at the PS {address}: the TLS handshake failed ({_HINTS[found]})"
+    return reason, message
 
 
 def explain_admin_error(exc: Exception, address: str, what: str) -> tuple[str, str]:

@@ -43,8 +43,9 @@ class SiteContribution(K8sModel):
     clients: int = Field(ge=0, description="Clients of the site the PS knows.")
     tokens_trained: int = Field(ge=0, description="Server-vouched tokens behind its applied deltas.")
     update_mass: float = Field(
-        ge=0, description="Sum of weight x L2 norm of its applied deltas, after the norm bound and clipping; the "
-        "weight carries the staleness discount."
+        ge=0,
+        description="Sum of weight x L2 norm of its applied deltas, after the norm bound and clipping; the "
+        "weight carries the staleness discount.",
     )
     share_window: float = Field(
         ge=0, le=1, description="Its share of the applied update mass over the PS's contribution window."

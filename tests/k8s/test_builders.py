@@ -281,3 +281,14 @@ def _volume(job: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 def _mount(job: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((m for m in container(job)["volumeMounts"] if m["name"] == name), None)
+
+
+def test_host_path_data_is_read_only_and_the_log_tail_is_the_termination_message() -> None:
+    """hostPath data is never writable by the client; a failed client's last line reaches the pod status."""
+    job = valid(build_client_job(site(data={"hostPath": {"path": "/srv/corpus"}}), 1, "gpu0-token-1"))
+    client = job["spec"]["template"]["spec"]["containers"][0]
+    data = next(m for m in client["volumeMounts"] if m["name"] == "data")
+    assert data["readOnly"] is True
+    assert client["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    with pytest.raises(ValueError, match="not /"):
+        site(data={"hostPath": {"path": "/"}})

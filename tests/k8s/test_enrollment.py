@@ -83,3 +83,67 @@ def test_enroll_reports_an_unreachable_ps(tmp_path: Path, capsys: pytest.Capture
     rc = geofed(["site", "enroll", "--site", "uw", "--federation", "demo", "--ps-address", "127.0.0.1:1",
                  "--admin-token-file", str(token_file), "--insecure", "--timeout", "1"])  # fmt: skip
     assert rc == 1 and "unreachable" in capsys.readouterr().err
+
+
+def test_enrolling_a_running_site_again_needs_rotate(real_ps: tuple[str, str], tmp_path: Path, capsys) -> None:
+    """A second enroll would strand the site's running clients: refused unless --rotate; no namespace."""
+    from client_agent.ps_client import PSClient
+
+    address, admin_credential = real_ps
+    (tmp_path / "admin.token").write_text(admin_credential)
+    args = ["site", "enroll", "--site", "uw", "--federation", "demo", "--ps-address", "ps.example.org:7443",
+            "--admin-address", address, "--admin-token-file", str(tmp_path / "admin.token"), "--insecure",
+            "--master", "-o", str(tmp_path / "site.yaml")]  # fmt: skip
+    assert geofed(args) == 0
+    secret, sc = [d for d in yaml.safe_load_all((tmp_path / "site.yaml").read_text()) if d]
+    assert "namespace" not in secret["metadata"] and "namespace" not in sc["metadata"]  # kubectl apply -n decides
+    assert sc["spec"]["master"] is True and "masterClientID: uw.uw-client" in (tmp_path / "site.yaml").read_text()
+    credential = base64.b64decode(secret["data"]["credential"]).decode()
+    with AdminClient(address, credential, insecure=True) as site_admin:
+        token, _ = site_admin.create_token("uw.uw-client", "uw")
+    client = PSClient(address, "uw.uw-client", lambda: token, insecure=True, state_dir=tmp_path / "client")
+    client.join()  # the site now runs a client the PS knows
+    client.close()
+
+    capsys.readouterr()
+    assert geofed(args) == 1
+    assert "--rotate" in capsys.readouterr().err
+    with AdminClient(address, credential, insecure=True) as site_admin:
+        assert site_admin.create_token("uw.uw-client", "uw")[0]  # the running site's credential still works
+    assert geofed([*args, "--rotate"]) == 0
+
+
+def test_tls_failures_are_named_not_blamed_on_the_firewall(tmp_path: Path) -> None:
+    """A certificate without the dialled name -> TLSNameMismatch; a foreign CA -> TLSUntrusted (real PS)."""
+    import subprocess
+    import sys
+    import time
+
+    from geofed_operator.ps_admin import explain_admin_failure
+    from geofed_operator.tls import issue_self_signed
+
+    served = issue_self_signed(["ps.other.example"])
+    (tmp_path / "tls.crt").write_bytes(served.cert_pem)
+    (tmp_path / "tls.key").write_bytes(served.key_pem)
+    ready = tmp_path / "ready"
+    cmd = [sys.executable, "-m", "geofed_apps.cli", "ps", "--port", "0", "--metrics-port", "0",
+           "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key"),
+           "--ready-file", str(ready), "--admin-token-file", str(tmp_path / "admin"),
+           "--checkpoint-dir", str(tmp_path / "ckpt")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and ready.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        address = f"127.0.0.1:{ready.read_text().strip()}"
+        for ca, expected in ((served.ca_pem, "TLSNameMismatch"), (issue_self_signed(["x"]).ca_pem, "TLSUntrusted")):
+            with pytest.raises(AdminError) as failed, AdminClient(address, "x" * 20, ca_cert=ca, timeout_s=3) as a:
+                a.status()
+            reason, message = explain_admin_failure(
+                failed.value, address, "read the status", ca_cert=ca, server_name=None, insecure=False
+            )
+            assert reason == expected and "firewall" not in message, message
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

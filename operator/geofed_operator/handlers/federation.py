@@ -44,7 +44,7 @@ from geofed_operator.federation_status import (
 )
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
 from geofed_operator.kube import Kube, KubeError
-from geofed_operator.ps_admin import explain_admin_error
+from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.quantity import parse_quantity
 from geofed_operator.status_models import FederationStatus, status_patch
 from geofed_operator.tls import TLSMaterial, certificate_names, issue_self_signed, renewal_due
@@ -340,7 +340,9 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
             clients = admin.list_clients()  # before status: the per-site contributions in status.sites
             ps_status = admin.status()
     except Exception as exc:  # AdminError, or a TLS/channel error: all end up as a readable condition
-        reason, message = explain_admin_error(exc, address, "read the status")
+        reason, message = explain_admin_failure(
+            exc, address, "read the status", ca_cert=ca, server_name=server_name, insecure=fed.tls_secret is None
+        )
         logger.warning("%s", message)
         _write(patch, body, federation_status_degraded(reason, message, **common))
         return

@@ -33,7 +33,7 @@ from geofed_operator.conditions import parse_time, rfc3339, set_conditions
 from geofed_operator.events import post_event
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
 from geofed_operator.kube import Kube, KubeError
-from geofed_operator.ps_admin import explain_admin_error
+from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.site_builders import TOKEN_KEY, SiteClientObject, build_client_job, build_token_secret
 from geofed_operator.status_models import SiteClientStatus, status_patch
 
@@ -117,7 +117,11 @@ def _mint(deps: Deps, sc: SiteClientObject) -> tuple[str, float]:
         ) as admin:
             return admin.create_token(sc.client_id, spec.site, spec.token_ttl_s, spec.master)
     except Exception as exc:  # AdminError or a channel error: a readable condition, retried later
-        raise _LaunchBlocked(*explain_admin_error(exc, spec.ps_address, f"mint a token for {sc.client_id}")) from None
+        what = f"mint a token for {sc.client_id}"
+        explained = explain_admin_failure(
+            exc, spec.ps_address, what, ca_cert=ca, server_name=None, insecure=spec.insecure
+        )
+        raise _LaunchBlocked(*explained) from None
 
 
 class _Replacing(Exception):
