@@ -107,7 +107,7 @@ paradigm's strategy gets it):
 
 - **Weights the server vouches for.** Local steps are credited at most the federation's H
   (`training.local_steps`), tokens at most `batch_size × block_size` per credited step: a delta weighs at most
-  one full sync (16 × 128 × 50 = 102 400 tokens by default), whatever it declares (2⁶⁴ − 1 included), and
+  one full sync (8 × 128 × 40 = 40 960 tokens by default), whatever it declares (2⁶⁴ − 1 included), and
   FedNova's tokens per step never exceed one batch.
 - **One delta per client per base version and per round.** A client's accepted base versions must increase
   and it holds at most one delta in the open round; anything else is refused `ALREADY_EXISTS` (`AlreadySent`,
@@ -115,8 +115,9 @@ paradigm's strategy gets it):
 - **A norm bound, on by default, that works at K = 1** (`ps_server/aggregation/norm_bound.py`). Each decoded
   delta is scaled down to at most `min(ceiling, norm_bound_multiple × median)`: the median of the latest
   accepted norm of each of the last `norm_bound_window` distinct clients (defaults 3 and 16), and the ceiling
-  `1.1 · lr · H · (√n + weight_decay · ‖θ‖)`, the most the clients' AdamW (β₁² ≤ β₂, so each step moves a
-  parameter by at most lr plus its decay) can move n exchanged parameters in H steps. Bootstrap: until three
+  `1.1 · a · lr · H · (√n + weight_decay · ‖θ‖)`, the most the clients' AdamW can move n exchanged
+  parameters in H steps (each step moves a parameter by at most a · lr plus its decay, a = max(1, (1 − β₁) /
+  √(1 − β₂)) = 1 for the default betas). Bootstrap: until three
   distinct clients have pushed, the ceiling alone bounds a delta (a median of one or two norms would be the
   attacker's own). The window records norms after bounding (a clipped attacker cannot ratchet the median up)
   and one entry per client (pushing often buys no votes). Staleness: a stale delta is bounded like any other,
@@ -150,12 +151,14 @@ graceful stop, `ps_server/probe.py` against a plaintext and a TLS PS).
 
 ATTACK_BENCH_SETUP = (
     "One real PS and four real clients on this machine (2 CPU cores), a 2-layer GPT-2 (n_embd 64, block 64) on "
-    "the Python standard library's sources split by module, 15 s of training per run, held-out loss of the final "
-    "global model; three runs per cell, each condition once per run in the same order. Three clients are honest; "
+    "the Python standard library's sources split by module, 80 local steps per client (4 syncs of H = 20; a fixed "
+    "budget, so a busy machine changes timing, not work), held-out loss of the final global model; three runs per "
+    "cell, each condition once per run in the same order. Three clients are honest; "
     "the fourth (`bench/attack_client.py`) trains and then pushes −δ (sign_flip), 10·δ (scaled) or Gaussian "
     "noise of 10 × δ's RMS (noise), or trains on random printable text (corrupted). Aggregation: the defaults "
     "(async K = 1, FedAvg η = 0.5, the norm bound), each robust option on top (trimmed mean cuts 1 of 4 at each "
-    "end), and `nobound` (the norm bound off: the undefended PS). 'none' is the three honest clients alone."
+    "end), and `nobound` (the norm bound off: the undefended PS; not run for sign_flip and corrupted, whose deltas "
+    "the bound never scales). 'none' is the three honest clients alone."
 )
 
 NOTES = """## Known limits not expressed as a failing test
@@ -272,7 +275,7 @@ def render(command: str, rows: list[Row], load: LoadResult | None, checks: list[
                   "`bench/load_bench.py --clients 128 --seconds 120`.", ""]
     lines += [HOSTILE_CLIENTS]
     if ATTACK_SUMMARY.is_file():
-        lines += ["### Attack benchmark", "", "    .venv/bin/python bench/attack_bench.py --runs 3 --duration 15", "",
+        lines += ["### Attack benchmark", "", "    .venv/bin/python bench/attack_bench.py --runs 3 --steps 80", "",
                   ATTACK_BENCH_SETUP, "", ATTACK_SUMMARY.read_text(), ""]
     lines += [NOTES]
     failed = [r for r in rows if not r.passed] + [c for c in checks if c[1] != "passed"]

@@ -83,8 +83,9 @@ class DeltaGuard:
         if self._ceiling is None or self._ceiling[0] != snapshot.version:
             t = self.fed.training
             theta_norm = float(np.linalg.norm(snapshot.flat.astype(np.float64))) if t.weight_decay else 0.0
-            self._ceiling = (snapshot.version, adamw_ceiling(lr=t.lr, local_steps=t.local_steps, numel=numel,
-                                                             weight_decay=t.weight_decay, theta_norm=theta_norm))
+            self._ceiling = (snapshot.version, adamw_ceiling(
+                lr=t.lr, local_steps=t.local_steps, numel=numel, weight_decay=t.weight_decay, theta_norm=theta_norm,
+                beta1=t.adam_beta1, beta2=t.adam_beta2))
         return self._ceiling[1]
 
     def bound(self, push, snapshot: Snapshot) -> BoundedPayload:

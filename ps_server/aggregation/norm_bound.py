@@ -4,12 +4,13 @@ Every delta is scaled down, before any strategy sees it, to at most
 
     limit = min(ceiling, multiple × median of the latest accepted norms of distinct clients)
 
-where `ceiling` is the most the inner optimizer can move the exchanged vector in one sync: AdamW with
-β1² ≤ β2 (the client's (0.9, 0.95)) moves each parameter by at most lr per step, plus its decoupled weight
-decay lr·wd·|θ|, so ‖δ‖ ≤ lr·H·(√n + wd·‖θ‖) for H local steps (10% slack for error feedback's carried
-quantisation residual). Until `MIN_CLIENTS` distinct clients have pushed, the ceiling alone bounds a
-delta: the first push of a federation can be an attack, and a median of one or two norms is the
-attacker's own. The median is over clients, not pushes (one entry per client, the latest), so a client
+where `ceiling` is the most the inner optimizer can move the exchanged vector in one sync: AdamW moves
+each parameter by at most lr·max(1, (1 − β1)/√(1 − β2)) per step (Kingma & Ba, §2.1: lr for the usual
+betas, (0.9, 0.95) included), plus its decoupled weight decay lr·wd·|θ|, so ‖δ‖ ≤ a·lr·H·(√n + wd·‖θ‖) for
+H local steps (10% slack for error feedback's carried quantisation residual), where a is that factor.
+Until `MIN_CLIENTS` distinct clients have pushed, the ceiling alone bounds a delta: the first push of a
+federation can be an attack, and a median of one or two norms is the attacker's own. The median is over
+clients, not pushes (one entry per client, the latest), so a client
 that pushes often holds one vote; it records the norm *after* bounding, so a clipped attacker cannot
 ratchet the median up. Staleness is accounted for after the bound: a stale delta is bounded like any
 other and then shrunk by its staleness factor, so it moves the model less, never more.
@@ -31,9 +32,11 @@ MIN_CLIENTS = 3  # distinct clients before the median takes over from the AdamW 
 CEILING_SLACK = 1.1  # error feedback adds at most half a quantisation step per element to a delta
 
 
-def adamw_ceiling(*, lr: float, local_steps: int, numel: int, weight_decay: float, theta_norm: float) -> float:
+def adamw_ceiling(*, lr: float, local_steps: int, numel: int, weight_decay: float, theta_norm: float,
+                  beta1: float = 0.9, beta2: float = 0.95) -> float:
     """The largest L2 norm an honest AdamW client's delta can have after `local_steps` steps."""
-    return CEILING_SLACK * lr * max(1, local_steps) * (math.sqrt(max(1, numel)) + weight_decay * theta_norm)
+    step = max(1.0, (1.0 - beta1) / math.sqrt(1.0 - beta2))  # Adam's per-parameter step bound, in units of lr
+    return CEILING_SLACK * lr * step * max(1, local_steps) * (math.sqrt(max(1, numel)) + weight_decay * theta_norm)
 
 
 class NormBound:

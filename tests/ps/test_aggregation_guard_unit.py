@@ -37,7 +37,9 @@ class _Push(ReceivedPush):
 
 
 def _aggregator(*, version=1, lr=1e-3, rejects=None, **agg) -> Aggregator:
-    fed = FederationConfig(aggregation=AggregationConfig(**agg), training=TrainingConfig(lr=lr))
+    # Pinned training settings: batch 16 × block 128 × H 50 tokens per sync, AdamW ceiling 1.1·lr·50·√N
+    training = TrainingConfig(lr=lr, batch_size=16, local_steps=50, adam_beta1=0.9, adam_beta2=0.95)
+    fed = FederationConfig(aggregation=AggregationConfig(**agg), training=training)
     a = Aggregator(fed, GlobalModel(), active_clients=lambda: 4, on_reject=None if rejects is None else rejects.append)
     a.restore(version, np.zeros(N, np.float32), (TensorEntry("w", (N,), "float32"),), {})
     return a

@@ -122,7 +122,7 @@ def _aggregator(**agg) -> tuple[Aggregator, np.ndarray]:
     model = GlobalModel()
     theta = np.zeros(100, np.float32)
     # lr 0.01 × 50 local steps: the norm bound's AdamW ceiling (0.55·√numel) sits above these tests' deltas
-    fed = FederationConfig(aggregation=AggregationConfig(**agg), training=TrainingConfig(lr=0.01))
+    fed = FederationConfig(aggregation=AggregationConfig(**agg), training=TrainingConfig(lr=0.01, local_steps=50))
     a = Aggregator(fed, model, active_clients=lambda: 5)
     a.restore(1, theta.copy(), (TensorEntry("w", (100,), "float32"),), {})
     return a, theta

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from geofed.codec import make_codec
+from geofed.config import ModelConfig, TrainingConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed_testing.ledger import delta_for
 from geofed_testing.procs import PSNode, Reaper
@@ -29,7 +30,9 @@ from geofed_testing.wire import NUMEL, Observer, init_model, join, push, raw_pus
 
 BOUND = 4.0
 MAX_TOKENS = 2**64 - 1
-FULL_SYNC = 16 * 128 * 50  # tokens an honest client that finishes H steps declares (batch × block × H)
+# What an honest client that finishes its H local steps declares (default settings): H and batch × block × H tokens
+H = TrainingConfig().local_steps
+FULL_SYNC = TrainingConfig().batch_size * ModelConfig().block_size * H
 COMBOS = [(codec, outer) for codec in ("fp32", "int8") for outer in ("fedavg", "nesterov", "adam")]
 
 
@@ -82,7 +85,8 @@ class Arena:
         steps = []
         for i, client in enumerate(self.honest):
             version, before = self.model()
-            push(client, version, delta_for(f"honest/{i}/{self.rounds}", NUMEL), codec=self.codec, tokens=FULL_SYNC)
+            push(client, version, delta_for(f"honest/{i}/{self.rounds}", NUMEL), codec=self.codec, tokens=FULL_SYNC,
+                 local_steps=H)
             after_version, after = self.model()
             assert after_version == version + 1 and np.isfinite(after).all()
             steps.append(float(np.linalg.norm(after.astype(np.float64) - before)))
@@ -199,7 +203,7 @@ def test_two_pushes_into_one_sync_round_are_refused_and_the_round_stays_finite(s
     steps = []
     for r in range(3):  # honest rounds fill the norm bound's window
         for i, c in enumerate(honest):
-            push(c, version, delta_for(f"sync/{i}/{r}", NUMEL), codec=codec, tokens=FULL_SYNC)
+            push(c, version, delta_for(f"sync/{i}/{r}", NUMEL), codec=codec, tokens=FULL_SYNC, local_steps=H)
         new = _wait_version(observer, version + 1)
         steps.append(float(np.linalg.norm(new.astype(np.float64) - model)))
         version, model = version + 1, new
@@ -211,7 +215,7 @@ def test_two_pushes_into_one_sync_round_are_refused_and_the_round_stays_finite(s
     raw_push(accomplice_stub, accomplice, attack_messages(alternating(1.845e19), codec=codec, base=version,
                                                           upload="a1"))
     for i, c in enumerate(honest):
-        push(c, version, delta_for(f"sync/{i}/attacked", NUMEL), codec=codec, tokens=FULL_SYNC)
+        push(c, version, delta_for(f"sync/{i}/attacked", NUMEL), codec=codec, tokens=FULL_SYNC, local_steps=H)
     attacked = _wait_version(observer, version + 1)
 
     assert first.status == pb.ACCEPTED
