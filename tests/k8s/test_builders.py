@@ -290,5 +290,6 @@ def test_host_path_data_is_read_only_and_the_log_tail_is_the_termination_message
     data = next(m for m in client["volumeMounts"] if m["name"] == "data")
     assert data["readOnly"] is True
     assert client["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    with pytest.raises(ValueError, match="not /"):
-        site(data={"hostPath": {"path": "/"}})
+    for bad in ("/", "//", "/data/../etc"):
+        with pytest.raises(ValueError, match="host_path"):
+            site(data={"hostPath": {"path": bad}})
