@@ -1,0 +1,116 @@
+"""The compressed model stream on `hetero-wan`: bytes down vs bytes up per client, from saved runs.
+
+Reads bench/results/downlink/<scenario>/*.json (RunResult files written by the federation harness) and
+writes the `downlink` section of docs/benchmarks.md: one row per run, the median and range of the
+grid_delta runs, and the sentences under the table, all computed from the same files.
+
+    python bench/downlink_report.py --write docs/benchmarks.md
+
+The runs themselves (a few minutes each): `ours` (geofed's async defaults) with the default downlink,
+repeats 1-3, and once on `bench/results/downlink/hetero-wan-fp32down.yaml` (hetero-wan whose federation
+streams every version to every client in fp32, the downlink before issue 14):
+
+    python -c 'import sys; from pathlib import Path; from bench.federation.scenario import load_scenario; \\
+      from bench.federation.suite import run_suite; \\
+      [run_suite(load_scenario(sys.argv[1]), ["ours"], repeat=r, results_root=Path("bench/results/downlink")) \\
+       for r in (1, 2, 3)]' hetero-wan
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+if str(BENCH.parent) not in sys.path:
+    sys.path.insert(0, str(BENCH.parent))
+
+from bench.codec_bench import write_section  # noqa: E402
+from bench.federation.results import RunResult  # noqa: E402
+
+ROOT = BENCH / "results" / "downlink"
+BEGIN, END = "<!-- downlink:begin -->", "<!-- downlink:end -->"
+GOAL = 1.5
+"""Issue 14: bytes down per client per sync at most 1.5x bytes up."""
+
+
+SCENARIOS = ("hetero-wan", "hetero-wan-fp32down")
+"""The compressed stream with default settings, and the same scenario streaming every version in fp32."""
+
+
+def load(root: Path = ROOT) -> list[RunResult]:
+    return [RunResult.from_json(p.read_text(encoding="utf-8"))
+            for name in SCENARIOS for p in sorted((root / name).glob("*.json"))]
+
+
+def down_up_ratio(run: RunResult) -> float:
+    """Bytes down over bytes up, summed over clients (per sync alike: both count the same syncs)."""
+    up = sum(c.bytes_up for c in run.clients)
+    return sum(c.bytes_down for c in run.clients) / up if up else float("nan")
+
+
+def rows(runs: list[RunResult]) -> list[str]:
+    out = [
+        "| scenario | run | syncs | MB up | MB down | down / up | worst client down / up | final loss | load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        up = sum(c.bytes_up for c in r.clients) / 1e6
+        down = sum(c.bytes_down for c in r.clients) / 1e6
+        worst = max((c.bytes_down / c.bytes_up for c in r.clients if c.bytes_up), default=float("nan"))
+        loss = f"{r.curve[-1].loss:.3f}" if r.curve else "—"
+        out.append(f"| {r.scenario} | {r.repeat} | {sum(c.syncs for c in r.clients)} | {up:.1f} | {down:.1f} | "
+                   f"{down_up_ratio(r):.2f} | {worst:.2f} | {loss} | {r.load_avg_1m} |")
+    return out
+
+
+def summary(runs: list[RunResult]) -> list[str]:
+    ours = [r for r in runs if r.scenario == "hetero-wan"]
+    base = [r for r in runs if r.scenario != "hetero-wan"]
+    if not ours:
+        return ["No grid_delta runs saved yet."]
+    ratios = [down_up_ratio(r) for r in ours]
+    med = statistics.median(ratios)
+    verdict = "meets" if med <= GOAL else "misses"
+    lines = [f"- Bytes down / bytes up, all clients, compressed stream (default settings): median {med:.2f} "
+             f"(range {min(ratios):.2f}–{max(ratios):.2f}, {len(ours)} runs) — {verdict} the ≤ {GOAL} goal."]
+    if base:
+        b = statistics.median(down_up_ratio(r) for r in base)
+        down_ours = statistics.median(sum(c.bytes_down for c in r.clients) for r in ours)
+        down_base = statistics.median(sum(c.bytes_down for c in r.clients) for r in base)
+        lines.append(f"- The fp32 stream of every version (the downlink before issue 14, same code otherwise): "
+                     f"down / up {b:.2f} ({len(base)} run{'s' if len(base) > 1 else ''}); the compressed stream "
+                     f"moves {down_base / down_ours:.1f}× fewer bytes down.")
+        loss_ours = statistics.median(r.curve[-1].loss for r in ours if r.curve)
+        loss_base = statistics.median(r.curve[-1].loss for r in base if r.curve)
+        lines.append(f"- Final eval loss: {loss_ours:.3f} (median, compressed) vs {loss_base:.3f} (fp32 stream).")
+    return lines
+
+
+def render(runs: list[RunResult]) -> str:
+    return "\n".join([
+        "Command: `python bench/downlink_report.py --write docs/benchmarks.md` over the raw runs in "
+        "`bench/results/downlink/` (RunResult JSON; their command in the module docstring). Bytes are the WAN "
+        "proxy's counters: gRPC framing and heartbeats included. Every figure below comes from those files.",
+        "",
+        *rows(runs),
+        "",
+        *summary(runs),
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write", type=Path, help="update the downlink section of this markdown file")
+    args = ap.parse_args(argv)
+    body = render(load())
+    print(body)
+    if args.write:
+        write_section(args.write, body, BEGIN, END)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
