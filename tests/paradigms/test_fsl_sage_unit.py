@@ -80,7 +80,8 @@ def test_alignment_brings_the_auxiliary_model_closer_to_the_server_blocks():
         pairs.append((a.detach(), h.detach(), g_h, g_a))
 
     def misfit():
-        return sum(float(((aux(a) - h) ** 2).mean()) for a, h, _, _ in pairs)
+        with torch.no_grad():
+            return sum(float(((aux(a) - h) ** 2).mean()) for a, h, _, _ in pairs)
 
     before = misfit()
     align_aux(aux, pairs, steps=60)
