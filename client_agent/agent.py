@@ -8,6 +8,7 @@ resumes its optimizer state and data position from its own checkpoint and the mo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,15 @@ log = logging.getLogger("geofed.client")
 FEDERATION_CACHE = "federation.json"  # the federation of the last Join: checked before the next one
 MAX_NON_FINITE_ROUNDS = 3  # rounds in a row with no finite step before the client gives up
 TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")  # push outcomes in which the PS has the delta
+
+
+def private_digest(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over a private state's names and bytes (logged on restore, so a rejoin can be checked)."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        h.update(name.encode())
+        h.update(state[name].detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 class Preempted(Exception):
@@ -160,6 +170,8 @@ class ClientAgent:
             (self.work / FEDERATION_CACHE).write_text(joined)
             check_vocab(tokenizer, ps.federation.model.vocab_size)
             master = ps.master and ps.join_version == 0
+            # A paradigm may stream its own encoding (zo: one scalar per seed); the stream thread decodes it.
+            ps.downlink_decoders = client_paradigm(ps.federation.paradigm).downlink_decoders()
             if not master:
                 ps.start()  # fetch the global model while the model is being built
             return joined, master
@@ -178,6 +190,8 @@ class ClientAgent:
         self._check_layout(ps, paradigm, model, ranks)
         if resumed is not None and resumed.private:
             paradigm.load_private_state(model, resumed.private)  # before sharding: full tensors here
+            log.info("event=private_restored client=%s tensors=%d sha256=%s", cfg.client_id, len(resumed.private),
+                     private_digest(resumed.private))
         precision = pick_precision(fed.training.precision, device)
         if ranks.distributed:
             model = shard_model(model, precision)  # only this rank's shards are allocated on the device
@@ -188,7 +202,7 @@ class ClientAgent:
                                rank=ranks.rank, world=ranks.world, micro_batch_size=cfg.micro_batch_size or None)
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
         self.manifest = paradigm.manifest(model)
-        numel = sum(t.numel for t in self.manifest)
+        numel = paradigm.payload_numel(sum(t.numel for t in self.manifest))
         ef = ErrorFeedback(numel) if fed.codec.error_feedback and ranks.leader else None
         saved_upload: tuple[bytes, bytes] | None = None
         if resumed is not None:
@@ -224,7 +238,8 @@ class ClientAgent:
                 deadline = min(deadline, self.t_start + cfg.duration_s)
             remaining = fed.training.max_steps - trainer.step if fed.training.max_steps else fed.training.local_steps
             try:
-                stats = trainer.train(min(fed.training.local_steps, remaining), deadline=deadline)
+                stats = paradigm.local_update(trainer, min(fed.training.local_steps, remaining), deadline,
+                                              global_model.version if global_model else 0)
             except NonFiniteLossError as exc:  # every rank raises it: the skip decision is global
                 bad_rounds += 1
                 log.warning("event=non_finite_round client=%s step=%d detail=%r", cfg.client_id, trainer.step, str(exc))
@@ -267,7 +282,7 @@ class ClientAgent:
               delta: torch.Tensor, ef: ErrorFeedback | None, stats, eval_loss: float | None, state: dict, step: int,
               numel: int, rounds: int, paradigm: ClientParadigm) -> tuple[PushOutcome, bool]:
         """Rank 0's part of a sync: checkpoint and push the round; whether to stop after it."""
-        model_flat = delta + torch.from_numpy(base.flat)
+        model_flat = paradigm.checkpoint_flat(delta, base.flat)
 
         def save(upload: Upload) -> None:
             self._checkpoint(ckpts, state, model_flat, base.version, ef, eval_loss, step, paradigm.name, upload)

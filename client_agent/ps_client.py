@@ -136,6 +136,7 @@ class PSClient:
         self._push_lock = threading.RLock()
         self._pending: Upload | None = None
         self.session: str | None = None
+        self.downlink_decoders: dict = {}  # the paradigm's own downlink encodings; set before start()
         self.session_ttl_s = 60.0
         self.federation: FederationConfig | None = None
         self.master = False

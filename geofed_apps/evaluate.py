@@ -27,14 +27,17 @@ class GlobalEvaluator:
         import torch
 
         from client_agent.data import TokenStream, load_tokens
-        from client_agent.model import build_model
+        from client_agent.paradigms import client_paradigm
         from client_agent.tokenizer import load_tokenizer
 
         torch.set_num_threads(1)
         tokens, _ = load_tokens(eval_files, load_tokenizer(None), cache=cache)
         self.stream = TokenStream(tokens, fed.model.block_size, seed=1234, eval_tokens=tokens)
         self.batches = self.stream.eval_batches(EVAL_BATCHES, EVAL_BATCH_SIZE)
-        self.model = build_model(fed.model)  # same seed as the master: this is Θ0
+        # The paradigm builds and reparametrises the model as every client does (seeded init or `model.path`:
+        # this is Θ0), and says which parameters the PS's flat vector holds.
+        self.paradigm = client_paradigm(fed.paradigm)
+        self.model = self.paradigm.prepare(self.paradigm.build(fed, initialise=True))
         self.model.eval()
 
     def loss(self, flat: np.ndarray | None = None) -> float:
@@ -45,7 +48,7 @@ class GlobalEvaluator:
         from client_agent.model import lm_loss
 
         if flat is not None:
-            load_flat_(self.model, torch.as_tensor(flat))
+            load_flat_(self.model, torch.as_tensor(flat), self.paradigm.exchanged)
         with torch.no_grad():
             return float(sum(lm_loss(self.model, b).item() for b in self.batches) / len(self.batches))
 

@@ -44,6 +44,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--quiet", action="store_true", help="only the summary lines")
     local.add_argument("--ps-groups", type=int, default=1, metavar="N",
                        help="N PS groups combined by ring all-reduce (multi-PS), clients split across them")
+    local.add_argument("--paradigm", metavar="NAME",
+                       help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
+                            "zo, bitfit, pretrain) on the signature QA task; ends with exact match and F1 lines")
     local.set_defaults(func=run_local)
 
 
@@ -58,6 +61,7 @@ class LocalOptions:
     overrides: list[str] = field(default_factory=list)
     quiet: bool = False
     ps_groups: int = 1  # PS groups (multi-PS, ring all-reduce); clients round-robin across them
+    paradigm: str | None = None  # a fine-tuning preset (geofed_apps.finetune.preset)
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -67,7 +71,7 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
     opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
-                        quiet=args.quiet, ps_groups=args.ps_groups)
+                        quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm)
     return run_local_federation(opts)
 
 
@@ -129,19 +133,30 @@ def run_local_federation(opts: LocalOptions) -> int:
     from .evaluate import GlobalEvaluator, newest
     from .groups import LocalPSSet
     from .launch import StartError, start_client, stop_all
+    from .split_local import SplitLocal
 
     try:
-        data = apply_overrides(merge_settings(LOCAL_DEFAULTS, load_settings_file(opts.federation_file)),
-                               opts.overrides)
+        split = SplitLocal() if opts.paradigm == "fsl-sage" else None  # split learning: a trainer process too
+        preset = split.settings() if split else _finetune_preset(opts.paradigm) if opts.paradigm else {}
+        data = apply_overrides(merge_settings(merge_settings(LOCAL_DEFAULTS, preset),
+                                              load_settings_file(opts.federation_file)), opts.overrides)
         fed = validate_settings(FederationConfig, data)
-    except SettingsError as exc:
-        return _fail(str(exc))
+    except (SettingsError, KeyError) as exc:
+        return _fail(str(exc).strip("'\""))
     run = Path(opts.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
     run.mkdir(parents=True, exist_ok=False)
+    task = None
     try:
-        lists, held = _write_lists(run, opts)
+        if opts.paradigm and split is None:
+            from .finetune.preset import FinetuneTask
+
+            task = FinetuneTask.write(run / "data", opts.clients)
+            lists, held = task.client_files, [task.eval_file]
+        else:
+            lists, held = _write_lists(run, opts)
     except CorpusError as exc:
         return _fail(str(exc))
+    before = task.score_base(fed) if task is not None else None
     (run / "federation.yaml").write_text(yaml.safe_dump(fed.model_dump(mode="json"), sort_keys=False))
     _say(f"geofed local: {opts.clients} clients, model {fed.model.family} {fed.model.n_layer}x{fed.model.n_embd}, "
          f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {fed.codec.name}+{fed.codec.entropy}, "
@@ -150,6 +165,9 @@ def run_local_federation(opts: LocalOptions) -> int:
     logs = run / "logs"
     ps_set = LocalPSSet(run, run / "federation.yaml", logs, opts.ps_groups)
     ps = ps_set.primary
+    if split is not None:
+        split.attach(run)
+        ps.extra += split.ps_flags()
     clients = []
     t0 = time.monotonic()
     try:
@@ -162,6 +180,11 @@ def run_local_federation(opts: LocalOptions) -> int:
         for one in ps_set.all:
             _say(f"status page: {one.status_url} (live while this runs)")
         admin = ps.admin()
+        if split is not None:
+            try:
+                split.start(run / "federation.yaml", ps.address, logs / "split-trainer.log")
+            except (StartError, TimeoutError) as exc:
+                return _fail(f"{exc}; see {logs / 'split-trainer.log'}")
         tails = []
         for i, data_list in enumerate(lists):
             client_id = f"local.client-{i}"
@@ -177,7 +200,7 @@ def run_local_federation(opts: LocalOptions) -> int:
             ))  # fmt: skip
             tails.append(_Tail(work / "metrics.jsonl"))
         evaluator = GlobalEvaluator(fed, held, run / "eval-tokens.npy")
-        initial = evaluator.loss()
+        initial = evaluator.loss() if split is None else split.full_loss(evaluator, fed)
         _say(f"initial global eval loss {initial:.3f} (held-out modules: {len(held)} files)")
         records = [{"t": time.time(), "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0}]
         records += _watch(clients, tails, admin, opts, ps.ckpt_dir, evaluator, t0)
@@ -190,14 +213,23 @@ def run_local_federation(opts: LocalOptions) -> int:
         ckpt = newest(ps.ckpt_dir)
         if ckpt is None:
             return _fail(f"no global model was produced; see {logs}")
-        final = evaluator.loss(ckpt.flat)
+        final = evaluator.loss(ckpt.flat) if split is None else split.full_loss(evaluator, fed, ckpt.flat)
         records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": final,
                         "elapsed_s": time.monotonic() - t0})
         _write_outputs(run, records, evaluator, ckpt.flat)
         if failed:
             _say(f"warning: client(s) {failed} exited with an error; see {logs}")
         _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed")
-        _say(f"eval loss: {initial:.2f} -> {final:.2f}")
+        if task is not None:
+            from .finetune.preset import summary_lines
+
+            after = task.score_global(fed, ckpt.flat, [run / "clients" / f"client-{i}" for i in range(len(lists))])
+            for line in summary_lines(before, after):
+                _say(line)
+        else:
+            _say(f"eval loss: {initial:.2f} -> {final:.2f}")
+            if split is not None:
+                _say(split.memory_line(logs))
         _say(traffic)
         if rings:
             _say(rings)
@@ -206,7 +238,7 @@ def run_local_federation(opts: LocalOptions) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        stop_all([p for p in (*ps_set.procs, *clients) if p is not None])
+        stop_all([p for p in (*ps_set.procs, *clients, split.proc if split else None) if p is not None])
 
 
 def _traffic(admin) -> str:
@@ -218,6 +250,16 @@ def _traffic(admin) -> str:
     pushed = sum(c["bytes_in"] for c in clients) / 1e6
     pulled = sum(c["bytes_out"] for c in clients) / 1e6
     return f"pushed {pushed:.2f} MB, pulled {pulled:.2f} MB"
+
+
+def _finetune_preset(name: str) -> dict:
+    """A fine-tuning preset's settings, with the cached base model (pretrained now on first use)."""
+    from .finetune.base_model import ensure_base_model
+    from .finetune.preset import PRESETS, preset_settings
+
+    if name not in PRESETS:
+        raise KeyError(f"--paradigm {name!r} has no preset; known: {', '.join(sorted(PRESETS))}")
+    return preset_settings(name, ensure_base_model(say=_say))
 
 
 def _watch(clients, tails, admin, opts, ckpt_dir: Path, evaluator: GlobalEvaluator, t0: float) -> list[dict]:
@@ -265,8 +307,8 @@ def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, f
     with open(run / "metrics.jsonl", "w") as f:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
-    load_flat_(evaluator.model, torch.as_tensor(flat))
-    evaluator.model.save_pretrained(run / "final_model")
+    load_flat_(evaluator.model, torch.as_tensor(flat), evaluator.paradigm.exchanged)
+    evaluator.paradigm.export(evaluator.model).save_pretrained(run / "final_model")
     _plot(run / "loss.png", records)
 
 

@@ -7,9 +7,15 @@ from geofed.paradigms import ParadigmSettings
 from .base import ClientParadigm, ParadigmError
 from .bitfit import BitFit
 from .fsl_sage import FslSage
+from .hybrid_lora import HybridLoRA
+from .lora import LoRA
 from .pretrain import Pretrain
+from .ravan import Ravan
+from .zo import ZO
 
-CLIENT_PARADIGMS: dict[str, type[ClientParadigm]] = {p.name: p for p in (Pretrain, BitFit, FslSage)}
+CLIENT_PARADIGMS: dict[str, type[ClientParadigm]] = {
+    p.name: p for p in (Pretrain, BitFit, LoRA, HybridLoRA, Ravan, ZO, FslSage)
+}
 
 
 def client_paradigm(settings: ParadigmSettings) -> ClientParadigm:

@@ -10,6 +10,7 @@ new paradigm is a new file here (plus its settings in `geofed/paradigms/` and it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -22,6 +23,10 @@ from geofed.paradigms import ParadigmSettings
 from ..flat import manifest as flat_manifest
 from ..model import build_model, build_model_shell
 from ..ranks import Ranks
+from ..trainer import LocalTrainer, TrainStats
+
+# (held vector, transfer bytes, base version, version) -> the new vector
+DownlinkDecoder = Callable[[np.ndarray, bytes, int, int], np.ndarray]
 
 
 class ParadigmError(ValueError):
@@ -77,6 +82,29 @@ class ClientParadigm:
         """(name, shape, dtype) of the exchanged vector, in flat order."""
         return flat_manifest(model, self.exchanged)
 
+    # ---- local work -----------------------------------------------------------------------------------
+
+    def local_update(self, trainer: LocalTrainer, steps: int, deadline: float | None, version: int) -> TrainStats:
+        """Algorithm 1's local loop on the adopted global `version`: `steps` backprop steps or until `deadline`."""
+        return trainer.train(steps, deadline=deadline)
+
+    def payload_numel(self, exchanged_numel: int) -> int:
+        """Elements pushed after local work: δ is as long as the exchanged vector (zo: one per seed)."""
+        return exchanged_numel
+
+    def checkpoint_flat(self, payload: torch.Tensor, base: np.ndarray) -> torch.Tensor:
+        """The exchanged vector the client checkpoint keeps (a re-seed after total PS loss): base + δ."""
+        return payload + torch.from_numpy(base)
+
+    def downlink_decoders(self) -> dict[str, DownlinkDecoder]:
+        """Decoders of the paradigm's own downlink encodings (`Strategy.downlink`), by encoding name.
+
+        Each turns (the vector the client holds, the transfer's bytes, its base version, its version) into
+        the new exchanged vector; the PS's sha256 of that vector is checked afterwards, so a decoder that
+        is not bit-exact costs a whole-vector transfer, never a wrong model. None by default.
+        """
+        return {}
+
     # ---- the exchange -------------------------------------------------------------------------------
 
     def adopt(self, ranks: Ranks, model: nn.Module, downlink: np.ndarray | None) -> None:
@@ -91,6 +119,10 @@ class ClientParadigm:
     def full_exchanged(self, ranks: Ranks, model: nn.Module) -> torch.Tensor | None:
         """The exchanged vector on rank 0 (the master's Θ0 upload; a re-seed after total PS loss)."""
         return ranks.full_flat(model, self.exchanged)
+
+    def export(self, model: nn.Module) -> nn.Module:
+        """The model a user takes away (e.g. adapters merged into the base); the model itself by default."""
+        return model
 
     # ---- private state (survives preemption, never leaves the client) ---------------------------------
 

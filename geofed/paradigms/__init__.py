@@ -13,10 +13,17 @@ from pydantic import Field
 from .base import ParadigmSettings
 from .bitfit import BitFitSettings
 from .fsl_sage import FslSageSettings
+from .hybrid_lora import HybridLoRASettings
+from .lora import LoRASettings
 from .pretrain import PretrainSettings
+from .ravan import RavanSettings
+from .zo import ZOSettings
 
 # The one list of known paradigms' settings; the CRD and Helm schemas are generated from this union.
-PARADIGM_SETTINGS: tuple[type[ParadigmSettings], ...] = (PretrainSettings, BitFitSettings, FslSageSettings)
+PARADIGM_SETTINGS: tuple[type[ParadigmSettings], ...] = (
+    PretrainSettings, BitFitSettings, LoRASettings, HybridLoRASettings, RavanSettings, ZOSettings,
+    FslSageSettings,
+)
 
 ParadigmConfig = Annotated[Union[PARADIGM_SETTINGS], Field(discriminator="name")]  # noqa: UP007
 

@@ -7,9 +7,15 @@ from geofed.config import FederationConfig
 from ..strategy import Strategy
 from .bitfit import BitFit
 from .fsl_sage import FslSage
+from .hybrid_lora import HybridLoRA
+from .lora import LoRA
 from .pretrain import Pretrain
+from .ravan import Ravan
+from .zo import ZO
 
-STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in (Pretrain, BitFit, FslSage)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    s.name: s for s in (Pretrain, BitFit, LoRA, HybridLoRA, Ravan, ZO, FslSage)
+}
 
 
 def build_strategy(fed: FederationConfig) -> Strategy:

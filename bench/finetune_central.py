@@ -1,0 +1,66 @@
+"""Central fine-tuning baseline: one process, the union of the clients' QA data, the same token budget.
+
+`python -m bench.finetune_central --paradigm lora --steps 500` trains the paradigm's preset (full model
+with `pretrain`, adapters with `lora`) for `steps` batches on every client's pairs at once, and prints the
+same summary lines `geofed local --paradigm` does, plus a `result:` JSON line for the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paradigm", default="lora", help="preset whose model and settings to train")
+    parser.add_argument("--steps", type=int, required=True, help="batches to train (the federation's total)")
+    parser.add_argument("--clients", type=int, default=2, help="clients whose data to pool (the split's)")
+    parser.add_argument("--seed", type=int, default=0, help="data order seed")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from client_agent.data import TokenStream, load_tokens
+    from client_agent.model import count_parameters
+    from client_agent.paradigms import client_paradigm
+    from client_agent.tokenizer import load_tokenizer
+    from client_agent.trainer import LocalTrainer
+    from geofed.config import FederationConfig
+    from geofed_apps.finetune.answers import evaluate_answers
+    from geofed_apps.finetune.base_model import ensure_base_model
+    from geofed_apps.finetune.preset import FinetuneTask, preset_settings, summary_lines
+    from geofed_apps.local import LOCAL_DEFAULTS, merge_settings
+
+    torch.set_num_threads(1)
+    fed = FederationConfig.model_validate(
+        merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, ensure_base_model())))
+    with tempfile.TemporaryDirectory() as tmp:
+        task = FinetuneTask.write(Path(tmp), args.clients)
+        files = [Path(line) for f in task.client_files for line in f.read_text().split()]
+        tokens, _ = load_tokens(files, load_tokenizer(None))
+        before = task.score_base(fed)
+        paradigm = client_paradigm(fed.paradigm)
+        model = paradigm.prepare(paradigm.build(fed, initialise=True))
+        trainer = LocalTrainer(model, fed.training, TokenStream(tokens, fed.model.block_size, seed=args.seed),
+                               "cpu", micro_batch_size=fed.training.batch_size)
+        t0 = time.monotonic()
+        stats = trainer.train(args.steps)
+        seconds = time.monotonic() - t0
+        after = evaluate_answers(model, task.pairs)
+    for line in summary_lines(before, after):
+        print(line)
+    print("result: " + json.dumps({
+        "trainable": count_parameters(model, trainable_only=True), "steps": stats.steps, "tokens": stats.tokens,
+        "train_s": seconds, "em": [before.exact_match, after.exact_match], "f1": [before.f1, after.f1],
+        "eval_loss": [before.eval_loss, after.eval_loss],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Hybrid LoRA (paper §III-C3): the base is exchanged as in pretraining; each client's adapters stay private.
+
+A round runs `lora_steps` steps on the client's own adapters (base frozen), then `base_steps` steps on
+the base (adapters frozen); only the base's δ goes to the PS. The adapters personalise the shared base
+to the client's data; they never leave the client and ride in its checkpoint across preemption.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .lora import AdapterSettings
+
+
+class HybridLoRASettings(AdapterSettings):
+    """Shared base, private per-client adapters."""
+
+    name: Literal["hybrid-lora"] = Field(
+        "hybrid-lora", description="Hybrid LoRA: base exchanged, adapters private to each client."
+    )
+    lora_steps: int = Field(10, ge=0, le=100_000, description="H_lora: steps on the private adapters per round.")
+    base_steps: int = Field(10, ge=1, le=100_000, description="H_base: steps on the shared base per round.")

@@ -1,0 +1,65 @@
+"""Federated LoRA (FedIT; Zhang et al., 2024): W + (α/r)·BA, only A and B trained and exchanged.
+
+Averaging A and B separately is not averaging BA (the mean of products is not the product of means).
+`aggregation: product` makes the PS average the clients' products BA exactly and re-factorise the
+mean to rank r (a truncated SVD, the best rank-r approximation); `separate` is FedIT's plain averaging.
+`target_modules` and `rank` are checked against the model family here when the model is built from
+config, and against the real layers on every client before it trains.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from .base import ParadigmSettings
+
+# The layers each family's LoRA may wrap, and the smaller dimension of each, as a multiple of n_embd
+# (every one is n_embd wide on one side, so the rank bound is n_embd for all of them).
+FAMILY_LAYERS: dict[str, tuple[str, ...]] = {
+    "gpt2": ("c_attn", "c_proj", "c_fc"),
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+
+
+class AdapterSettings(ParadigmSettings):
+    """What every low-rank adapter paradigm shares: rank, scale, dropout and the wrapped layers."""
+
+    rank: int = Field(8, ge=1, le=4096, description="r: the adapters' rank; at most the wrapped layers' smaller side.")
+    alpha: float = Field(16.0, gt=0, le=1e4, description="α: the adapter output is scaled by α / r.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input during training.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["c_attn"], min_length=1, max_length=64,
+        description="Layer names to wrap (matched on the last name component, e.g. c_attn, c_proj, c_fc for "
+        "gpt2; q_proj, v_proj for llama).",
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or not name.replace("_", "").replace(".", "").isalnum():
+                raise ValueError(f"paradigm.target_modules: {name!r} is not a layer name")
+        return value
+
+    def check_model(self, model: Any) -> None:
+        layers = FAMILY_LAYERS.get(model.family, ())
+        missing = [t for t in self.target_modules if t.rsplit(".", 1)[-1] not in layers]
+        if missing:
+            raise ValueError(f"paradigm.target_modules: {', '.join(missing)} is not a layer of a {model.family} "
+                             f"model (its layers: {', '.join(layers)})")
+        if model.path is None and self.rank > model.n_embd:
+            raise ValueError(f"paradigm.rank {self.rank} is larger than the wrapped layers' smaller dimension "
+                             f"(n_embd = {model.n_embd})")
+
+
+class LoRASettings(AdapterSettings):
+    """FedIT: clients train LoRA adapters on a frozen base and exchange only the adapters."""
+
+    name: Literal["lora"] = Field("lora", description="Federated LoRA (FedIT): exchange only the adapters A, B.")
+    aggregation: Literal["separate", "product"] = Field(
+        "separate",
+        description="separate: average A and B on their own (FedIT); product: average the products BA exactly "
+        "and re-factorise to rank r by truncated SVD.",
+    )

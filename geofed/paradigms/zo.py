@@ -1,0 +1,40 @@
+"""Zeroth-order federated fine-tuning (MeZO/SPSA with shared seeds, as in FedKSeed).
+
+For round v the PS and every client derive `seeds` directions zₖ from (`seed`, v, k) with numpy's Philox
+(`geofed.zo`); a client returns one scalar per direction, gₖ = (L(θ+εzₖ) − L(θ−εzₖ)) / 2ε on its data; the
+PS averages them and θ ← θ − lr·Σₖ ḡₖ zₖ / seeds. Clients that hold version v−1 receive just the ḡ's and apply
+the same update themselves, so both directions carry O(seeds) bytes, not O(model).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from .base import ParadigmSettings
+
+
+class ZOSettings(ParadigmSettings):
+    """Seeds in, one scalar per seed out."""
+
+    name: Literal["zo"] = Field("zo", description="Zeroth-order (MeZO/SPSA): exchange one scalar per seed.")
+    seeds: int = Field(16, description="Directions per round, each one scalar up and one down; at least 1.")
+    eps: float = Field(1e-3, gt=0, le=1, description="ε: the perturbation scale of the two-point estimate.")
+    lr: float = Field(1e-4, gt=0, le=10, description="Step size of the zeroth-order update on the PS and clients.")
+    params: Literal["all", "bias"] = Field(
+        "all", description="Parameters perturbed and exchanged: all, or bias vectors and norms only (BitFit's set)."
+    )
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="Federation seed the per-round directions derive from.")
+    history: int = Field(64, ge=1, le=100_000,
+                         description="Versions of ḡ the PS keeps to bring a lagging client up to date by seeds.")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, value: Any) -> Any:
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65536:
+            raise ValueError(f"paradigm.seeds must be an integer from 1 to 65536 (directions per round), got {value!r}")
+        return value
+
+    def check_model(self, model: Any) -> None:
+        return None

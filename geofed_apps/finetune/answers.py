@@ -1,0 +1,85 @@
+"""Greedy-decoded answers on the held-out pairs: exact match, token F1 and answer loss of one model.
+
+Decoding is greedy (argmax) and stops at a newline, EOS, or `MAX_NEW` bytes. The eval loss is the mean
+cross-entropy of the answer's tokens (and its newline) given the prompt, so it measures the task, not how
+well the model predicts signatures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .metrics import score
+from .task import QAPair
+
+MAX_NEW = 40
+STOP = frozenset(b"\n")
+
+
+@dataclass(frozen=True)
+class AnswerScores:
+    exact_match: float  # percent
+    f1: float  # percent
+    eval_loss: float  # nats per answer token
+    predictions: tuple[str, ...]
+
+
+def _encode(text: str) -> list[int]:
+    return list(text.encode("utf-8"))  # the byte tokenizer: ids 0-255, EOS = 256
+
+
+@torch.no_grad()
+def greedy_answer(model: nn.Module, prompt: str, eos_id: int, max_new: int = MAX_NEW) -> str:
+    """Greedy continuation of `prompt` up to a stop byte (not included)."""
+    ids = _encode(prompt)
+    context = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 128)
+    out: list[int] = []
+    for _ in range(max_new):
+        window = (ids + out)[-context:]
+        logits = model(input_ids=torch.tensor([window]), use_cache=False).logits[0, -1]
+        nxt = int(logits.argmax())
+        if nxt == eos_id or nxt in STOP or nxt > 255:
+            break
+        out.append(nxt)
+    return bytes(out).decode("utf-8", errors="replace")
+
+
+@torch.no_grad()
+def answer_loss(model: nn.Module, pairs: Sequence[QAPair]) -> float:
+    """Mean cross-entropy of the answer tokens (and its newline) given each prompt."""
+    total, count = 0.0, 0
+    for p in pairs:
+        prompt, answer = _encode(p.prompt), _encode(p.answer + "\n")
+        ids = torch.tensor([prompt + answer])
+        logits = model(input_ids=ids[:, :-1], use_cache=False).logits[0]
+        targets = ids[0, 1:]
+        n = len(answer)
+        total += float(F.cross_entropy(logits[-n:].float(), targets[-n:], reduction="sum"))
+        count += n
+    return total / count
+
+
+def evaluate_answers(model: nn.Module, pairs: Sequence[QAPair], eos_id: int = 256) -> AnswerScores:
+    """Exact match and F1 (percent) of greedy answers, and the answer loss, on `pairs`."""
+    torch.set_num_threads(1)  # one token at a time: more threads only spin against the training processes
+    was_training = model.training
+    model.eval()
+    try:
+        preds = tuple(greedy_answer(model, p.prompt, eos_id) for p in pairs)
+        loss = answer_loss(model, pairs)
+    finally:
+        model.train(was_training)
+    em, f1 = score(preds, [p.answer for p in pairs])
+    return AnswerScores(em, f1, loss, preds)
+
+
+def mean_scores(scores: Sequence[AnswerScores]) -> AnswerScores:
+    """The mean of several models' scores on the same pairs (Hybrid LoRA: one per client)."""
+    n = len(scores)
+    return AnswerScores(sum(s.exact_match for s in scores) / n, sum(s.f1 for s in scores) / n,
+                        sum(s.eval_loss for s in scores) / n, scores[0].predictions)
