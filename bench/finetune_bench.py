@@ -139,11 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=900.0, help="upper bound on one federated run")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
     parser.add_argument("--report", action="store_true", help="only print the table from saved results")
+    parser.add_argument("--again", action="store_true", help="re-measure runs that have saved results")
     args = parser.parse_args(argv)
     if not args.report:
         OUT.mkdir(parents=True, exist_ok=True)
-        for i in range(args.runs):  # rounds of rows, so load drifts hit every row alike
-            for row in args.rows.split(","):
+        for row in args.rows.split(","):  # row by row: a cut-short benchmark leaves whole rows
+            for i in range(args.runs):
+                if (OUT / f"{row}-{i}.json").exists() and not args.again:
+                    continue  # measured already (a resumed benchmark)
                 kind, paradigm, overrides = ROWS[row]
                 result = run_central(row, paradigm, i, args) if kind == "central" else \
                     run_fed(row, paradigm, overrides, i, args)
