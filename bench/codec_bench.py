@@ -109,6 +109,7 @@ def run_codec(x: np.ndarray, spec: tuple) -> dict:
         frames[:] = list(it)
         return header
 
+    encode()  # warm-up, untimed: numba compiles the Huffman coder on first use
     t_enc, header = timed(encode)
     out = np.empty_like(x)
 
@@ -119,6 +120,7 @@ def run_codec(x: np.ndarray, spec: tuple) -> dict:
                 out[off : off + vals.size] = vals
         dec.finish()
 
+    decode()  # warm-up, untimed
     t_dec, _ = timed(decode)
     nbytes = len(header) + sum(map(len, frames))
     err = rel_error(x, out)

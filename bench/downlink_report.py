@@ -76,6 +76,14 @@ def summary(runs: list[RunResult]) -> list[str]:
     verdict = "meets" if med <= GOAL else "misses"
     lines = [f"- Bytes down / bytes up, all clients, compressed stream (default settings): median {med:.2f} "
              f"(range {min(ratios):.2f}–{max(ratios):.2f}, {len(ours)} runs) — {verdict} the ≤ {GOAL} goal."]
+    worst = [max(r.clients, key=lambda c: c.bytes_down / max(1, c.bytes_up)) for r in ours]
+    w = [c.bytes_down / c.bytes_up for c in worst]
+    fewest = sum(c.syncs == min(x.syncs for x in r.clients) for c, r in zip(worst, ours, strict=True))
+    named = ", ".join(f"{c.client}: {c.syncs} syncs" for c in worst)
+    lines.append(f"- Per client, the worst client of each run: down / up median {statistics.median(w):.2f} (range "
+                 f"{min(w):.2f}–{max(w):.2f}) — {'meets' if max(w) <= GOAL else 'misses'} the goal per client; "
+                 f"it is the client with the fewest syncs in {fewest} of {len(ours)} runs ({named}): its first, "
+                 "whole-model download is shared by few syncs.")
     if base:
         b = statistics.median(down_up_ratio(r) for r in base)
         down_ours = statistics.median(sum(c.bytes_down for c in r.clients) for r in ours)
@@ -85,7 +93,11 @@ def summary(runs: list[RunResult]) -> list[str]:
                      f"moves {down_base / down_ours:.1f}× fewer bytes down.")
         loss_ours = statistics.median(r.curve[-1].loss for r in ours if r.curve)
         loss_base = statistics.median(r.curve[-1].loss for r in base if r.curve)
-        lines.append(f"- Final eval loss: {loss_ours:.3f} (median, compressed) vs {loss_base:.3f} (fp32 stream).")
+        loads = [r.load_avg_1m for r in runs if r.load_avg_1m is not None]
+        load = f"{min(loads):.0f}–{max(loads):.0f}" if loads else "unrecorded"
+        lines.append(f"- Final eval loss: {loss_ours:.3f} (median, compressed) vs {loss_base:.3f} (fp32 stream), with "
+                     f"the machine's load average at {load} on 2 cores during these runs: "
+                     "tokens trained differ run to run, so these losses cannot show a penalty or its absence.")
     return lines
 
 
