@@ -72,6 +72,10 @@ class _Published:
 class GridStream:
     """Publishes grid-rounded versions and builds exact differences between them (thread-safe).
 
+    The published vector is this PS's view: its grids follow the versions it has published, so two PS
+    groups (or one PS before and after adopting another's model) may round the same version differently;
+    each client is exact against the PS it streams from, and the true vector is what groups agree on.
+
     Memory: `history` published vectors (fp32 each) plus a few cached encodings; a client whose version
     has left the history gets the whole vector. A checkpoint keeps the grids of its version, so a restarted
     PS publishes that version bit for bit again; the history starts empty (clients get one full transfer).
