@@ -179,8 +179,8 @@ NOTES = """## Known limits not expressed as a failing test
   distinct client ids: a site that mints itself several client ids (its site credential may) holds several
   entries. The bound holds for one hostile client among at least three honest ones.
 - **An attack inside the bound still lands.** A sign-flipped or redirected delta no longer than 3 × the median
-  honest norm is applied like an honest one (the benchmark above measures what that costs); only the robust
-  options remove it, at their own cost on honest progress.
+  honest norm is applied like an honest one (the benchmark above measures what that costs); the robust
+  options reduce it, at their own cost on honest progress.
 - **Asynchronous K > 1 and a buffered delta.** A client whose delta was ACCEPTED but not yet applied must
   wait for a newer version before its next push (one delta per client per base version and round); the
   agent (`client_agent/agent.py` `_next_model`) still trains again on the same version and is refused
