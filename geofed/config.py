@@ -100,7 +100,10 @@ class AggregationConfig(_Section):
         "tokens", description="Weight each delta by the tokens behind it, or equally."
     )
     fednova: bool = Field(
-        False, description="FedNova normalisation: divide each delta by its local step count, rescale by the mean."
+        False,
+        description="FedNova normalisation: weigh each delta by its tokens per local step, divide it by its local "
+        "step count τ and rescale by the weighted mean τ (Wang et al. 2020). Exact for plain SGD; with the "
+        "clients' AdamW, whose per-step update has a roughly constant scale, it is the first-order correction.",
     )
     quorum: float = Field(
         1.0, gt=0, le=1, description="sync: fraction of active clients whose deltas close a round early."
@@ -126,6 +129,31 @@ class AggregationConfig(_Section):
     )
     trim_fraction: float = Field(0.1, ge=0, lt=0.5, description="trimmed_mean: fraction cut at each end.")
     clip_norm: float = Field(0.0, ge=0, description="Clip each client's delta to this L2 norm; 0 disables.")
+    norm_bound_multiple: float = Field(
+        3.0,
+        ge=0,
+        le=1000,
+        description="Default-on norm bound: each delta is scaled down to at most this multiple of the "
+        "median L2 norm of recent accepted deltas from distinct clients (norm_bound_window), and never beyond the "
+        "most the inner AdamW can move the exchanged vector in one sync (training.lr × training.local_steps × "
+        "(√numel + weight_decay·‖θ‖), +10%), which alone bounds the first deltas until 3 distinct clients have "
+        "pushed. 0 disables both (not advised outside tests).",
+    )
+    norm_bound_window: int = Field(
+        16,
+        ge=3,
+        le=4096,
+        description="Distinct clients whose latest accepted delta norm the norm bound's median is taken over "
+        "(one entry per client, so one client cannot move the median by pushing often).",
+    )
+    robust_window: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="robust, async mode: the order statistics run over the latest delta of up to this many "
+        "distinct clients (kept on disk; entries older than max_staleness versions drop out), so median and "
+        "trimmed mean work at buffer size 1. sync mode uses the round's deltas only.",
+    )
 
 
 class DownlinkConfig(_Section):
@@ -237,6 +265,12 @@ class FederationConfig(_Section):
         "steps 3 and 13); `name` selects the paradigm, the other keys are its own settings.",
     )
 
+    @field_validator("paradigm", mode="before")
+    @classmethod
+    def _paradigm_by_name(cls, value: Any) -> Any:
+        """`paradigm: bitfit` is short for `paradigm: {name: bitfit}` (older settings files name it so)."""
+        return {"name": value} if isinstance(value, str) else value
+
     groups: list[PSGroup] = Field(
         default_factory=list,
         max_length=64,
@@ -244,12 +278,6 @@ class FederationConfig(_Section):
         "every round by ring all-reduce. Empty: one PS.",
     )
     ring: RingConfig = Field(default_factory=RingConfig, description="Ring all-reduce between the groups' PSs.")
-
-    @field_validator("paradigm", mode="before")
-    @classmethod
-    def _paradigm_by_name(cls, value: Any) -> Any:
-        """`paradigm: bitfit` is short for `paradigm: {name: bitfit}` (older settings files name it so)."""
-        return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _paradigm_fits_model(self) -> FederationConfig:

@@ -102,6 +102,7 @@ class ParameterServerCore:
             fed, self.model, active_clients=self.active_client_count, on_apply=self._on_apply,
             reducer=self.group.reducer, contributions=Contributions(server.contribution_window),
             on_staleness=self.metrics.staleness.observe,
+            on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
         )
         self.history = LossHistory()  # (version, time, mean reported losses) for the status page
         self._stop = threading.Event()
@@ -217,6 +218,11 @@ class ParameterServerCore:
         self.persist_registry()
         return out
 
+    def revoke_client(self, principal: Principal, client_id: str, token: str = "") -> tuple[int, int]:
+        out = self.registry.revoke_client(principal, client_id, token)
+        self.persist_registry()
+        return out
+
     def check_client_layout(self, paradigm: str, manifest: Manifest) -> None:
         """Refuse (ParadigmMismatch) a client that declares another paradigm or layout than the federation's."""
         if paradigm and paradigm != self.fed.paradigm.name:
@@ -319,7 +325,6 @@ class ParameterServerCore:
         self._count_stale(client.client_id, outcome)
         self.metrics.compression_ratio.labels(client.client_id).set(push.header.payload_bytes / max(1, 4 * push.numel))
         client.push_done(push.header.payload_bytes / max(1, 4 * push.numel))
-        self.record_report(client, push.header.report)
         log.info(
             "event=push client=%s upload=%s status=%s version=%d staleness=%d bytes=%d codec=%s",
             client.client_id, push.header.upload_id, outcome.status, outcome.version, outcome.staleness,

@@ -104,11 +104,15 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         except AuthError as exc:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         if not self.limiter.allow(session.client_id):
+            self.core.metrics.rate_limited.labels(rpc).inc()
+            if rpc == "PushDelta":
+                self.core.reject(PushTooLarge("rate_limit", "rate limit exceeded"), session.client_id)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limit exceeded: slow down")
         return session, credential
 
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
         if not self.join_limiter.allow(context.peer().rsplit(":", 1)[0]):
+            self.core.metrics.rate_limited.labels("Join").inc()
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many Join attempts: slow down")
         try:
             result = self.core.join(request.token, request.client_id, context.peer(), paradigm=request.paradigm,
@@ -219,8 +223,14 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     def __init__(self, core: ParameterServerCore) -> None:
         self.core = core
+        # Per caller address, before the credential is checked: throttles credential guessing and a flood
+        # from one operator or site alike (burst 2x).
+        self.limiter = RateLimiter(core.server.rate_limit_per_s)
 
     def _principal(self, context: grpc.ServicerContext):
+        if not self.limiter.allow(context.peer().rsplit(":", 1)[0]):
+            self.core.metrics.rate_limited.labels("admin").inc()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many admin calls: slow down")
         credential = credential_from(context.invocation_metadata(), "Admin")
         if credential is None:
             self.core.metrics.auth_failures.labels("admin").inc()
@@ -261,6 +271,14 @@ class AdminServicer(pb_grpc.AdminServicer):
         revoked = self._guard(context, lambda: self.core.revoke_site(principal, request.site))
         log.info("event=site_revoked site=%s existed=%s", request.site, revoked)
         return pb.RevokeSiteResponse(revoked=revoked)
+
+    def RevokeClient(self, request: pb.RevokeClientRequest, context) -> pb.RevokeClientResponse:
+        principal = self._principal(context)
+        tokens, sessions = self._guard(
+            context, lambda: self.core.revoke_client(principal, request.client_id, request.token))
+        log.info("event=client_revoked client=%s tokens=%d sessions=%d by=%s", request.client_id, tokens, sessions,
+                 principal.site or "admin")
+        return pb.RevokeClientResponse(tokens=tokens, sessions=sessions)
 
     def ListClients(self, request, context) -> pb.ListClientsResponse:
         principal = self._principal(context)

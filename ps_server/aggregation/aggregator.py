@@ -25,6 +25,7 @@ from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader, ReceivedPush
 from .contributions import Contributions
 from .downlink import Downlink
+from .guard import DeltaGuard, all_finite
 from .reducer import LocalReducer, ReduceFailed, Reducer, empty_round
 from .rounds import admit, should_close
 from .strategies import build_strategy
@@ -66,6 +67,7 @@ class Aggregator:
         active_clients: Callable[[], int] = lambda: 1,
         on_apply: Callable[[Snapshot], None] | None = None,
         on_staleness: Callable[[int], None] | None = None,
+        on_reject: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         strategy: Strategy | None = None,
         reducer: Reducer | None = None,
@@ -80,6 +82,8 @@ class Aggregator:
         self.active_clients = active_clients
         self.on_apply = on_apply
         self.on_staleness = on_staleness
+        self.on_reject = on_reject  # counts a refusal the aggregator makes on its own (a dropped round)
+        self.guard = DeltaGuard(fed)  # vouched weights, one delta per base/round, the norm bound
         self.clock = clock
         self.lock = threading.RLock()
         self.acc: Accumulator | None = None
@@ -87,6 +91,7 @@ class Aggregator:
         self.uploads: dict[str, OrderedDict[str, PushOutcome]] = {}  # client -> its recent upload ids
         self.ledger: dict[str, ClientLedger] = {}
         self._pending: dict[str, float] = {}  # client -> weight buffered, credited when applied
+        self._round_uploads: list[tuple[str, str]] = []  # (client, upload id) buffered in the open round
         self._dropped = ("", "")  # (reason, why) of the last dropped round
 
     def payload_numel(self) -> int | None:
@@ -116,6 +121,7 @@ class Aggregator:
                 self._admit(header.base_version)
             except StaleDelta as exc:
                 return PushOutcome("STALE", self.model.version, message=exc.message)
+            self.guard.admit(client_id, header.base_version)
         return None
 
     def _admit(self, base_version: int):
@@ -180,11 +186,18 @@ class Aggregator:
                 adm = self._admit(header.base_version)
             except StaleDelta as exc:  # the version moved on while the payload was arriving
                 return PushOutcome("STALE", self.model.version, message=exc.message)
+            self.guard.admit(push.client_id, header.base_version)
+            bounded = self.guard.bound(push, current)
+            if bounded.scale < 1.0:
+                log.info("event=delta_bounded client=%s norm=%.4g bounded_to=%.4g", push.client_id, push.norm,
+                         bounded.norm)
             if self.acc is None:
                 self.acc = self.strategy.open_round(current)
-            weight = self.strategy.fold(self.acc, push, adm, num_tokens=header.num_tokens,
-                                        local_steps=header.local_steps)
-            self.contributions.folded(push.client_id, tokens=header.num_tokens, weight=weight, norm=push.norm,
+            tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
+            steps = self.guard.vouched_steps(header.local_steps)
+            weight = self.strategy.fold(self.acc, bounded, adm, num_tokens=tokens, local_steps=steps)
+            self.guard.accepted(push.client_id, header.base_version, bounded.norm)
+            self.contributions.folded(push.client_id, tokens=tokens, weight=weight, norm=bounded.norm,
                                       clip_norm=self.cfg.clip_norm,
                                       tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
             if self.first_at is None:
@@ -202,6 +215,8 @@ class Aggregator:
                     raise InvalidPush(self._dropped[0], f"the round this delta closed was dropped and the previous "
                                       f"version kept: {self._dropped[1]}")
                 outcome = PushOutcome("APPLIED", snap.version, adm.staleness, weight)
+            else:
+                self._round_uploads.append((push.client_id, header.upload_id))
             self._remember(push.client_id, header.upload_id, outcome)
         if snap is not None and self.on_apply:
             self.on_apply(snap)
@@ -229,7 +244,11 @@ class Aggregator:
         return snap
 
     def _apply(self) -> Snapshot | None:
-        """close → reduce → apply → publish (Algorithm 1, step 13); None: the round was dropped."""
+        """close → reduce → apply → publish (Algorithm 1, step 13); None: the round was dropped (not finite).
+
+        The guard's bounds make a non-finite round impossible in practice; this check makes it impossible,
+        full stop: nothing non-finite is ever published, the previous version stays.
+        """
         acc, current = self.acc, self.model.current()
         assert current is not None
         closed = self.strategy.close(acc) if acc is not None else empty_round(self.strategy.payload_numel(current))
@@ -237,23 +256,36 @@ class Aggregator:
             round_sum = self.reducer.reduce(closed, current.version)
         except ReduceFailed as exc:  # the PSs could not combine it; none of them applies it
             return self._drop_round(closed.count, exc.message, exc.reason)
+        if not all_finite(round_sum.delta):  # before the outer optimizer sees it: its state stays clean
+            return self._drop_round(round_sum.count, "the combined update is non-finite")
         flat = self.strategy.apply(current, round_sum)
+        if not all_finite(flat):
+            return self._drop_round(round_sum.count, "the next model is non-finite")
         new_version = current.version + 1
         for client_id, weight in self._pending.items():
             self.ledger.setdefault(client_id, ClientLedger()).contribution += weight
         self.contributions.applied()
+        for client_id, upload_id in self._round_uploads:  # buffered uploads are now part of a version
+            done = self._recall(client_id, upload_id)
+            if done is not None and done.status == "ACCEPTED":
+                self.uploads[client_id][upload_id] = PushOutcome("APPLIED", new_version, done.staleness, done.weight,
+                                                                 "applied in a later round")
         log.info(
             "event=apply version=%d deltas=%d clients=%d weight=%.1f", new_version, round_sum.count,
             len(round_sum.clients), round_sum.weight,
         )
-        self.acc, self.first_at, self._pending = None, None, {}
+        self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
+        self.guard.round_closed(applied=True)
         return self.model.publish(new_version, flat, current.manifest)
 
-    def _drop_round(self, deltas: int, why: str, reason: str) -> None:
+    def _drop_round(self, deltas: int, why: str, reason: str = "nonfinite_round") -> None:
         log.error("event=round_dropped version=%d deltas=%d reason=%r", self.model.version, deltas, why)
         self._dropped = (reason, why)
         self.contributions.dropped()
-        self.acc, self.first_at, self._pending = None, None, {}
+        self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
+        self.guard.round_closed(applied=False)
+        if self.on_reject:
+            self.on_reject(reason)
         return None
 
     def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Downlink:
@@ -263,17 +295,23 @@ class Aggregator:
     # ---- durability -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Strategy state, upload ids and ledger; buffered (unapplied) deltas are not persisted."""
+        """Strategy state, upload ids and ledger.
+
+        Buffered (ACCEPTED, not yet applied) deltas are not persisted, and neither are their upload ids:
+        after a restart the client resends such a delta (it still holds it) and it must be taken again,
+        not answered DUPLICATE — else a graceful stop (SIGTERM, a Kubernetes roll) would silently drop it.
+        """
         with self.lock:
             return {
                 "paradigm": self.strategy.name,
                 "strategy": self.strategy.state_dict(),
                 "uploads": [
                     [c, u, o.status, o.version, o.staleness, o.weight]
-                    for c, recent in self.uploads.items() for u, o in recent.items()
+                    for c, recent in self.uploads.items() for u, o in recent.items() if o.status != "ACCEPTED"
                 ],
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
                 "contributions": self.contributions.state_dict(),
+                "guard": self.guard.state_dict(),
                 "downlink": self.strategy.stream.state_dict(self.model.current()) if self.strategy.stream else {},
             }
 
@@ -296,9 +334,10 @@ class Aggregator:
                 self.uploads.setdefault(client_id, OrderedDict())[upload_id] = outcome
             self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
             self.contributions.load_state_dict(state.get("contributions", {}))
+            self.guard.load_state_dict(state.get("guard", {}))
             if self.strategy.stream is not None:
                 self.strategy.stream.load_state_dict(state.get("downlink", {}))
-            self.acc, self.first_at, self._pending = None, None, {}
+            self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
             self.model.publish(snapshot_version, flat, manifest)
 
     def adopt(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, strategy_state: dict) -> Snapshot:

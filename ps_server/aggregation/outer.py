@@ -32,11 +32,38 @@ class OuterOptimizer(ABC):
     def increment_(self, delta: np.ndarray) -> None:
         """Overwrite the averaged delta Δ with the increment u, so that θ_new = θ + u."""
 
-    def state_dict(self) -> dict[str, np.ndarray | float | int]:
-        return {}
+    def state_dict(self) -> dict[str, np.ndarray | float | int | str]:
+        return {"name": self.name}
 
     def load_state_dict(self, state: dict) -> None:  # noqa: B027 - stateless default
         """Restore optimizer state saved by `state_dict`."""
+
+
+def restore_outer(outer: OuterOptimizer, state: dict) -> str | None:
+    """Load saved outer-optimizer state into `outer`; return why it was reset instead, or None.
+
+    Changing `outer_optimizer` between restarts is a deliberate settings change: the old optimizer's
+    momentum means nothing to the new one, so it starts fresh (and says so) instead of crashing on a
+    missing key. A state holding NaN/Inf (written before finiteness was enforced) is dropped too: one
+    non-finite momentum entry would otherwise poison every later round.
+    """
+    saved = state.get("name") or _guess_name(state)
+    if saved != outer.name:
+        return f"outer optimizer changed from {saved!r} to {outer.name!r}: its state starts fresh"
+    arrays = [np.asarray(v) for v in state.values() if isinstance(v, np.ndarray)]
+    if any(not np.isfinite(a).all() for a in arrays):
+        return f"saved {outer.name} state holds non-finite values: it starts fresh"
+    outer.load_state_dict(state)
+    return None
+
+
+def _guess_name(state: dict) -> str:
+    """Checkpoints from before the name was saved: infer it from the keys."""
+    if "buf" in state:
+        return "nesterov"
+    if "m" in state:
+        return "adam"
+    return "fedavg"
 
 
 class FedAvg(OuterOptimizer):
@@ -71,7 +98,7 @@ class Nesterov(OuterOptimizer):
             d *= lr
 
     def state_dict(self) -> dict:
-        return {"buf": self.buf}
+        return {"name": self.name, "buf": self.buf}
 
     def load_state_dict(self, state: dict) -> None:
         self.buf = np.asarray(state["buf"], dtype=np.float32).copy()
@@ -107,7 +134,7 @@ class Adam(OuterOptimizer):
             d *= -step_size
 
     def state_dict(self) -> dict:
-        return {"m": self.m, "v": self.v, "t": self.t}
+        return {"name": self.name, "m": self.m, "v": self.v, "t": self.t}
 
     def load_state_dict(self, state: dict) -> None:
         self.m = np.asarray(state["m"], dtype=np.float32).copy()

@@ -21,6 +21,9 @@ class Admission:
 
 def admit(cfg: AggregationConfig, base_version: int, current_version: int) -> Admission:
     """Decide staleness weighting for a delta computed against `base_version`."""
+    if base_version < 1:
+        # Version 0 is "no model": a delta cannot have been trained from it (only Θ0's init push names it).
+        raise ValueError("base version 0 names no global model; a delta must name the version it was trained from")
     if base_version > current_version:
         # The PS restarted from a checkpoint older than the client's model: recoverable by a resync.
         raise StaleDelta(

@@ -2,23 +2,33 @@
 
 The strategy of every paradigm whose exchanged vector is a slice of the model's own parameters
 (pretraining, BitFit, LoRA's adapters): δ's are weighted by tokens × staleness, clipped, summed in one
-running buffer (or kept on disk for order statistics), averaged, and stepped by the outer optimizer in
-place: θ_new = θ + outer(mean δ).
+running buffer (or kept on disk, in a window of recent clients, for order statistics), averaged, and
+stepped by the outer optimizer in place: θ_new = θ + outer(mean δ). The Aggregator has already vouched
+for the token count and bounded the delta's norm; the sum refuses a delta that could overflow it.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
 from geofed.config import FederationConfig
 
+from ...errors import InvalidPush
 from ...global_model import Manifest, Snapshot
 from ..accumulator import DeltaAccumulator
-from ..outer import OuterOptimizer, build_outer_optimizer
-from ..robust import RobustAccumulator
+from ..outer import OuterOptimizer, build_outer_optimizer, restore_outer
+from ..robust import RobustRound, RobustWindow
 from ..rounds import Admission
 from ..strategy import Accumulator, Payload, RoundSum, Strategy
 from ..weighting import base_weight, clip_scale, delta_scale
+
+# Largest Σ scale·‖δ‖ a round may hold: every element of the sum stays below it, far under float32's 3.4e38,
+# so neither the sum, its mean nor the outer step's products can overflow.
+MAX_ROUND_MASS = 1e30
+
+log = logging.getLogger("geofed.ps")
 
 
 class DeltaAveraging(Strategy):
@@ -27,37 +37,53 @@ class DeltaAveraging(Strategy):
     def __init__(self, fed: FederationConfig) -> None:
         super().__init__(fed)
         self.outer: OuterOptimizer | None = None
+        self.window: RobustWindow | None = None
 
     def install(self, numel: int, manifest: Manifest) -> None:
         self.outer = build_outer_optimizer(self.cfg, numel)
+        if self.window is not None:
+            self.window.clear()
+        self.window = None
+        if self.cfg.robust != "none":
+            self.window = RobustWindow(numel, self.cfg.robust, self.cfg.trim_fraction, self.cfg.robust_window)
 
     def payload_numel(self, snapshot: Snapshot) -> int:
         return snapshot.flat.size
 
     def open_round(self, snapshot: Snapshot) -> Accumulator:
-        numel = snapshot.flat.size
-        if self.cfg.robust != "none":
-            return RobustAccumulator(numel, self.cfg.robust, self.cfg.trim_fraction)
-        return DeltaAccumulator(numel)
+        if self.window is not None:
+            if self.cfg.mode == "sync":  # a synchronous round's statistics are over that round's deltas
+                self.window.clear()
+            return RobustRound(self.window, self.cfg, snapshot.version)
+        return DeltaAccumulator(snapshot.flat.size)
 
     def fold(self, acc: Accumulator, push: Payload, admission: Admission, *, num_tokens: int,
              local_steps: int) -> float:
-        base = base_weight(self.cfg, num_tokens)
+        base = base_weight(self.cfg, num_tokens, local_steps)
         weight = base * admission.factor
         clip = clip_scale(push.norm, self.cfg.clip_norm)
-        # Order statistics ignore weights: a poisoned client must not buy influence with a token count.
-        robust = isinstance(acc, RobustAccumulator)
+        # Order statistics ignore weights (a poisoned client must not buy influence with a token count);
+        # the window weights each entry by its staleness when the round closes.
+        robust = isinstance(acc, RobustRound)
         scale = clip if robust else delta_scale(self.cfg, weight, local_steps) * clip
+        if acc.mass + scale * push.norm > MAX_ROUND_MASS:
+            raise InvalidPush("overflow", f"a delta of norm {push.norm:.3g} would overflow the round's sum; "
+                              "it was not folded in")
         numel = acc.numel
         for off, values in push.iter_values(numel):
             acc.add(off, values, scale)
-        # Normalise by the *base* weight: the staleness factor must shrink a stale delta, not cancel out
-        # (with K = 1, dividing by w·f would apply every delta at full strength however stale it is).
-        acc.commit(push.client_id, base, local_steps)
+        acc.mass += scale * push.norm
+        if robust:
+            acc.commit(push.client_id, base, local_steps, base_version=acc.version - admission.staleness)
+        else:
+            # Normalise by the *base* weight: the staleness factor must shrink a stale delta, not cancel out
+            # (with K = 1, dividing by w·f would apply every delta at full strength however stale it is).
+            acc.commit(push.client_id, base, local_steps)
         return weight
 
     def close(self, acc: Accumulator) -> RoundSum:
-        mean = acc.mean_(self.cfg.fednova)
+        mean = acc.combine() if isinstance(acc, RobustRound) else acc.mean_(self.cfg.fednova)
+        acc.close()
         return RoundSum(mean, acc.count, frozenset(acc.clients), acc.weight)
 
     def apply(self, snapshot: Snapshot, round_sum: RoundSum) -> np.ndarray:
@@ -73,4 +99,6 @@ class DeltaAveraging(Strategy):
 
     def load_state_dict(self, state: dict) -> None:
         if self.outer is not None and state.get("outer"):
-            self.outer.load_state_dict(state["outer"])
+            why = restore_outer(self.outer, state["outer"])
+            if why is not None:
+                log.warning("event=outer_state_reset reason=%r", why)
