@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ckpts = CheckpointManager(state / "checkpoints", keep_best=1)
     resumed = ckpts.load_latest()
     seq = resumed.step if resumed is not None else 0
+    # The PS takes one delta per client and base version: each round trains from a newer model.
+    pushed_on = resumed.base_version if resumed is not None else 0
     emit(events, "start", pid=os.getpid(), seq=seq, resumed=resumed is not None)
     ps = PSClient(args.ps, args.client_id, lambda: Path(args.token_file).read_text().strip(), insecure=True,
                   state_dir=state)
@@ -69,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         emit(events, "joined", version=ps.join_version)
         ps.start()
         while seq < args.rounds:
-            model = ps.wait_for_version(0, timeout=120)
+            model = ps.wait_for_version(pushed_on, timeout=120)
             if model is None:
-                emit(events, "error", message="no global model within 120 s")
+                emit(events, "error", message="no newer global model within 120 s")
                 return 4
+            pushed_on = model.version
             emit(events, "model", version=model.version, seconds=model.seconds)
             tag = delta_tag(args.client_id, seq, model.version)
             header, frames = codec.encode(delta_for(tag, args.numel))

@@ -43,11 +43,13 @@ class Pusher:
         return self
 
     def _run(self) -> None:
+        pushed_on = 0  # the PS takes one delta per client and base version: each round needs a newer model
         for seq in range(self.rounds):
-            model = self.client.wait_for_version(0, timeout=60)
+            model = self.client.wait_for_version(pushed_on, timeout=60)
             if model is None:
-                self.errors.append("no global model within 60 s")
+                self.errors.append(f"no global model newer than v{pushed_on} within 60 s")
                 return
+            pushed_on = model.version
             tag = f"{self.client.client_id}/r{seq}/b{model.version}"
             self.attempted.add(tag)
             self.busy = True
