@@ -9,6 +9,7 @@ status codes and come back to the caller as `PeerError` kinds.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import json
@@ -129,22 +130,42 @@ class PeerServicer(pb_grpc.PeerServicer):
             self._refused(context, exc)
         return pb.RingJoinResponse()
 
+    def _consistent_state(self, context: grpc.ServicerContext, group: GroupMember):
+        """The current snapshot and a copy of the strategy state that goes with it.
+
+        The aggregator's lock guards both, but a ring holds it while it waits for the other PSs, one of
+        which may be the PS asking. While this PS is inside `reduce` for the current version, nothing has
+        been applied yet, so the state can be copied without the lock; the check after the copy makes sure
+        the reduce had not returned (and the apply begun) meanwhile.
+        """
+        agg, reducer = self.core.aggregator, group.reducer
+        locked = agg.lock.acquire(timeout=0.2)
+        try:
+            snap = self.core.model.current()
+            if not locked and reducer.reducing != snap.version:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "this PS is applying a round: retry")
+            state = copy.deepcopy(agg.strategy.state_dict())
+            if not locked and (reducer.reducing != snap.version or self.core.model.current() is not snap):
+                context.abort(grpc.StatusCode.UNAVAILABLE, "this PS moved on while copying its state: retry")
+            return snap, state
+        finally:
+            if locked:
+                agg.lock.release()
+
     def FetchModel(self, request: pb.FetchModelRequest, context):
         self._check(context, request.federation, request.sender)
         group = self._group(context)
-        agg = self.core.aggregator
-        with agg.lock:  # model and strategy state of one version
-            snap = self.core.model.current()
-            state = agg.strategy.state_dict()
-            members = group.reducer.members
-        head = pb.PeerModelChunk(version=snap.version if snap else 0, members=list(members))
+        snap = self.core.model.current()  # published snapshots are immutable: no lock for the model itself
+        head = pb.PeerModelChunk(version=snap.version if snap else 0, members=list(group.reducer.members),
+                                 sha256=snap.sha256 if snap else b"")
         if snap is None or request.header_only:
             yield head
             return
+        snap, state = self._consistent_state(context, group)
+        head = pb.PeerModelChunk(version=snap.version, members=list(group.reducer.members), sha256=snap.sha256)
         arrays: dict[str, np.ndarray] = {}
         head.state_json = json.dumps(_split_arrays(state, arrays))
         head.manifest.extend(manifest_to_proto(snap.manifest))
-        head.sha256 = snap.sha256
         yield head
         for name, arr in [("", snap.flat), *arrays.items()]:
             arr = np.ascontiguousarray(arr)

@@ -135,6 +135,11 @@ class RingReducer:
         self._candidates: set[str] = set()
         self._results: dict[RingKey, RoundSum] = {}
 
+    @property
+    def reducing(self) -> int | None:
+        """The version whose round this PS is combining right now (None between rings)."""
+        return self._reducing
+
     # ---- the Reducer protocol ------------------------------------------------------------------------
 
     def may_close(self, version: int) -> bool:
@@ -165,8 +170,9 @@ class RingReducer:
                 self._reducing = None
 
     def _reduce(self, round_sum: RoundSum, version: int) -> RoundSum:
-        members = self.members
-        for attempt in range(self.retries + 1):
+        members, attempt = self.members, 0
+        for _ in range(self.retries + 1):
+            members, attempt = self._pick_attempt(version, members, attempt)
             if members == (self.me,):
                 with self._cond:
                     joiners = set(self._candidates)
@@ -185,9 +191,21 @@ class RingReducer:
                 decided, survivors = self._recover(key)
                 if decided is not None:
                     return decided
-                members = tuple(m for m in members if m in survivors)
+                members, attempt = tuple(m for m in members if m in survivors), attempt + 1
         raise ReduceFailed("ring_failed", f"the ring all-reduce for version {version} failed {self.retries + 1} "
                            "times; the round is dropped on every PS (none committed it)")
+
+    def _pick_attempt(self, version: int, members: tuple[str, ...], attempt: int) -> tuple[tuple[str, ...], int]:
+        """The attempt to run: one the others already started (their chunks wait in the inbox), else the
+        next after any this PS has seen aborted, so a PS that arrives late joins the others' retry."""
+        with self._cond:
+            waiting = [k for k, *_ in self._inbox if k.version == version and self.me in k.members
+                       and self._state.get(k) is None]
+            if waiting:
+                key = max(waiting, key=lambda k: k.attempt)
+                return key.members, key.attempt
+            aborted = [k.attempt + 1 for k, st in self._state.items() if k.version == version and st == ABORTED]
+            return members, max([attempt, *aborted])
 
     # ---- one attempt ---------------------------------------------------------------------------------
 
@@ -335,7 +353,11 @@ class RingReducer:
             raise RingRefused("excluded", f"{msg.sender!r} was excluded from the ring at version {mine}; it must "
                               "rejoin from the group's model", mine)
         with self._cond:
-            if self._state.get(msg.key) in (COMMITTED, ABORTED):
+            state = self._state.get(msg.key)
+            if state == ABORTED:  # the sender is behind on retries: it recovers and joins the next attempt
+                raise RingRefused("refused", f"attempt {msg.key.attempt} of version {msg.key.version} was aborted "
+                                  f"here ({self.me}); retry")
+            if state == COMMITTED:
                 return  # a late message of a finished attempt
             self._inbox[(msg.key, msg.phase, msg.step, msg.sender)] = msg
             if msg.key.version > mine:  # behind: a moment (mid-apply), or for good (then fetch the group's model)

@@ -191,6 +191,29 @@ def test_a_stalled_partner_is_timed_out_and_excluded():
     assert nodes["a"].members == ("a", "c")
 
 
+def test_a_ps_that_closes_its_round_late_joins_the_others_retry():
+    """c reduces only after a and b timed out and retried: it follows their attempt and all three agree."""
+    net = FakeNet()
+    nodes = ring_of(["a", "b", "c"], net, timeout_s=0.6)
+    sums = sums_for(["a", "b", "c"])
+    out: dict[str, object] = {}
+
+    def late():
+        time.sleep(1.0)  # past a's and b's first timeout: they aborted attempt 0 and retry (c still answers)
+        out["c"] = nodes["c"].reduce(sums["c"], 5)
+
+    t = threading.Thread(target=late)
+    t.start()
+    out.update(run_all(nodes, {g: sums[g] for g in ("a", "b")}))
+    t.join(30)
+    assert all(isinstance(out[g], RoundSum) for g in "abc"), out
+    assert np.array_equal(out["a"].delta, out["c"].delta) and np.array_equal(out["a"].delta, out["b"].delta)
+    np.testing.assert_allclose(out["a"].delta, weighted_mean(sums, ["a", "b", "c"]), atol=1e-6)
+    committed = [k for k, st in nodes["c"]._state.items() if st == COMMITTED]
+    assert [k.attempt for k in committed] and min(k.attempt for k in committed) >= 1  # a retry, not attempt 0
+    assert committed[0].members == ("a", "b", "c")
+
+
 def test_a_late_message_from_an_excluded_ps_tells_it_to_resync():
     """After a and b went on without c, c's next chunk is refused and c marks itself for a resync."""
     net = FakeNet()
