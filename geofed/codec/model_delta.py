@@ -54,9 +54,26 @@ def _block_reduce(values: np.ndarray, block: int, ufunc) -> np.ndarray:
 
 def exactness_floor(true: np.ndarray, block: int = GRID_BLOCK) -> np.ndarray:
     """Smallest exponent per block whose grid values are all exact fp32 numbers (|x| < 2^(e+23))."""
-    peak = _block_reduce(np.abs(true), block, np.maximum)
+    return _floor_of(_block_reduce(np.abs(true), block, np.maximum))
+
+
+def _floor_of(peak: np.ndarray) -> np.ndarray:
     _, ex = np.frexp(peak.astype(np.float64))  # peak < 2^ex
     return np.clip(ex.astype(np.int32) - 23, E_MIN, E_MAX).astype(np.int16)
+
+
+def _block_stats(true: np.ndarray, prev: np.ndarray | None, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """(max |true|, rms of true - prev, or of true without `prev`) per block: one compiled pass, or numpy."""
+    counts = np.diff(np.append(np.arange(0, true.size, block), true.size))
+    k = _kernels()
+    if k is not None:
+        peak, sq = np.empty(counts.size), np.empty(counts.size)
+        k.block_stats(np.ascontiguousarray(true, np.float32),
+                      np.zeros(0, np.float32) if prev is None else np.ascontiguousarray(prev, np.float32),
+                      block, peak, sq)
+        return peak, np.sqrt(sq / counts)
+    peak = _block_reduce(np.abs(true), block, np.maximum)
+    return peak, _block_rms(true if prev is None else true.astype(np.float64) - prev, block)
 
 
 def _block_rms(values: np.ndarray, block: int) -> np.ndarray:
@@ -74,15 +91,17 @@ def choose_exponents(true: np.ndarray, prev: np.ndarray | None, prev_exps: np.nd
     steps per rms of its values (all-zero blocks take the median exponent), fine enough for an initial
     model and usually within reach of the first updates' grid.
     """
-    floor = exactness_floor(true, block)
+    first = prev is None or prev_exps is None
+    peak, rms = _block_stats(true, None if first else prev, block)
+    floor = _floor_of(peak)
     with np.errstate(divide="ignore"):
-        if prev is None or prev_exps is None:
-            ideal = np.floor(np.log2(_block_rms(true, block))) - INIT_BITS
+        if first:
+            ideal = np.floor(np.log2(rms)) - INIT_BITS
             known = np.isfinite(ideal)
             fill = np.median(ideal[known]) if known.any() else E_MIN
             exps = np.where(known, np.nan_to_num(ideal), fill)
         else:
-            ideal = np.floor(np.log2(_block_rms(true.astype(np.float64) - prev, block) / steps))
+            ideal = np.floor(np.log2(rms / steps))
             moved = np.isfinite(ideal) & (np.abs(ideal - prev_exps) >= 2)
             exps = np.where(moved, np.nan_to_num(ideal), prev_exps.astype(np.float64))
     return np.clip(np.maximum(exps, floor), E_MIN, E_MAX).astype(np.int16)
@@ -94,6 +113,11 @@ def _scales(exps: np.ndarray, numel: int, block: int) -> np.ndarray:
 
 def snap_to_grid(true: np.ndarray, exps: np.ndarray, block: int = GRID_BLOCK) -> np.ndarray:
     """The published fp32 model: each block of `true` rounded to its grid 2^e (no -0.0, bit-stable)."""
+    k = _kernels()
+    if k is not None:
+        out = np.empty(true.size, dtype=np.float32)
+        k.snap(np.ascontiguousarray(true, np.float32), exps.astype(np.int16), block, out)
+        return out
     scale = _scales(exps, true.size, block)
     out = np.rint(true / scale) * scale  # true/scale and ·scale are exact (powers of two)
     out += np.float32(0.0)  # -0.0 -> +0.0: the client's sums never produce -0.0
@@ -106,14 +130,9 @@ def encode(have: np.ndarray, have_exps: np.ndarray, new: np.ndarray, new_exps: n
     if have.size != new.size or have.size >= 1 << 32:
         return None
     exps = np.minimum(have_exps, new_exps).astype(np.int16)
-    scale = _scales(exps, new.size, block).astype(np.float64)
-    d = (new.astype(np.float64) - have) / scale
-    if np.abs(d).max(initial=0.0) >= D_LIMIT:
+    z = _zigzag_diff(have, new, exps, block)
+    if z is None:  # off the grid (not grid-published versions) or too far apart for exact fp32 steps
         return None
-    di = d.astype(np.int64)
-    if not np.array_equal(di, d):  # not on the grid: the caller's versions are not grid-published
-        return None
-    z = ((di << 1) ^ (di >> 63)).astype(np.uint32)
     parts = [_HEAD.pack(MAGIC, VERSION, new.size, block, frame), exps.astype("<i2").tobytes()]
     while z.size:  # one byte stream per 7 bits of magnitude: usually only the first
         more = z >= 128
@@ -183,11 +202,48 @@ def decode(have: np.ndarray, payload: bytes | memoryview) -> np.ndarray:
         low = (syms & 127).astype(np.uint32)
         low[syms >= 128] |= z << 7
         z = low
-    zi = z.astype(np.int64)
-    d = (zi >> 1) ^ -(zi & 1)
-    if np.abs(d).max(initial=0) >= D_LIMIT:
+    if z.size and int(z.max()) >= 2 * D_LIMIT:
         raise CodecError("model delta difference too large")
-    out = d.astype(np.float32)
-    out *= _scales(exps, numel, block)
-    out += have  # exact: the true sum is an fp32 number (module docstring)
+    return _apply_diff(have, z, exps, block)
+
+
+def _kernels():
+    """The compiled passes (numba), or None to use numpy (not installed, or GEOFED_HUFFMAN=numpy)."""
+    from geofed.codec import huffman_jit
+
+    if not huffman_jit.enabled():
+        return None
+    from geofed.codec import _grid_kernels
+
+    return _grid_kernels
+
+
+def _zigzag_diff(have: np.ndarray, new: np.ndarray, exps: np.ndarray, block: int) -> np.ndarray | None:
+    """zigzag((new - have) / 2^e) per block as uint32; None when not exact."""
+    k = _kernels()
+    if k is not None:
+        z = np.empty(new.size, dtype=np.uint32)
+        bad = k.zigzag_diff(np.ascontiguousarray(have, np.float32), np.ascontiguousarray(new, np.float32), exps,
+                            block, float(D_LIMIT), z)
+        return None if bad else z
+    d = (new.astype(np.float64) - have) / _scales(exps, new.size, block).astype(np.float64)
+    if np.abs(d).max(initial=0.0) >= D_LIMIT:
+        return None
+    di = d.astype(np.int64)
+    if not np.array_equal(di, d):
+        return None
+    return ((di << 1) ^ (di >> 63)).astype(np.uint32)
+
+
+def _apply_diff(have: np.ndarray, z: np.ndarray, exps: np.ndarray, block: int) -> np.ndarray:
+    """have + unzigzag(z) · 2^e in fp32: exact, the true sum being an fp32 number (module docstring)."""
+    k = _kernels()
+    if k is not None:
+        out = np.empty(have.size, dtype=np.float32)
+        k.apply_diff(np.ascontiguousarray(have, np.float32), z, exps.astype(np.int16), block, out)
+        return out
+    zi = z.astype(np.int64)
+    out = ((zi >> 1) ^ -(zi & 1)).astype(np.float32)
+    out *= _scales(exps, have.size, block)
+    out += have
     return out

@@ -8,8 +8,8 @@ future sparse mode adds its own encoding here and travels the same way.
 `GridStream` is the default for the whole-model paradigms: it rounds each published version onto
 power-of-two grids (server-side error feedback, see model_delta), keeps the last `history` published
 vectors, and sends a client the exact compressed difference from the one it holds; a client without a
-kept version gets the whole published vector, as its difference from zeros or in fp32, whichever is
-smaller. Plain numpy; no gRPC.
+kept version gets the whole published vector, as its difference from zeros (up to ZEROS_MAX_NUMEL values)
+or in fp32, whichever is smaller. Plain numpy (compiled passes in geofed.codec); no gRPC.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from ..global_model import Manifest, Snapshot, sha256_of
 log = logging.getLogger("geofed.ps")
 
 FP32, GRID_DELTA = "fp32", "grid_delta"
+ZEROS_MAX_NUMEL = 1 << 24
+"""Largest vector sent whole as its difference from zeros (~14 bits/value): beyond it, coding it costs the
+PS seconds of CPU (7.6 s at 124M values) that a joining client would wait for, so it goes as fp32."""
 ENCODINGS = (FP32, GRID_DELTA)
 
 
@@ -136,9 +139,11 @@ class GridStream:
         out = Downlink.full(pub.version, pub.flat, pub.sha256, snapshot.manifest)
         if have is not None and have.version != pub.version:
             base_flat, base_exps, base_version = have.flat, have.exps, have.version
-        else:  # the whole vector, as the difference from zeros when that is smaller than fp32
+        elif pub.flat.size <= ZEROS_MAX_NUMEL:  # the whole vector as its difference from zeros, if smaller
             base_flat, base_exps, base_version = np.zeros_like(pub.flat), pub.exps, 0
-        data = model_delta.encode(base_flat, base_exps, pub.flat, pub.exps)
+        else:
+            base_flat = None
+        data = model_delta.encode(base_flat, base_exps, pub.flat, pub.exps) if base_flat is not None else None
         if data is not None and len(data) < out.nbytes:
             out = Downlink(pub.version, GRID_DELTA, memoryview(data), pub.sha256, snapshot.manifest, base_version)
         log.debug("event=downlink version=%d have=%d encoding=%s bytes=%d", pub.version, have_version,

@@ -100,3 +100,30 @@ def test_a_difference_for_another_model_size_is_refused():
 
     with pytest.raises(CodecError, match="held model"):
         md.decode(published[0][:-1], payload)
+
+
+def test_compiled_and_numpy_passes_write_the_same_bytes_and_the_same_vector(monkeypatch):
+    """GEOFED_HUFFMAN=numpy switches the difference passes to numpy as well: same payload, same result."""
+    true = _trajectory(50_000, 3, seed=9)
+    published, exps = _publish(true)
+    out = {}
+    for coder in ("", "numpy"):
+        monkeypatch.setenv("GEOFED_HUFFMAN", coder)
+        payload = md.encode(published[1], exps[1], published[2], exps[2])
+        out[coder] = (payload, md.decode(published[1], payload))
+
+    assert out[""][0] == out["numpy"][0]
+    assert np.array_equal(out[""][1].view(np.uint32), out["numpy"][1].view(np.uint32))
+    assert np.array_equal(out[""][1].view(np.uint32), published[2].view(np.uint32))
+
+
+def test_compiled_and_numpy_passes_publish_the_same_grid_vector(monkeypatch):
+    true = _trajectory(70_000, 2, seed=4)
+    got = {}
+    for coder in ("", "numpy"):
+        monkeypatch.setenv("GEOFED_HUFFMAN", coder)
+        published, exps = _publish(true)
+        got[coder] = (published[-1], exps[-1])
+
+    assert np.array_equal(got[""][1], got["numpy"][1])
+    assert np.array_equal(got[""][0].view(np.uint32), got["numpy"][0].view(np.uint32))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from geofed.codec import model_delta
 from ps_server.aggregation.downlink import GRID_DELTA, Downlink, GridStream
@@ -89,3 +90,16 @@ def test_the_same_request_is_served_from_the_cache_with_the_same_bytes():
     first, again = stream.downlink(snaps[2], 2), stream.downlink(snaps[2], 2)
 
     assert bytes(first.data) == bytes(again.data) and first.sha256 == again.sha256
+
+
+def test_a_large_whole_vector_goes_as_fp32_without_coding_it(monkeypatch):
+    """Beyond ZEROS_MAX_NUMEL a joining client gets fp32 at once instead of waiting for the PS to code it."""
+    import ps_server.aggregation.downlink as downlink
+
+    monkeypatch.setattr(downlink, "ZEROS_MAX_NUMEL", 1000)
+    monkeypatch.setattr(model_delta, "encode", lambda *a, **k: pytest.fail("a large whole vector was coded"))
+    stream, snaps = GridStream(steps=8.0, history=4), _versions(GlobalModel(), 1)
+
+    down = stream.downlink(snaps[0], 0)
+
+    assert down.encoding == "fp32" and down.base_version == 0 and down.nbytes == snaps[0].flat.nbytes
