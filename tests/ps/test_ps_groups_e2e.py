@@ -25,9 +25,11 @@ from geofed_testing.wire import MANIFEST, NUMEL, Observer, init_model, mint, pus
 from ps_server.global_model import TensorEntry
 from ps_server.peers import layout_digest
 
+# Nesterov: each PS keeps outer momentum, so bit-identical models after a rejoin also prove that the rejoining
+# PS took the others' optimizer state along with their model.
 FEDERATION = {
     "name": "groups-test",
-    "aggregation": {"mode": "async", "buffer_size": 1, "outer_optimizer": "fedavg", "global_lr": 1.0,
+    "aggregation": {"mode": "async", "buffer_size": 1, "outer_optimizer": "nesterov", "global_lr": 0.7,
                     "max_staleness": 50, "norm_bound_multiple": 0},
     "ring": {"timeout_s": 4.0, "retries": 2, "codec": "int16"},
     # The groups' models are compared bit for bit through the model stream: stream the exact vector (the
