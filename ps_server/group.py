@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -69,6 +70,25 @@ class NoGroup:
     def start(self, aggregator: Aggregator, stop: threading.Event) -> None:
         """Nothing to run."""
 
+    def _check_still_member(self) -> None:
+        """Every few seconds: did the others go on without this PS (it stalled and was excluded)? Then its
+        model may differ from theirs: resync before its clients train further on it."""
+        now = time.monotonic()
+        if now - self._last_check < self.check_every_s:
+            return
+        self._last_check = now
+        mine = self.model.version
+        for peer in self.peers:
+            try:
+                head = self.transport.head(peer, 2.0)
+            except PeerError:
+                continue
+            if head.version >= mine and self.name not in head.members and self.name in self.reducer.members:
+                log.warning("event=ring_excluded_here peer=%s version=%d their_members=%s", peer, head.version,
+                            ",".join(head.members))
+                self.reducer.needs_sync = True
+                return
+
     def status(self) -> dict:
         return {}
 
@@ -90,6 +110,7 @@ class GroupMember:
             version=lambda: model.version,
         )
         self.reducer.needs_sync = True  # the group may have moved on while this PS was away
+        self.check_every_s, self._last_check = 2.0, 0.0
         self.aggregator: Aggregator | None = None
 
     @property
@@ -124,6 +145,7 @@ class GroupMember:
         if self.model.current() is None:
             r.needs_sync = True  # a PS without a model takes Θ0 from whichever PS its master client seeded
         if not (r.needs_sync or r.joining):
+            self._check_still_member()
             return
         heads: dict[str, PeerHead] = {}
         for peer in self.peers:
@@ -158,6 +180,25 @@ class GroupMember:
                     self.transport.join(peer, 5.0)
                 except PeerError as exc:
                     log.warning("event=ring_join_failed peer=%s error=%r", peer, str(exc))
+
+    def _check_still_member(self) -> None:
+        """Every few seconds: did the others go on without this PS (it stalled and was excluded)? Then its
+        model may differ from theirs: resync before its clients train further on it."""
+        now = time.monotonic()
+        if now - self._last_check < self.check_every_s:
+            return
+        self._last_check = now
+        mine = self.model.version
+        for peer in self.peers:
+            try:
+                head = self.transport.head(peer, 2.0)
+            except PeerError:
+                continue
+            if head.version >= mine and self.name not in head.members and self.name in self.reducer.members:
+                log.warning("event=ring_excluded_here peer=%s version=%d their_members=%s", peer, head.version,
+                            ",".join(head.members))
+                self.reducer.needs_sync = True
+                return
 
     def status(self) -> dict:
         return {"group": self.name, "ring_allreduces": self.reducer.completed,

@@ -227,7 +227,8 @@ def test_bad_group_peer_credentials_and_foreign_models_are_refused(tmp_path, rea
 
 
 def test_a_stalled_ring_partner_is_timed_out_and_excluded(tmp_path, reaper):
-    """g1 is frozen (SIGSTOP) with its PS still listening: g0's ring times out, excludes it and goes on."""
+    """g1 is frozen (SIGSTOP) with its PS still listening: g0's ring times out, excludes it and goes on; once
+    resumed, g1 notices, takes g0's model and is back in the ring."""
     import signal
 
     groups = start_groups(tmp_path, reaper, 2)
@@ -243,3 +244,15 @@ def test_a_stalled_ring_partner_is_timed_out_and_excluded(tmp_path, reaper):
     status = groups["g0"].status()
     assert status["version"] == 2 and status["ring_members"] == ["g0"]
     assert "event=ring_exclude" in groups["g0"].logs()
+
+    # Resumed, g1 finds it was left out, takes g0's model and is added back by g0's next round
+    groups["g1"].proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: "event=ring_join_request peer=g1" in groups["g0"].logs(), 30, "g1 to ask to rejoin")
+    for _ in range(10):
+        push(master, groups["g0"].status()["version"], np.full(NUMEL, 0.001, np.float32))
+        if groups["g0"].status()["ring_members"] == ["g0", "g1"]:
+            break
+    wait_until(lambda: groups["g1"].status()["ring_members"] == ["g0", "g1"], 30, "g1 back in the ring")
+    push(master, groups["g0"].status()["version"], np.full(NUMEL, 0.002, np.float32))
+    assert wait_until(lambda: same_everywhere(groups, ["g0", "g1"]), 30, "g0 and g1 to agree")[0] >= 4
+    assert "event=ring_excluded_here" in groups["g1"].logs()
