@@ -70,25 +70,6 @@ class NoGroup:
     def start(self, aggregator: Aggregator, stop: threading.Event) -> None:
         """Nothing to run."""
 
-    def _check_still_member(self) -> None:
-        """Every few seconds: did the others go on without this PS (it stalled and was excluded)? Then its
-        model may differ from theirs: resync before its clients train further on it."""
-        now = time.monotonic()
-        if now - self._last_check < self.check_every_s:
-            return
-        self._last_check = now
-        mine = self.model.version
-        for peer in self.peers:
-            try:
-                head = self.transport.head(peer, 2.0)
-            except PeerError:
-                continue
-            if head.version >= mine and self.name not in head.members and self.name in self.reducer.members:
-                log.warning("event=ring_excluded_here peer=%s version=%d their_members=%s", peer, head.version,
-                            ",".join(head.members))
-                self.reducer.needs_sync = True
-                return
-
     def status(self) -> dict:
         return {}
 
