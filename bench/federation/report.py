@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.bench_markers import replace_section_text as replace_section
+
 from .analysis import auto_target, time_to_target
 from .methods import (
     MAIN_METHODS,
@@ -42,21 +44,6 @@ REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks.md"
 IMG = REPO / "docs" / "img"
 TIME_GOAL, QUALITY_GOAL, BYTES_GOAL, CODEC_LOSS_GOAL = 1.5, 0.05, 8.0, 0.01
-
-
-def replace_section(text: str, name: str, body: str) -> str:
-    """`text` with the block between `<!-- name:begin -->` and `<!-- name:end -->` set to `body`.
-
-    The block is appended when the markers are absent; everything outside them is left as it was.
-    """
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    block = f"{begin}\n{body.strip()}\n{end}"
-    if (begin in text) != (end in text) or text.count(begin) > 1:
-        raise ValueError(f"docs markers for {name!r} are unbalanced or repeated; fix them by hand")
-    if begin in text:
-        head, rest = text.split(begin, 1)
-        return head + block + rest.split(end, 1)[1]
-    return text.rstrip() + "\n\n" + block + "\n"
 
 
 def _met(ok: bool) -> str:
