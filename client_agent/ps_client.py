@@ -22,11 +22,12 @@ import grpc
 import numpy as np
 
 from geofed.config import FederationConfig
+from geofed.manifest import Manifest
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import bearer
 from geofed.protocol.channel import open_channel
-from geofed.protocol.messages import ManifestEntry, manifest_from_proto, manifest_to_proto, report_to_proto
+from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, report_to_proto
 
 from .backoff import Backoff
 from .model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
@@ -59,7 +60,7 @@ class GlobalVersion:
 
     version: int
     flat: np.ndarray
-    manifest: list[ManifestEntry]
+    manifest: Manifest
     received_at: float = field(default_factory=time.monotonic)
     seconds: float = 0.0  # wall time of the transfer
 
@@ -135,14 +136,18 @@ class PSClient:
         self.retry_budget_s = retry_budget_s
         self._push_lock = threading.RLock()
         self._pending: Upload | None = None
-        self.session: str | None = None
         self.downlink_decoders: dict = {}  # the paradigm's own downlink encodings; set before start()
+        self.session: str | None = None
         self.session_ttl_s = 60.0
         self.federation: FederationConfig | None = None
         self.master = False
         self.server_instance = ""
         self.join_version = 0
-        self.manifest: list[ManifestEntry] = []
+        self.manifest: Manifest = ()
+        # Declared at Join when known (a relaunch reads them from its checkpoint); the PS refuses a mismatch.
+        self.paradigm = ""
+        self.declared_manifest: Manifest = ()
+        self.group = ""  # multi-PS: the client's group; the PS refuses a client of another group
         self._rejoin_token: str | None = self._load_rejoin()
         self._join_lock = threading.Lock()
         self._latest: GlobalVersion | None = None
@@ -159,7 +164,6 @@ class PSClient:
         # newer model than `_demand` (-1: any other model), so a client receives one difference per sync.
         self.on_demand = False
         self._demand: int | None = 0  # the first model is fetched at start(), while the model is being built
-        self.group = ""  # multi-PS: the client's group; the PS refuses a client of another group
 
     # ---- Join ---------------------------------------------------------------------------------------
 
@@ -193,9 +197,13 @@ class PSClient:
             while True:
                 for source, token in candidates:
                     try:
-                        request = pb.JoinRequest(token=token, client_id=self.client_id, group=self.group)
+                        request = pb.JoinRequest(token=token, client_id=self.client_id, paradigm=self.paradigm,
+                                                 manifest=manifest_to_proto(self.declared_manifest),
+                                                 group=self.group)
                         r = self.stub.Join(request, timeout=self.rpc_timeout_s)
                     except grpc.RpcError as exc:
+                        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # another paradigm or layout
+                            raise JoinError(f"the parameter server refused this client: {exc.details()}") from None
                         if exc.code() in RETRYABLE:
                             errors.append(f"{source}: {exc.code().name}")
                             break  # PS unreachable: back off, then try the same candidates again
@@ -386,7 +394,7 @@ class PSClient:
 
     def prepare(
         self, *, base_version: int, codec_header: bytes, frames: Iterable[bytes], num_tokens: int = 0,
-        num_samples: int = 0, local_steps: int = 1, init: bool = False, manifest: list[ManifestEntry] | None = None,
+        num_samples: int = 0, local_steps: int = 1, init: bool = False, manifest: Manifest | None = None,
     ) -> Upload:
         """Spool the encoded payload under a fresh upload id, ready to `send` (or to save first, see `Upload`)."""
         spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - may outlive this call
@@ -433,8 +441,6 @@ class PSClient:
                                                  metadata=self._metadata(), timeout=self.push_timeout_s)
                 except grpc.RpcError as exc:
                     code = exc.code()
-                    if code == grpc.StatusCode.FAILED_PRECONDITION and "resync" in (exc.details() or ""):
-                        raise StaleDeltaError(exc.details()) from None
                     if code == grpc.StatusCode.UNAUTHENTICATED:
                         self._rejoin_after(exc)
                         continue
@@ -443,6 +449,8 @@ class PSClient:
                     log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
                     time.sleep(backoff.next_delay())
                     continue
+                if result.status == pb.STALE:
+                    raise StaleDeltaError(result.message)
                 size = upload.header.payload_bytes
                 elapsed = time.monotonic() - t_send
                 self.bytes_sent += size

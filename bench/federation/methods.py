@@ -17,10 +17,18 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from geofed.config import FederationConfig
+from geofed.config import AggregationConfig, CodecConfig, FederationConfig
 from geofed_apps.local import LOCAL_DEFAULTS, merge_settings
 
 from .scenario import Scenario, ScenarioError
+
+
+def _defaults_text() -> str:
+    """The 'ours (defaults)' description, read from the settings so it cannot drift from them."""
+    agg, codec = AggregationConfig(), CodecConfig()
+    return (f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.global_lr:g}, staleness-scaled "
+            f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec "
+            f"({codec.entropy}) with{'' if codec.error_feedback else 'out'} error feedback")
 
 BARRIER_S = 3600.0  # sync interval and straggler timeout far beyond any budget: H steps and the barrier bind
 FEDNOVA_MAX_STEPS = 100_000  # FedNova's local work is bounded by the wall-clock T only
@@ -113,8 +121,7 @@ METHODS: dict[str, Method] = {
             "ours",
             "ours (defaults)",
             "federated",
-            "geofed's defaults: async, buffer 1, η = 0.5, staleness-scaled deltas, max staleness 16, H steps "
-            "or T seconds, int8 + Huffman deltas with error feedback",
+            _defaults_text(),
             {},
         ),
         Method(
@@ -196,3 +203,4 @@ def federation_for(scenario: Scenario, method: Method) -> FederationConfig:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ScenarioError(f"scenario {scenario.name!r}, method {method.name!r}: {problems}") from None
+

@@ -5,6 +5,7 @@ a full disk while checkpointing. Clients here are in-process `PSClient`s (it is 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -124,12 +125,18 @@ def ps_killed_mid_push(workdir: Path, reaper: Reaper, downtime_s: float = 0.0, n
     return res
 
 
-def ps_killed_mid_round(workdir: Path, reaper: Reaper) -> ScenarioResult:
-    """K = 2: one delta is ACCEPTED (buffered, not yet applied) when the PS dies; it must not vanish."""
+def ps_killed_mid_round(workdir: Path, reaper: Reaper, *, graceful: bool = False) -> ScenarioResult:
+    """K = 2: one delta is ACCEPTED (buffered, not yet applied) when the PS stops; it must not vanish.
+
+    `graceful`: SIGTERM instead of SIGKILL, as Kubernetes rolls the PS on every spec change. The final
+    checkpoint must not remember the buffered delta's upload id as received, or the client's resend is
+    answered DUPLICATE and the delta is lost.
+    """
     numel = 50_000
     federation = {"aggregation": {**EXACT_ASYNC["aggregation"], "buffer_size": 2, "buffer_timeout_s": 4.0}}
-    res = ScenarioResult("PS SIGKILL mid-round (buffered delta)",
-                         "SIGKILL of the PS holding one ACCEPTED delta of a K=2 round; restart on its checkpoint")
+    how = "SIGTERM" if graceful else "SIGKILL"
+    res = ScenarioResult(f"PS {how} mid-round (buffered delta)",
+                         f"{how} of the PS holding one ACCEPTED delta of a K=2 round; restart on its checkpoint")
     fed = Federation.start(workdir, reaper, numel, federation=federation, install=False)
     # Joined before θ0's checkpoint, so their rejoin tokens survive the crash even on a PS that only persists
     # credentials at checkpoints (see ps_crash_strands_new_clients). Streams run, as in the agent.
@@ -139,7 +146,10 @@ def ps_killed_mid_round(workdir: Path, reaper: Reaper) -> ScenarioResult:
     ra = push(a, 1, da)
     res.check(ra.status == "ACCEPTED", "first delta buffered (ACCEPTED)", ra)
     t_kill = time.monotonic()
-    fed.ps.kill()
+    if graceful:
+        res.check(fed.ps.terminate() == 0, "the PS stopped cleanly on SIGTERM")
+    else:
+        fed.ps.kill()
     fed.ps.start()
     rb = push(b, 1, db)
     res.details["second_push"] = rb.status
@@ -158,7 +168,7 @@ def ps_killed_mid_round(workdir: Path, reaper: Reaper) -> ScenarioResult:
     res.details.update(version=version, coefficients=acc.coefficients)
     res.lost = int(acc.coefficients["a"] < 0.25)
     res.check(acc.residual < 1e-4, "model = θ0 + a combination of whole deltas", acc.residual)
-    res.check(not res.lost, "the ACCEPTED delta survived the crash (in the model within 20 s of the restart)",
+    res.check(not res.lost, f"the ACCEPTED delta survived the {how} (in the model within 20 s of the restart)",
               f"coefficients {acc.coefficients}: neither the PS checkpoint nor the client brought it back")
     c = acc.coefficients
     one_round = version == 2 and abs(c["a"] - 0.5) < 1e-3 and abs(c["b"] - 0.5) < 1e-3
@@ -292,6 +302,7 @@ def disk_full_while_checkpointing(workdir: Path, reaper: Reaper) -> ScenarioResu
 SCENARIOS = {
     "ps_mid_push": ps_killed_mid_push,
     "ps_mid_round": ps_killed_mid_round,
+    "ps_mid_round_sigterm": functools.partial(ps_killed_mid_round, graceful=True),
     "ps_strands_new_clients": ps_crash_strands_new_clients,
     "ps_behind_clients": ps_restarts_behind_clients,
     "disk_full": disk_full_while_checkpointing,

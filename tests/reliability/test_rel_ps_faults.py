@@ -25,6 +25,13 @@ def test_ps_killed_mid_round_keeps_the_accepted_delta(tmp_path, reaper):
     assert result.lost == 0
 
 
+def test_ps_stopped_gracefully_mid_round_keeps_the_accepted_delta(tmp_path, reaper):
+    """SIGTERM (a Kubernetes roll), not SIGKILL: the final checkpoint must not swallow the buffered delta."""
+    result = ps_killed_mid_round(tmp_path, reaper, graceful=True)
+
+    assert result.lost == 0, result.outcome
+
+
 def test_client_that_joined_after_the_last_checkpoint_gets_back_in(tmp_path, reaper):
     result = ps_crash_strands_new_clients(tmp_path, reaper)
 
