@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint generate bench clean
+.PHONY: demo test test-slow test-walkthrough lint generate bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The Kubernetes walk-through (README / docs/kubernetes.md) end to end against the emulated API server with a
+# minimal kubelet: 1-3 minutes, so it is marked slow and CI runs it on its own after `make test`.
+test-walkthrough: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/k8s/test_walkthrough.py
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
