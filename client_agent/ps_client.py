@@ -444,6 +444,11 @@ class PSClient:
                     if code == grpc.StatusCode.UNAUTHENTICATED:
                         self._rejoin_after(exc)
                         continue
+                    if code == grpc.StatusCode.ALREADY_EXISTS:
+                        # One delta per client per base version and round (issue 10): this one was trained
+                        # from a version we already pushed on (e.g. after a relaunch or a re-seed). Like STALE:
+                        # drop it, resync to a newer version and retrain.
+                        raise StaleDeltaError(exc.details() or "already sent a delta on this base") from None
                     if code not in RETRYABLE or time.monotonic() - t0 > self.retry_budget_s:
                         raise PushError(f"{code.name}: {exc.details()}") from None
                     log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
