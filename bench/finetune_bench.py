@@ -113,7 +113,7 @@ def report() -> str:
     lines = ["| row | trainable params | exchanged params | up B/round/client | down B/round/client | exact match "
              "| F1 | eval loss | wall-clock s | runs |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in ROWS:
-        runs = [json.loads(p.read_text()) for p in sorted(OUT.glob(f"{row}-*.json"))]
+        runs = [json.loads(p.read_text()) for p in sorted(OUT.glob(f"{row}-[0-9]*.json"))]
         if not runs:
             continue
         em, f1 = [r["em"][1] for r in runs], [r["f1"][1] for r in runs]
