@@ -57,6 +57,7 @@ def _pod_failure(pod: Mapping[str, Any]) -> tuple[str, str] | None:
         if term:
             said = _last_line(term.get("message") or "")
             known = next((r for r in CLIENT_REASONS if f"{r}:" in said), None)
+            known = known or next((r for phrase, r in CLIENT_PHRASES.items() if phrase in said), None)
             reason = reason or known or term.get("reason") or "Error"
             exited = f"container {cs.get('name')} exited with code {term.get('exitCode')}"
             message = message or (f"{exited}: {said}" if said else exited)
@@ -65,6 +66,11 @@ def _pod_failure(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 # Reasons the client states on its last line when it gives up (client_agent: "NoGlobalModel: ...").
 CLIENT_REASONS = ("NoGlobalModel",)
+# Phrases of the client's last line that name a reason (client_agent.ps_client's JoinError text).
+CLIENT_PHRASES = {"the parameter server refused this client": "JoinRefused"}
+# Failures no relaunch fixes until someone changes a spec (an unknown PS group, another paradigm):
+# reported as Degraded while the backoff keeps retrying.
+CONFIG_REASONS = ("JoinRefused",)
 
 
 def _last_line(text: str) -> str:

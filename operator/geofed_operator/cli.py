@@ -74,6 +74,10 @@ def add_commands(subparsers: Any) -> None:
     )
     enroll.add_argument("--image-pull-secret", action="append", default=[], help="pull secret at the site")
     enroll.add_argument(
+        "--group",
+        help="the site's PS group (multi-PS federations); --ps-address and --admin-address are that group's PS",
+    )
+    enroll.add_argument(
         "--rotate",
         action="store_true",
         help="re-enrol a site whose clients the PS already knows: its old credential stops working",
@@ -166,6 +170,7 @@ def run_enroll(args: argparse.Namespace) -> int:
             data_pvc=args.data_pvc,
             gpus_per_pod=args.gpus,
             master=args.master,
+            group=args.group,
             image_pull_secrets=tuple(args.image_pull_secret),
         )
     except (AdminError, OSError, ValueError) as exc:

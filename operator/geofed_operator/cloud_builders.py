@@ -1,6 +1,8 @@
 """Pure builders for a Federation's children: the PS Deployment, Service, PVC, ConfigMap and Secrets.
 
 Each takes the parsed Federation and returns a manifest dict; nothing here talks to the API server.
+The PS builders take `group`: a Federation that declares PS groups gets one PS (Deployment, Services,
+PVC, PDB) per group, named `<federation>-ps-<group>`; `group=None` is the single PS of one without.
 The PS runs as one replica with the Recreate strategy: on a spec change the old pod gets SIGTERM,
 checkpoints to the PVC, and the new pod resumes from it, so the global model survives a roll.
 """
@@ -18,7 +20,7 @@ import yaml
 from geofed.config import FederationConfig
 from geofed_operator import names
 from geofed_operator.federation_spec import parse_federation_spec, spec_to_federation_config
-from geofed_operator.k8s_types import pod_placement
+from geofed_operator.k8s_types import nonroot_pod_security, pod_placement
 from geofed_operator.keys import k8s_dump
 from geofed_operator.tls import TLSMaterial
 
@@ -27,8 +29,9 @@ CONFIG_FILE = "federation.yaml"
 ADMIN_DIR = "/etc/geofed/admin"
 ADMIN_KEY = "credential"
 TLS_DIR = "/etc/geofed/tls"
+PEER_DIR = "/etc/geofed/peer"
+PEER_KEY = "token"
 CHECKPOINT_DIR = "/var/lib/geofed/checkpoints"
-RUN_AS = 10001  # the non-root user of the images (images/*.Dockerfile)
 
 
 @dataclass(frozen=True)
@@ -40,18 +43,55 @@ class FederationObject:
     spec: Any  # FederationSpec (a pydantic model built from geofed.config)
     raw_spec: Mapping[str, Any]
     image: str
+    trainer_image: str = ""  # the split trainer needs torch: the client image unless spec.splitTrainer names one
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any], default_image: str) -> FederationObject:
+    def from_body(cls, body: Mapping[str, Any], default_image: str, trainer_image: str = "") -> FederationObject:
         """Parse a Federation object; raises pydantic.ValidationError on a bad spec."""
         meta = body["metadata"]
         spec = parse_federation_spec(body.get("spec") or {})
-        return cls(meta["name"], meta["namespace"], spec, body.get("spec") or {}, spec.image or default_image)
+        trainer = spec.split_trainer.image or trainer_image
+        return cls(meta["name"], meta["namespace"], spec, body.get("spec") or {}, spec.image or default_image, trainer)
+
+    @property
+    def groups(self) -> tuple[str | None, ...]:
+        """One entry per PS: the declared group names, or (None,) for the single PS."""
+        return tuple(g.name for g in self.spec.groups) or (None,)
+
+    @property
+    def split_learning(self) -> bool:
+        """Whether the federation runs FSL-SAGE and so needs the split trainer."""
+        return self.spec.paradigm.name == "fsl-sage"
+
+    def group_host(self, group: str | None) -> str:
+        """In-cluster DNS name of one PS's Service."""
+        return f"{names.ps_name(self.name, group)}.{self.namespace}.svc"
+
+    def group_address(self, group: str | None) -> str:
+        """In-cluster host:port of one PS."""
+        return f"{self.group_host(group)}:{self.spec.service.port}"
+
+    @property
+    def trainer_address(self) -> str:
+        """In-cluster host:port of the split trainer's Service."""
+        return f"{names.trainer_name(self.name)}.{self.namespace}.svc:{self.spec.split_trainer.port}"
 
     @property
     def config(self) -> FederationConfig:
-        """What the PS loads and hands to clients at Join."""
-        return spec_to_federation_config(self.raw_spec, name=self.name)
+        """What the PS loads and hands to clients at Join, with the in-cluster defaults filled in.
+
+        A group without an address gets its PS Service's full DNS name (`<federation>-ps-<group>.<ns>.svc:
+        <port>`: what the other PSs dial), and FSL-SAGE's `paradigm.trainer` the split trainer's Service.
+        """
+        config = spec_to_federation_config(self.raw_spec, name=self.name)
+        update: dict[str, Any] = {}
+        if config.groups:
+            update["groups"] = [
+                g.model_copy(update={"address": g.address or self.group_address(g.name)}) for g in config.groups
+            ]
+        if self.split_learning and not config.paradigm.trainer:
+            update["paradigm"] = config.paradigm.model_copy(update={"trainer": self.trainer_address})
+        return config.model_copy(update=update)
 
     @property
     def tls_secret(self) -> str | None:
@@ -62,24 +102,25 @@ class FederationObject:
 
     @property
     def service_host(self) -> str:
-        """In-cluster DNS name of the PS Service."""
-        return f"{names.ps_name(self.name)}.{self.namespace}.svc"
+        """In-cluster DNS name of the (first group's) PS Service."""
+        return self.group_host(self.groups[0])
 
     @property
     def ps_address(self) -> str:
-        """In-cluster host:port of the PS."""
-        return f"{self.service_host}:{self.spec.service.port}"
+        """In-cluster host:port of the (first group's) PS."""
+        return self.group_address(self.groups[0])
 
 
-def selector_labels(fed: FederationObject) -> dict[str, str]:
+def selector_labels(fed: FederationObject, group: str | None = None) -> dict[str, str]:
     """Labels that pick the PS pod (and that a ServiceMonitor or NetworkPolicy can select on)."""
-    return {names.LABEL_NAME: names.PS_APP, names.LABEL_INSTANCE: fed.name}
+    labels = {names.LABEL_NAME: names.PS_APP, names.LABEL_INSTANCE: fed.name}
+    return {**labels, names.LABEL_PS_GROUP: group} if group else labels
 
 
-def common_labels(fed: FederationObject, component: str) -> dict[str, str]:
+def common_labels(fed: FederationObject, component: str, group: str | None = None) -> dict[str, str]:
     """Labels of every child: recommended app labels plus the owning federation."""
     return {
-        **selector_labels(fed),
+        **selector_labels(fed, group),
         names.LABEL_COMPONENT: component,
         names.LABEL_PART_OF: "geofed",
         names.LABEL_MANAGED_BY: names.MANAGED_BY,
@@ -87,8 +128,8 @@ def common_labels(fed: FederationObject, component: str) -> dict[str, str]:
     }
 
 
-def _meta(fed: FederationObject, name: str, component: str) -> dict[str, Any]:
-    return {"name": name, "namespace": fed.namespace, "labels": common_labels(fed, component)}
+def _meta(fed: FederationObject, name: str, component: str, group: str | None = None) -> dict[str, Any]:
+    return {"name": name, "namespace": fed.namespace, "labels": common_labels(fed, component, group)}
 
 
 def federation_yaml(fed: FederationObject) -> str:
@@ -113,15 +154,19 @@ def config_hash(fed: FederationObject, tls_cert_pem: bytes | None) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_admin_secret(fed: FederationObject, credential: str) -> dict[str, Any]:
-    """Secret with the PS admin credential (enrollment and the operator's status polls use it)."""
+def _opaque_secret(fed: FederationObject, name: str, component: str, key: str, value: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(fed, names.admin_secret_name(fed.name), "admin"),
+        "metadata": _meta(fed, name, component),
         "type": "Opaque",
-        "data": {ADMIN_KEY: base64.b64encode(credential.encode()).decode()},
+        "data": {key: base64.b64encode(value.encode()).decode()},
     }
+
+
+def build_admin_secret(fed: FederationObject, credential: str) -> dict[str, Any]:
+    """Secret with the PS admin credential (enrollment and the operator's status polls use it)."""
+    return _opaque_secret(fed, names.admin_secret_name(fed.name), "admin", ADMIN_KEY, credential)
 
 
 def tls_names(fed: FederationObject, public_hosts: tuple[str, ...] = ()) -> list[str]:
@@ -130,15 +175,12 @@ def tls_names(fed: FederationObject, public_hosts: tuple[str, ...] = ()) -> list
     `public_hosts` are the load balancer's hostnames and IPs from the Service's status: sites dial
     them, so the certificate must cover them without anyone listing them by hand.
     """
-    svc = names.ps_name(fed.name)
-    base = [
-        f"{svc}.{fed.namespace}.svc",
-        svc,
-        f"{svc}.{fed.namespace}",
-        f"{svc}.{fed.namespace}.svc.cluster.local",
-        "localhost",
-        "127.0.0.1",
-    ]
+    services = [names.ps_name(fed.name, g) for g in fed.groups]
+    if fed.split_learning:  # the trainer serves the same certificate
+        services.append(names.trainer_name(fed.name))
+    ns = fed.namespace
+    base = [n for svc in services for n in (f"{svc}.{ns}.svc", svc, f"{svc}.{ns}", f"{svc}.{ns}.svc.cluster.local")]
+    base += ["localhost", "127.0.0.1"]
     extra = [*fed.spec.tls.dns_names, *fed.spec.tls.ip_addresses, *public_hosts]
     return base + [n for i, n in enumerate(extra) if n not in base and n not in extra[:i]]
 
@@ -169,61 +211,74 @@ def build_ca_secret(fed: FederationObject, material: TLSMaterial) -> dict[str, A
     }
 
 
-def build_pvc(fed: FederationObject) -> dict[str, Any]:
-    """PVC for PS checkpoints (ReadWriteOnce: one PS pod at a time, which Recreate guarantees)."""
-    spec: dict[str, Any] = {
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": str(fed.spec.storage.size)}},
-    }
+def claim(fed: FederationObject, meta: dict[str, Any], size: Any) -> dict[str, Any]:
+    """A ReadWriteOnce PVC in the spec's StorageClass (one writer pod at a time, which Recreate guarantees)."""
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": str(size)}}}
     if fed.spec.storage.storage_class_name is not None:
         spec["storageClassName"] = fed.spec.storage.storage_class_name
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": _meta(fed, names.pvc_name(fed.name), "checkpoints"),
-        "spec": spec,
-    }
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 
-def build_service(fed: FederationObject) -> dict[str, Any]:
-    """The public Service: gRPC on one port, the only one sites dial out to (metrics are not on it)."""
+def build_pvc(fed: FederationObject, group: str | None = None) -> dict[str, Any]:
+    """PVC for PS checkpoints."""
+    return claim(fed, _meta(fed, names.pvc_name(fed.name, group), "checkpoints", group), fed.spec.storage.size)
+
+
+def exposed_service(
+    fed: FederationObject, meta: dict[str, Any], selector: dict[str, str], port: int, node_port: int | None = None
+) -> dict[str, Any]:
+    """A gRPC Service of the spec's type (sites dial it), with the spec's annotations and source ranges."""
     svc = fed.spec.service
-    grpc_port: dict[str, Any] = {"name": "grpc", "port": svc.port, "targetPort": "grpc", "protocol": "TCP"}
+    grpc_port: dict[str, Any] = {"name": "grpc", "port": port, "targetPort": "grpc", "protocol": "TCP"}
     grpc_port["appProtocol"] = "kubernetes.io/h2c" if fed.spec.insecure else "grpc"
-    if svc.node_port is not None:
-        grpc_port["nodePort"] = svc.node_port
-    spec: dict[str, Any] = {"type": svc.type, "selector": selector_labels(fed), "ports": [grpc_port]}
+    if node_port is not None:
+        grpc_port["nodePort"] = node_port
+    spec: dict[str, Any] = {"type": svc.type, "selector": selector, "ports": [grpc_port]}
     if svc.type == "LoadBalancer" and svc.load_balancer_source_ranges:
         spec["loadBalancerSourceRanges"] = list(svc.load_balancer_source_ranges)
-    meta = _meta(fed, names.ps_name(fed.name), "ps")
     if svc.annotations:
         meta["annotations"] = dict(svc.annotations)
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
-def build_metrics_service(fed: FederationObject) -> dict[str, Any]:
+def build_service(fed: FederationObject, group: str | None = None) -> dict[str, Any]:
+    """The public Service: gRPC on one port, the only one sites dial out to (metrics are not on it)."""
+    meta = _meta(fed, names.ps_name(fed.name, group), "ps", group)
+    svc = fed.spec.service
+    return exposed_service(fed, meta, selector_labels(fed, group), svc.port, svc.node_port)
+
+
+def build_metrics_service(fed: FederationObject, group: str | None = None) -> dict[str, Any]:
     """A ClusterIP Service for the unauthenticated metrics port (client ids, losses): in-cluster only."""
     port = {"name": "metrics", "port": fed.spec.service.metrics_port, "targetPort": "metrics", "protocol": "TCP"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(fed, names.metrics_service_name(fed.name), "metrics"),
-        "spec": {"type": "ClusterIP", "selector": selector_labels(fed), "ports": [port]},
+        "metadata": _meta(fed, names.metrics_service_name(fed.name, group), "metrics", group),
+        "spec": {"type": "ClusterIP", "selector": selector_labels(fed, group), "ports": [port]},
     }
 
 
-def build_pdb(fed: FederationObject) -> dict[str, Any]:
+def build_pdb(fed: FederationObject, group: str | None = None) -> dict[str, Any]:
     """Keeps voluntary evictions (node drains) off a healthy PS; an unready one may always be evicted."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(fed, names.ps_name(fed.name), "ps"),
+        "metadata": _meta(fed, names.ps_name(fed.name, group), "ps", group),
         "spec": {
             "minAvailable": 1,
-            "selector": {"matchLabels": selector_labels(fed)},
+            "selector": {"matchLabels": selector_labels(fed, group)},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }
+
+
+@dataclass(frozen=True)
+class ServedTLS:
+    """What the operator learnt about the certificate the PS serves (None fields: unknown / absent)."""
+
+    has_ca: bool = True  # the Secret has ca.crt (ours always does)
+    server_name: str | None = None  # a name the certificate covers, when it does not cover 127.0.0.1
 
 
 def _server_flags(fed: FederationObject) -> list[str]:
@@ -238,8 +293,8 @@ def _server_flags(fed: FederationObject) -> list[str]:
     return flags
 
 
-def ps_args(fed: FederationObject) -> list[str]:
-    """Command line of the PS container."""
+def ps_args(fed: FederationObject, group: str | None = None, tls: ServedTLS | None = None) -> list[str]:
+    """Command line of the PS container (a group's PS also gets its group and the peer secret)."""
     args = [
         "geofed", "ps",
         "--federation", f"{CONFIG_DIR}/{CONFIG_FILE}",
@@ -253,15 +308,11 @@ def ps_args(fed: FederationObject) -> list[str]:
         args.append("--insecure")
     else:
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
+    if group:
+        args += ["--group", group, "--peer-token-file", f"{PEER_DIR}/{PEER_KEY}"]
+        if fed.tls_secret is not None and (tls is None or tls.has_ca):
+            args += ["--peer-ca", f"{TLS_DIR}/ca.crt"]  # the other PSs serve the same certificate
     return args + _server_flags(fed)
-
-
-@dataclass(frozen=True)
-class ServedTLS:
-    """What the operator learnt about the certificate the PS serves (None fields: unknown / absent)."""
-
-    has_ca: bool = True  # the Secret has ca.crt (ours always does)
-    server_name: str | None = None  # a name the certificate covers, when it does not cover 127.0.0.1
 
 
 def probe_command(fed: FederationObject, tls: ServedTLS = ServedTLS()) -> list[str]:
@@ -276,6 +327,26 @@ def probe_command(fed: FederationObject, tls: ServedTLS = ServedTLS()) -> list[s
     return cmd
 
 
+def read_only_container_security() -> dict[str, Any]:
+    """Container securityContext of the cloud's servers: no privilege, read-only root, no capabilities."""
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
+def peer_mount() -> dict[str, Any]:
+    """The peer secret, read-only, in every PS of a multi-PS federation and in the split trainer."""
+    return {"name": "peer", "mountPath": PEER_DIR, "readOnly": True}
+
+
+def peer_volume(fed: FederationObject) -> dict[str, Any]:
+    """Volume of the federation's peer-secret Secret."""
+    return {"name": "peer", "secret": {"secretName": names.peer_secret_name(fed.name), "defaultMode": 0o440}}
+
+
+def build_peer_secret(fed: FederationObject, token: str) -> dict[str, Any]:
+    """Secret with the secret the federation's PSs (and split trainer) authenticate PS-to-PS calls with."""
+    return _opaque_secret(fed, names.peer_secret_name(fed.name), "peer", PEER_KEY, token)
+
+
 def _tls_volume(fed: FederationObject) -> dict[str, Any]:
     secret: dict[str, Any] = {"secretName": fed.tls_secret, "defaultMode": 0o440}
     if fed.spec.tls_secret_name is None:  # ours: keep the CA key out of the pod
@@ -283,7 +354,9 @@ def _tls_volume(fed: FederationObject) -> dict[str, Any]:
     return {"name": "tls", "secret": secret}
 
 
-def build_ps_deployment(fed: FederationObject, *, config_hash: str, tls: ServedTLS = ServedTLS()) -> dict[str, Any]:
+def build_ps_deployment(
+    fed: FederationObject, *, config_hash: str, tls: ServedTLS = ServedTLS(), group: str | None = None
+) -> dict[str, Any]:
     """The PS Deployment: one replica, Recreate, exec probes, non-root, checkpoints on the PVC."""
     spec = fed.spec
     probe = {"exec": {"command": probe_command(fed, tls)}, "timeoutSeconds": 5}
@@ -296,17 +369,20 @@ def build_ps_deployment(fed: FederationObject, *, config_hash: str, tls: ServedT
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": names.config_map_name(fed.name)}},
         {"name": "admin", "secret": {"secretName": names.admin_secret_name(fed.name), "defaultMode": 0o440}},
-        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": names.pvc_name(fed.name)}},
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": names.pvc_name(fed.name, group)}},
         {"name": "tmp", "emptyDir": {}},
     ]
     if fed.tls_secret is not None:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append(_tls_volume(fed))
+    if group:
+        mounts.append(peer_mount())
+        volumes.append(peer_volume(fed))
     container: dict[str, Any] = {
         "name": "ps",
         "image": fed.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": ps_args(fed),
+        "command": ps_args(fed, group, tls),
         "ports": [
             {"name": "grpc", "containerPort": spec.service.port, "protocol": "TCP"},
             {"name": "metrics", "containerPort": spec.service.metrics_port, "protocol": "TCP"},
@@ -321,37 +397,27 @@ def build_ps_deployment(fed: FederationObject, *, config_hash: str, tls: ServedT
         "readinessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 6},
         "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": read_only_container_security(),
     }
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
         "terminationGracePeriodSeconds": spec.termination_grace_period_s,
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": nonroot_pod_security(),
     }
     pod_spec.update(pod_placement(spec))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(fed, names.ps_name(fed.name), "ps"),
+        "metadata": _meta(fed, names.ps_name(fed.name, group), "ps", group),
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},  # never two PS pods on one PVC and one global model
-            "selector": {"matchLabels": selector_labels(fed)},
+            "selector": {"matchLabels": selector_labels(fed, group)},
             "template": {
                 "metadata": {
-                    "labels": common_labels(fed, "ps"),
+                    "labels": common_labels(fed, "ps", group),
                     "annotations": {**spec.pod_annotations, names.ANNOTATION_CONFIG_HASH: config_hash},
                 },
                 "spec": pod_spec,

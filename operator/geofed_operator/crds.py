@@ -24,6 +24,7 @@ FEDERATION_COLUMNS = [
     REASON,
     {"name": "Version", "type": "integer", "jsonPath": ".status.version"},
     {"name": "Clients", "type": "integer", "jsonPath": ".status.connectedClients"},
+    {"name": "Groups", "type": "string", "jsonPath": ".status.groupVersions"},
     {"name": "Loss", "type": "number", "jsonPath": ".status.trainLoss"},
     {"name": "Eval", "type": "number", "jsonPath": ".status.evalLoss", "priority": 1},
     {"name": "Mode", "type": "string", "jsonPath": ".spec.aggregation.mode", "priority": 1},

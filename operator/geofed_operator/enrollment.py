@@ -54,6 +54,7 @@ def build_site_manifests(
     data_pvc: str = "geofed-data",
     gpus_per_pod: int = 1,
     master: bool = False,
+    group: str | None = None,
     image_pull_secrets: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """[Secret, SiteClient] for one site; the spec is validated like the operator will validate it."""
@@ -77,6 +78,8 @@ def build_site_manifests(
         spec_fields["insecure"] = True
     if master:
         spec_fields["master"] = True
+    if group:
+        spec_fields["group"] = group
     if image_pull_secrets:
         spec_fields["image_pull_secrets"] = [{"name": n} for n in image_pull_secrets]
     spec = SiteClientSpec.model_validate(spec_fields)  # raises with the field name if anything is off

@@ -37,6 +37,9 @@ OPERATOR_OWNED_SERVER_FIELDS = frozenset(
         "client_ca",
         "checkpoint_dir",
         "admin_token_file",
+        "group",  # one PS per declared group, each started with its own
+        "peer_token_file",  # the generated peer-secret Secret
+        "peer_ca",  # the served TLS Secret's ca.crt
     }
 )
 
@@ -124,6 +127,19 @@ class TLSSpec(K8sModel):
     validity_days: int = Field(365, ge=1, le=3650, description="Lifetime of the generated server certificate.")
 
 
+class SplitTrainerSpec(K8sModel):
+    """The FSL-SAGE server-side trainer (created only when paradigm.name is fsl-sage)."""
+
+    image: str | None = Field(
+        None, max_length=512, description="Trainer image (needs torch); the operator's client image when unset."
+    )
+    port: int = Field(7450, ge=1, le=65535, description="gRPC port of the trainer and its Service.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Trainer container resources (e.g. a GPU)."
+    )
+    storage_size: Quantity = Field("10Gi", description="PVC for the server-side blocks (--out).")
+
+
 class _FederationK8sFields(K8sModel):
     """Kubernetes-only settings of a Federation."""
 
@@ -158,6 +174,9 @@ class _FederationK8sFields(K8sModel):
     pod_annotations: dict[str, str] = Field(
         default_factory=dict, description="Extra annotations of the PS pod (e.g. for a service mesh)."
     )
+    split_trainer: SplitTrainerSpec = Field(
+        default_factory=SplitTrainerSpec, description="The split trainer (paradigm fsl-sage only)."
+    )
     pod_disruption_budget: bool = Field(
         True,
         description="A PodDisruptionBudget (minAvailable 1) that keeps node drains from evicting a healthy PS "
@@ -175,6 +194,8 @@ _RULES: dict[str, list[dict[str, str]]] = {
         {"rule": "self.nEmbd % self.nHead == 0", "message": "model.nEmbd must be divisible by model.nHead"},
     ],
     "paradigm": [{"rule": "self == oldSelf", "message": "paradigm is immutable"}],
+    # Each group's PS has its own Deployment, PVC and model copy; a new or dropped group is a new federation.
+    "groups": [{"rule": "self == oldSelf", "message": "groups are immutable: create a new Federation"}],
 }
 
 
@@ -191,6 +212,8 @@ def _check(spec: Any) -> Any:
         raise ValueError(f"model.nEmbd ({spec.model.n_embd}) must be divisible by model.nHead ({spec.model.n_head})")
     if spec.tls_secret_name and spec.insecure:
         raise ValueError("tlsSecretName and insecure exclude each other")
+    if len(spec.groups) > 1 and spec.service.node_port is not None:
+        raise ValueError("service.nodePort cannot be shared by several PS groups' Services; leave it unset")
     return spec
 
 

@@ -96,6 +96,71 @@ def federation_status_from_ps(
     )
 
 
+def group_entry(name: str, address: str, ps: Mapping[str, Any]) -> dict[str, Any]:
+    """One `status.groups` entry from a group's PS status (`AdminClient.status()`)."""
+    return {
+        "name": name,
+        "ps_address": address,
+        "version": int(ps.get("version", 0)),
+        "has_model": bool(ps.get("has_model")),
+        "connected_clients": int(ps.get("connected_clients", 0)),
+        "ring_allreduces": int(ps.get("ring_allreduces", 0)),
+        "ring_members": sorted(str(m) for m in ps.get("ring_members") or []),
+    }
+
+
+def excluded_groups(groups: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Groups every other group's PS has left out of its ring (a stalled, excluded or rejoining PS).
+
+    A PS that has not rung yet lists no members and has no say; a PS the others keep is not excluded
+    because its own view is stale (its ring listing only itself says nothing about them).
+    """
+    out = []
+    for group in groups:
+        views = [g["ring_members"] for g in groups if g["name"] != group["name"] and g["ring_members"]]
+        if views and all(group["name"] not in members for members in views):
+            out.append(group["name"])
+    return out
+
+
+def federation_status_from_groups(
+    groups: Sequence[tuple[str, str, Mapping[str, Any]]],
+    *,
+    clients: Sequence[Mapping[str, Any]] | None = None,
+    now: dt.datetime,
+    generation: int | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """Status patch for a multi-PS federation from each group's (name, address, PS status).
+
+    The top-level fields describe the federation as a whole: `version` is the lowest group version
+    (every PS has reached it), client counts are summed; `groups` holds each PS's own view.
+    """
+    entries = [group_entry(name, address, ps) for name, address, ps in groups]
+    first = dict(groups[0][2])
+    first["version"] = min(e["version"] for e in entries)
+    first["has_model"] = all(e["has_model"] for e in entries)
+    first["connected_clients"] = sum(e["connected_clients"] for e in entries)
+    first["known_clients"] = sum(int(ps.get("known_clients", 0)) for _, _, ps in groups)
+    first["buffered_deltas"] = sum(int(ps.get("buffered_deltas", 0)) for _, _, ps in groups)
+    patch = federation_status_from_ps(first, clients=clients, now=now, generation=generation, conditions=conditions)
+    extra = status_patch(
+        FederationStatus,
+        groups=entries,
+        group_versions=",".join(f"{e['name']}={e['version']}" for e in entries),
+    )
+    excluded = excluded_groups(entries)
+    if excluded:
+        message = (
+            f"PS group(s) {', '.join(excluded)} are out of the other PSs' ring (stalled, excluded or rejoining); "
+            "their clients train on a model the others do not share until they resync"
+        )
+        degraded = federation_status_degraded("RingMemberExcluded", message, now=now, generation=generation,
+                                              conditions=patch["conditions"])  # fmt: skip
+        patch.update(phase=degraded["phase"], conditions=degraded["conditions"])
+    return {**patch, **extra}
+
+
 def federation_status_not_ready(
     message: str,
     *,

@@ -83,6 +83,20 @@ Affinity = Annotated[
 ]
 
 
+RUN_AS = 10001  # the non-root user of the images (images/*.Dockerfile)
+
+
+def nonroot_pod_security() -> dict[str, Any]:
+    """Pod securityContext of every pod we run: the images' non-root user, the runtime's seccomp profile."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def pod_placement(spec: Any) -> dict[str, Any]:
     """The pod-spec fields both CRs share: scheduling, pull secrets (only those that are set)."""
     out: dict[str, Any] = {}

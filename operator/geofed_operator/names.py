@@ -22,12 +22,14 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "geofed-operator"
 
 PS_APP = "geofed-ps"
+TRAINER_APP = "geofed-split-trainer"
 CLIENT_APP = "geofed-client"
 
 # Our own labels and annotations.
 LABEL_FEDERATION = f"{GROUP}/federation"
 LABEL_SITECLIENT = f"{GROUP}/siteclient"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_PS_GROUP = f"{GROUP}/ps-group"
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_TLS_NAMES = f"{GROUP}/tls-names"
 ANNOTATION_TOKEN_EXPIRES = f"{GROUP}/token-expires-at"
@@ -48,9 +50,9 @@ def child_name(owner: str, suffix: str, *, limit: int = _MAX_NAME) -> str:
     return f"{owner[:keep].rstrip('-')}-{digest}-{suffix}"
 
 
-def ps_name(federation: str) -> str:
-    """The PS Deployment and Service share this name; it is also the in-cluster DNS name."""
-    return child_name(federation, "ps")
+def ps_name(federation: str, group: str | None = None) -> str:
+    """The PS Deployment and Service share this name (`<federation>-ps-<group>` per PS group)."""
+    return child_name(federation, f"ps-{group}" if group else "ps")
 
 
 def admin_secret_name(federation: str) -> str:
@@ -68,9 +70,9 @@ def ca_secret_name(federation: str) -> str:
     return child_name(federation, "ca")
 
 
-def metrics_service_name(federation: str) -> str:
+def metrics_service_name(federation: str, group: str | None = None) -> str:
     """ClusterIP Service of the PS metrics port (never exposed with the public gRPC Service)."""
-    return child_name(federation, "ps-metrics")
+    return child_name(federation, f"ps-{group}-metrics" if group else "ps-metrics")
 
 
 def config_map_name(federation: str) -> str:
@@ -78,9 +80,24 @@ def config_map_name(federation: str) -> str:
     return child_name(federation, "config")
 
 
-def pvc_name(federation: str) -> str:
-    """PVC holding the PS checkpoints, so a rolled or rescheduled PS keeps the global model."""
-    return child_name(federation, "checkpoints")
+def pvc_name(federation: str, group: str | None = None) -> str:
+    """PVC holding the PS checkpoints, so a rolled or rescheduled PS keeps the global model (one per group)."""
+    return child_name(federation, f"checkpoints-{group}" if group else "checkpoints")
+
+
+def peer_secret_name(federation: str) -> str:
+    """Secret holding the secret the federation's PSs and split trainer share for PS-to-PS calls."""
+    return child_name(federation, "peer")
+
+
+def trainer_name(federation: str) -> str:
+    """The FSL-SAGE split trainer's Deployment and Service."""
+    return child_name(federation, "trainer")
+
+
+def trainer_pvc_name(federation: str) -> str:
+    """PVC holding the split trainer's server-side blocks."""
+    return child_name(federation, "trainer-state")
 
 
 def client_id(site: str, siteclient: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from geofed_operator import names
-from geofed_operator.k8s_types import pod_placement
+from geofed_operator.k8s_types import nonroot_pod_security, pod_placement
 from geofed_operator.keys import k8s_dump
 from geofed_operator.siteclient_spec import SiteClientSpec, parse_siteclient_spec
 
@@ -21,7 +21,6 @@ TOKEN_KEY = "token"
 CA_DIR = "/var/run/geofed/ca"
 DATA_DIR = "/data"
 WORK_DIR = "/work"
-RUN_AS = 10001  # the non-root user of the images (images/*.Dockerfile)
 
 
 @dataclass(frozen=True)
@@ -91,6 +90,8 @@ def client_command(sc: SiteClientObject) -> list[str]:
         "--data", DATA_DIR,
         "--work-dir", WORK_DIR,
     ]  # fmt: skip
+    if spec.group:
+        flags += ["--group", spec.group]
     if spec.insecure:
         flags.append("--insecure")
     elif spec.ca_secret_ref is not None:
@@ -188,13 +189,7 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         "volumes": volumes,
         "automountServiceAccountToken": False,  # the client talks to the PS only, never to Kubernetes
         "terminationGracePeriodSeconds": 60,  # time to push a last delta / checkpoint on preemption
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": nonroot_pod_security(),
     }
     pod_spec.update(pod_placement(spec))
     if spec.service_account_name:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from geofed.ps_groups import GROUP_NAME
 from geofed_operator.k8s_types import (
     DNS_LABEL,
     Affinity,
@@ -131,7 +132,16 @@ class SiteClientSpec(K8sModel):
         json_schema_extra={"x-kubernetes-validations": [{"rule": _IMMUTABLE, "message": "site is immutable"}]},
     )
     ps_address: str = Field(
-        max_length=261, pattern=PS_ADDRESS, description="host:port of the PS, dialled outbound only."
+        max_length=261,
+        pattern=PS_ADDRESS,
+        description="host:port of the PS, dialled outbound only (with PS groups: this client's group's PS).",
+    )
+    group: str | None = Field(
+        None,
+        max_length=40,
+        pattern=GROUP_NAME,
+        description="The federation's PS group this client belongs to (multi-PS); psAddress must be that group's "
+        "PS. Not checked here: the PS refuses an unknown or another group at Join, shown as Degraded.",
     )
     credential_secret_ref: SecretKeyRef = Field(
         description="Secret holding the site credential from `geofed site enroll`."

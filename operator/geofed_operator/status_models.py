@@ -54,6 +54,22 @@ class SiteContribution(K8sModel):
     compute_seconds: float = Field(ge=0, description="Compute-seconds behind its applied deltas.")
 
 
+class GroupStatus(K8sModel):
+    """One PS group's PS, as its GetStatus reports it (multi-PS federations)."""
+
+    name: str = Field(max_length=40, description="Group name.")
+    ps_address: str = Field(max_length=261, description="In-cluster host:port of the group's PS.")
+    version: int = Field(ge=0, description="Global model version on the group's PS.")
+    has_model: bool = Field(description="Whether the group's PS holds a model.")
+    connected_clients: int = Field(ge=0, description="Clients with an open stream to this PS.")
+    ring_allreduces: int = Field(
+        ge=0, description="Ring all-reduces this PS committed with another PS, since its process started."
+    )
+    ring_members: list[str] = Field(
+        default_factory=list, max_length=64, description="Groups in this PS's current ring (sorted)."
+    )
+
+
 class FederationStatus(K8sModel):
     """Observed state of a federation, polled from the PS admin API."""
 
@@ -85,6 +101,14 @@ class FederationStatus(K8sModel):
     config_hash: str | None = Field(None, max_length=64, description="Hash of the PS configuration now rolled out.")
     sites: list[SiteContribution] | None = Field(
         None, max_length=1000, description="Per-site contribution accounting (docs/status.md), by site name."
+    )
+    groups: list[GroupStatus] | None = Field(
+        None, max_length=64, description="Per PS group (multi-PS federations): each group's PS status."
+    )
+    group_versions: str | None = Field(
+        None,
+        max_length=4096,
+        description="The groups' model versions as `group=version,...` (the Groups column of kubectl get).",
     )
 
 

@@ -110,7 +110,7 @@ def test_crd_names_columns_and_status_subresource() -> None:
     columns = {p: [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"] if not c.get("priority")]
                for p, crd in crds.items()}  # fmt: skip
     assert columns == {
-        "federations": ["Phase", "Ready", "Reason", "Version", "Clients", "Loss", "Age"],
+        "federations": ["Phase", "Ready", "Reason", "Version", "Clients", "Groups", "Loss", "Age"],
         "siteclients": ["Phase", "Ready", "Reason", "Federation", "Restarts", "Last Sync", "Age"],
     }
     for crd in crds.values():

@@ -17,7 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from geofed_apps.cli import build_parser
-from geofed_operator import cloud_builders, site_builders
+from geofed_operator import k8s_types
 from geofed_operator.settings import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_base_images_are_pinned(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(IMAGES))
 def test_runs_as_the_non_root_user_the_pods_expect(name: str) -> None:
     users = [arg for op, arg in final_stage(IMAGES[name]) if op == "USER"]
-    assert users and users[-1] == str(cloud_builders.RUN_AS) == str(site_builders.RUN_AS)
+    assert users and users[-1] == str(k8s_types.RUN_AS)
 
 
 @pytest.mark.parametrize("name", sorted(IMAGES))

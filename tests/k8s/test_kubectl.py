@@ -17,15 +17,16 @@ pytestmark = [
 
 
 async def test_kubectl_get_shows_the_printer_columns(api) -> None:
-    """`kubectl get federations` prints PHASE, READY, REASON, VERSION, CLIENTS, LOSS, AGE from status."""
+    """`kubectl get federations` prints PHASE, READY, REASON, VERSION, CLIENTS, GROUPS, LOSS, AGE from status."""
     await create(api, FED)
     ready = {"type": "Ready", "status": "True", "reason": "Serving", "message": "",
              "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
-    status = {"phase": "Running", "version": 12, "connectedClients": 2, "trainLoss": 3.25, "conditions": [ready]}
+    status = {"phase": "Running", "version": 11, "connectedClients": 2, "trainLoss": 3.25, "conditions": [ready],
+              "groupVersions": "eu-west=12,us-east=11"}  # fmt: skip
     await patch(api, "geofed.io/v1alpha1", "Federation", NAMESPACE, "demo", {"status": status}, status=True)
     out = await kubectl("get", "federations", "-n", NAMESPACE)
     header, row = out.splitlines()
-    assert header.split() == ["NAME", "PHASE", "READY", "REASON", "VERSION", "CLIENTS", "LOSS", "AGE"]
-    assert row.split()[:7] == ["demo", "Running", "True", "Serving", "12", "2", "3.25"]
+    assert header.split() == ["NAME", "PHASE", "READY", "REASON", "VERSION", "CLIENTS", "GROUPS", "LOSS", "AGE"]
+    assert row.split()[:8] == ["demo", "Running", "True", "Serving", "11", "2", "eu-west=12,us-east=11", "3.25"]
     wide = await kubectl("get", "fed", "demo", "-n", NAMESPACE, "-o", "wide")
     assert "ADDRESS" in wide.splitlines()[0] and "MODE" in wide.splitlines()[0]

@@ -27,6 +27,7 @@ from geofed_operator.cloud_builders import (
     build_config_map,
     build_metrics_service,
     build_pdb,
+    build_peer_secret,
     build_ps_deployment,
     build_pvc,
     build_service,
@@ -39,6 +40,7 @@ from geofed_operator.events import post_event
 from geofed_operator.federation_status import (
     deployment_ready,
     federation_status_degraded,
+    federation_status_from_groups,
     federation_status_from_ps,
     federation_status_not_ready,
 )
@@ -48,6 +50,7 @@ from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.quantity import parse_quantity
 from geofed_operator.status_models import FederationStatus, status_patch
 from geofed_operator.tls import TLSMaterial, certificate_names, issue_self_signed, renewal_due
+from geofed_operator.trainer_builders import build_trainer_deployment, build_trainer_pvc, build_trainer_service
 
 RESOURCE = (names.GROUP, names.VERSION, names.FEDERATION_PLURAL)
 RETRY_S = 30.0
@@ -88,6 +91,13 @@ def _degrade(patch: Any, body: Mapping[str, Any], reason: str, message: str, dep
 def ensure_admin_secret(kube: Kube, fed: FederationObject, owner: Any) -> None:
     """Create the admin credential once; it is never rotated behind the PS's back."""
     secret = build_admin_secret(fed, secrets.token_urlsafe(32))
+    kopf.adopt(secret, owner=owner)
+    kube.ensure(secret)
+
+
+def ensure_peer_secret(kube: Kube, fed: FederationObject, owner: Any) -> None:
+    """Create the PSs' (and split trainer's) shared peer secret once; never rotated behind their backs."""
+    secret = build_peer_secret(fed, secrets.token_urlsafe(32))
     kopf.adopt(secret, owner=owner)
     kube.ensure(secret)
 
@@ -183,17 +193,19 @@ class StorageMismatch(Exception):
     """The checkpoint PVC cannot become what the spec asks (shrinking, another StorageClass)."""
 
 
-def reconcile_pvc(kube: Kube, fed: FederationObject, owner: Mapping[str, Any], *, may_adopt: bool) -> None:
+def reconcile_pvc(
+    kube: Kube, fed: FederationObject, owner: Mapping[str, Any], *, may_adopt: bool, group: str | None = None
+) -> None:
     """Create the checkpoint PVC; keep its ownership in line with retainOnDelete; grow it on request.
 
     Only a change handler (`may_adopt`, fresh spec) re-adopts an existing PVC: a timer pass that started
     before `retainOnDelete: true` must never hand the global model back to the garbage collector.
     """
-    pvc = build_pvc(fed)
+    pvc = build_pvc(fed, group)
     if not fed.spec.storage.retain_on_delete:
         kopf.adopt(pvc, owner=owner)
     live = _apply(kube, pvc, create_only=True)  # a bound PVC's spec is immutable except its size
-    name = names.pvc_name(fed.name)
+    name = names.pvc_name(fed.name, group)
     uid = owner["metadata"].get("uid")
     refs = (live.get("metadata") or {}).get("ownerReferences") or []
     ours = [r for r in refs if r.get("uid") == uid]
@@ -231,24 +243,38 @@ def reconcile_children(
     """Create or update every child (re-creating deleted ones); (TLS state, config hash, public address)."""
     kube, owner = deps.kube, body
     ensure_admin_secret(kube, fed, owner)
-    service = kube.get("v1", "Service", fed.namespace, names.ps_name(fed.name))
-    tls = ensure_tls(kube, fed, owner, public_hosts(service), deps.clock())
+    if fed.spec.groups or fed.split_learning:
+        ensure_peer_secret(kube, fed, owner)
+    services = [kube.get("v1", "Service", fed.namespace, names.ps_name(fed.name, g)) for g in fed.groups]
+    if fed.split_learning:
+        services.append(kube.get("v1", "Service", fed.namespace, names.trainer_name(fed.name)))
+    hosts = tuple(h for service in services for h in public_hosts(service))
+    tls = ensure_tls(kube, fed, owner, tuple(dict.fromkeys(hosts)), deps.clock())
     digest = config_hash(fed, tls.cert_pem)
-    children = [
-        build_config_map(fed),
-        build_service(fed),
-        build_metrics_service(fed),
-        build_ps_deployment(fed, config_hash=digest, tls=tls.served),
-    ]
-    if fed.spec.pod_disruption_budget:
-        children.append(build_pdb(fed))
-    else:
-        kube.delete("policy/v1", "PodDisruptionBudget", fed.namespace, names.ps_name(fed.name))
+    children = [build_config_map(fed)]
+    for group in fed.groups:  # one PS per group; (None,) for the single PS
+        children += [
+            build_service(fed, group),
+            build_metrics_service(fed, group),
+            build_ps_deployment(fed, config_hash=digest, tls=tls.served, group=group),
+        ]
+        if fed.spec.pod_disruption_budget:
+            children.append(build_pdb(fed, group))
+        else:
+            kube.delete("policy/v1", "PodDisruptionBudget", fed.namespace, names.ps_name(fed.name, group))
+    if fed.split_learning:
+        children += [build_trainer_service(fed), build_trainer_deployment(fed, config_hash=digest, tls=tls.served)]
     kopf.adopt(children, owner=owner)
     for child in children:
         _apply(kube, child)
-    reconcile_pvc(kube, fed, owner, may_adopt=on_change)
-    return tls, digest, public_address(fed, service)
+    for group in fed.groups:
+        reconcile_pvc(kube, fed, owner, may_adopt=on_change, group=group)
+    if fed.split_learning:
+        trainer_pvc = build_trainer_pvc(fed)
+        if not fed.spec.storage.retain_on_delete:
+            kopf.adopt(trainer_pvc, owner=owner)
+        _apply(kube, trainer_pvc, create_only=True)
+    return tls, digest, public_address(fed, services[0])
 
 
 def reconcile_federation(
@@ -256,7 +282,7 @@ def reconcile_federation(
 ) -> bool:
     """Bring the children in line with the spec and record what was rolled out; False if it could not."""
     try:
-        fed = FederationObject.from_body(body, deps.settings.ps_image)
+        fed = FederationObject.from_body(body, deps.settings.ps_image, deps.settings.client_image)
     except ValidationError as exc:
         _degrade(patch, body, "InvalidSpec", readable(exc), deps)
         if on_change:
@@ -306,7 +332,7 @@ def reconcile_federation(
 
 
 def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: logging.Logger) -> None:
-    """Read the PS's admin status into `.status` (or say why it cannot be read)."""
+    """Read each PS's admin status into `.status` (or say why it cannot be read)."""
     try:
         fed = FederationObject.from_body(body, deps.settings.ps_image)
     except ValidationError:
@@ -314,10 +340,12 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
     kube = deps.kube
     meta, status = body["metadata"], body.get("status") or {}
     common = {"now": deps.clock(), "generation": meta.get("generation"), "conditions": status.get("conditions")}
-    ready, why = deployment_ready(kube.get("apps/v1", "Deployment", fed.namespace, names.ps_name(fed.name)))
-    if not ready:
-        _write(patch, body, federation_status_not_ready(why, **common))
-        return
+    for group in fed.groups:
+        deployment = kube.get("apps/v1", "Deployment", fed.namespace, names.ps_name(fed.name, group))
+        ready, why = deployment_ready(deployment)
+        if not ready:
+            _write(patch, body, federation_status_not_ready(f"group {group}: {why}" if group else why, **common))
+            return
     try:
         credential = read_secret_key(kube, fed.namespace, names.admin_secret_name(fed.name), ADMIN_KEY)
         ca = None
@@ -326,27 +354,34 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
     except MissingSecret as exc:
         _write(patch, body, federation_status_degraded("SecretMissing", str(exc), **common))
         return
-    address = deps.settings.ps_address_override or fed.ps_address
-    server_name = fed.service_host if deps.settings.ps_address_override and fed.tls_secret else None
-    try:
-        with deps.admin_factory(
-            address,
-            (credential or b"").decode().strip(),
-            insecure=fed.tls_secret is None,
-            ca_cert=ca,
-            timeout_s=deps.settings.admin_timeout_s,
-            server_name=server_name,
-        ) as admin:
-            clients = admin.list_clients()  # before status: the per-site contributions in status.sites
-            ps_status = admin.status()
-    except Exception as exc:  # AdminError, or a TLS/channel error: all end up as a readable condition
-        reason, message = explain_admin_failure(
-            exc, address, "read the status", ca_cert=ca, server_name=server_name, insecure=fed.tls_secret is None
-        )
-        logger.warning("%s", message)
-        _write(patch, body, federation_status_degraded(reason, message, **common))
-        return
-    _write(patch, body, federation_status_from_ps(ps_status, clients=clients, **common))
+    observed: list[tuple[str, str, dict[str, Any]]] = []
+    clients: list[dict[str, Any]] = []
+    for group in fed.groups:
+        address = deps.settings.ps_address_override or fed.group_address(group)
+        server_name = fed.group_host(group) if deps.settings.ps_address_override and fed.tls_secret else None
+        try:
+            with deps.admin_factory(
+                address,
+                (credential or b"").decode().strip(),
+                insecure=fed.tls_secret is None,
+                ca_cert=ca,
+                timeout_s=deps.settings.admin_timeout_s,
+                server_name=server_name,
+            ) as admin:
+                clients += admin.list_clients()  # before status: the per-site contributions in status.sites
+                observed.append((group or "", fed.group_address(group), admin.status()))
+        except Exception as exc:  # AdminError, or a TLS/channel error: all end up as a readable condition
+            reason, message = explain_admin_failure(
+                exc, address, "read the status", ca_cert=ca, server_name=server_name, insecure=fed.tls_secret is None
+            )
+            message = f"group {group}: {message}" if group else message
+            logger.warning("%s", message)
+            _write(patch, body, federation_status_degraded(reason, message, **common))
+            return
+    if fed.spec.groups:
+        _write(patch, body, federation_status_from_groups(observed, clients=clients, **common))
+    else:
+        _write(patch, body, federation_status_from_ps(observed[0][2], clients=clients, **common))
 
 
 def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:

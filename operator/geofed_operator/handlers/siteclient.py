@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from geofed_operator import names
 from geofed_operator.attempts import (
+    CONFIG_REASONS,
     AttemptState,
     Backoff,
     BackoffPolicy,
@@ -227,8 +228,9 @@ def _report(body: Any, sc: SiteClientObject, state: SiteState, decision: Decisio
     gen = sc.generation
     if isinstance(decision, Backoff):
         failed = f"attempt {state.attempt} failed: {decision.reason}: {decision.message}"
+        refused = decision.reason in CONFIG_REASONS  # e.g. an unknown PS group: retrying alone will not help
         return _fields(
-            phase="Backoff",
+            phase="Degraded" if refused else "Backoff",
             next_launch_time=rfc3339(decision.until),
             consecutive_failures=decision.consecutive_failures,
             last_failure_reason=decision.reason,
@@ -245,7 +247,7 @@ def _report(body: Any, sc: SiteClientObject, state: SiteState, decision: Decisio
                         "Backoff",
                         f"{failed}; attempt {state.attempt + 1} at {rfc3339(decision.until)}",
                     ),
-                    "Degraded": (False, "Healthy", ""),
+                    "Degraded": (True, decision.reason, failed) if refused else (False, "Healthy", ""),
                 },
             ),
         )
