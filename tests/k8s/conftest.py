@@ -72,6 +72,7 @@ class FakePS:
             "federation": "demo",
             "server_instance": "fake-1",
         }
+        self.by_address: dict[str, dict[str, Any]] = {}  # per-PS status fields (multi-PS groups), over `status`
         self.error: FakeAdminError | None = None
         self.calls: list[tuple[str, str]] = []  # (address, method)
         self.last_seen = time.time()
@@ -99,7 +100,7 @@ class FakePS:
 
             def status(self) -> dict[str, Any]:
                 self._check("status")
-                return dict(ps.status)
+                return {**ps.status, **ps.by_address.get(address, {})}
 
             def list_clients(self) -> list[dict[str, Any]]:
                 self._check("list_clients")
