@@ -96,11 +96,12 @@ def federation_status_from_ps(
     )
 
 
-def group_entry(name: str, address: str, ps: Mapping[str, Any]) -> dict[str, Any]:
+def group_entry(name: str, address: str, ps: Mapping[str, Any], public: str | None = None) -> dict[str, Any]:
     """One `status.groups` entry from a group's PS status (`AdminClient.status()`)."""
     return {
         "name": name,
         "ps_address": address,
+        **({"public_address": public} if public else {}),
         "version": int(ps.get("version", 0)),
         "has_model": bool(ps.get("has_model")),
         "connected_clients": int(ps.get("connected_clients", 0)),
@@ -124,25 +125,25 @@ def excluded_groups(groups: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def federation_status_from_groups(
-    groups: Sequence[tuple[str, str, Mapping[str, Any]]],
+    groups: Sequence[tuple[str, str, Mapping[str, Any], str | None]],
     *,
     clients: Sequence[Mapping[str, Any]] | None = None,
     now: dt.datetime,
     generation: int | None,
     conditions: Sequence[Mapping[str, Any]] | None,
 ) -> dict[str, Any]:
-    """Status patch for a multi-PS federation from each group's (name, address, PS status).
+    """Status patch for a multi-PS federation from each group's (name, address, PS status, public address).
 
     The top-level fields describe the federation as a whole: `version` is the lowest group version
     (every PS has reached it), client counts are summed; `groups` holds each PS's own view.
     """
-    entries = [group_entry(name, address, ps) for name, address, ps in groups]
+    entries = [group_entry(*group) for group in groups]
     first = dict(groups[0][2])
     first["version"] = min(e["version"] for e in entries)
     first["has_model"] = all(e["has_model"] for e in entries)
     first["connected_clients"] = sum(e["connected_clients"] for e in entries)
-    first["known_clients"] = sum(int(ps.get("known_clients", 0)) for _, _, ps in groups)
-    first["buffered_deltas"] = sum(int(ps.get("buffered_deltas", 0)) for _, _, ps in groups)
+    first["known_clients"] = sum(int(g[2].get("known_clients", 0)) for g in groups)
+    first["buffered_deltas"] = sum(int(g[2].get("buffered_deltas", 0)) for g in groups)
     patch = federation_status_from_ps(first, clients=clients, now=now, generation=generation, conditions=conditions)
     extra = status_patch(
         FederationStatus,

@@ -59,6 +59,9 @@ class GroupStatus(K8sModel):
 
     name: str = Field(max_length=40, description="Group name.")
     ps_address: str = Field(max_length=261, description="In-cluster host:port of the group's PS.")
+    public_address: str | None = Field(
+        None, max_length=261, description="host:port the group's sites dial (--ps-address of `geofed site enroll`)."
+    )
     version: int = Field(ge=0, description="Global model version on the group's PS.")
     has_model: bool = Field(description="Whether the group's PS holds a model.")
     connected_clients: int = Field(ge=0, description="Clients with an open stream to this PS.")

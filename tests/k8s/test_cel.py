@@ -73,6 +73,8 @@ SITE = {"insecure": False, "site": "uw"}
         ("federations", "model", MODEL, MODEL, True),
         ("federations", "model", {**MODEL, "nLayer": 12}, MODEL, False),  # immutable
         ("federations", "paradigm", "pretrain", "pretrain", True),
+        ("federations", "groups", [{"name": "us-east"}], [{"name": "us-east"}], True),
+        ("federations", "groups", [{"name": "us-east"}, {"name": "eu-west"}], [{"name": "us-east"}], False),
         ("federations", "storage.storageClassName", "fast", "standard", False),
         ("federations", "storage", {"storageClassName": "fast"}, {"size": "10Gi"}, False),  # unset -> set
         ("federations", "storage", {"size": "10Gi"}, {"storageClassName": "fast"}, False),  # set -> unset

@@ -177,6 +177,7 @@ def _ps(version: int, members: list[str], **extra: Any) -> dict[str, Any]:
 )
 def test_excluded_groups(views: dict[str, list[str]], excluded: list[str]) -> None:
     entries = [group_entry(g, f"{g}:1", _ps(1, m)) for g, m in views.items()]
+    assert "public_address" not in entries[0]
     assert excluded_groups(entries) == excluded
 
 
@@ -184,14 +185,17 @@ def test_group_status_sums_clients_and_takes_the_lowest_version() -> None:
     import datetime as dt
 
     now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    observed = [("us-east", "e:1", _ps(9, ["eu-west", "us-east"])), ("eu-west", "w:1", _ps(8, ["eu-west", "us-east"]))]
+    both = ["eu-west", "us-east"]
+    observed = [("us-east", "e:1", _ps(9, both), "lb-east:7443"), ("eu-west", "w:1", _ps(8, both), None)]
     status = federation_status_from_groups(observed, now=now, generation=1, conditions=None)
     assert (status["phase"], status["version"], status["connectedClients"]) == ("Running", 8, 4)
     assert status["groupVersions"] == "us-east=9,eu-west=8"
-    assert status["groups"][0] == {"name": "us-east", "psAddress": "e:1", "version": 9, "hasModel": True,
+    assert status["groups"][0] == {"name": "us-east", "psAddress": "e:1", "publicAddress": "lb-east:7443",
+                                   "version": 9, "hasModel": True,
                                    "connectedClients": 2, "ringAllreduces": 9,
                                    "ringMembers": ["eu-west", "us-east"]}  # fmt: skip
-    observed[1] = ("eu-west", "w:1", _ps(8, ["eu-west"]))
+    assert "publicAddress" not in status["groups"][1]
+    observed[1] = ("eu-west", "w:1", _ps(8, ["eu-west"]), None)
     status = federation_status_from_groups(observed, now=now, generation=1, conditions=None)
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded" and degraded["reason"] == "RingMemberExcluded"

@@ -4,7 +4,10 @@ per-group status, drift correction and deletion of the per-group children, and a
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
+from typing import Any
 
 import pytest
 import yaml
@@ -28,7 +31,7 @@ FED = {
     "apiVersion": "geofed.io/v1alpha1",
     "kind": "Federation",
     "metadata": {"name": "demo", "namespace": NAMESPACE},
-    "spec": {"groups": GROUPS, "paradigm": {"name": "fsl-sage", "cutLayer": 1}},
+    "spec": {"groups": GROUPS, "paradigm": {"name": "fsl-sage", "cutLayer": 1}, "service": {"type": "LoadBalancer"}},
 }
 PS = {"demo-ps-us-east", "demo-ps-eu-west"}
 
@@ -58,6 +61,24 @@ async def _ready(api: GeofedEmulator, name: str) -> None:
     await patch(api, "apps/v1", "Deployment", NAMESPACE, name, {"status": ready}, status=True)
 
 
+async def _rolled_out_until(api: GeofedEmulator, deployments: set[str], predicate: Any, what: str) -> Any:
+    """Play the Deployment controller (every new template rolled out and ready) until `predicate` holds."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for name in deployments:
+            dep = get(api, "apps/v1/deployments", NAMESPACE, name)
+            if dep and (dep.get("status") or {}).get("observedGeneration") != dep["metadata"]["generation"]:
+                await _ready(api, name)
+        try:
+            value = predicate()
+        except (KeyError, StopIteration, TypeError):
+            value = None
+        if value:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def _ps_status(version: int, members: list[str]) -> dict:
     return {"version": version, "ring_allreduces": version, "ring_members": members}
 
@@ -77,8 +98,10 @@ async def test_groups_get_a_ps_each_the_trainer_and_per_group_status(api, fake_p
         assert {"demo-ps-us-east", "demo-ps-eu-west", "demo-trainer"} <= names_of(api, "v1/services", NAMESPACE)
         assert "demo-ps" not in names_of(api, "v1/services", NAMESPACE)
         await wait_for(
-            lambda: {"demo-checkpoints-us-east", "demo-checkpoints-eu-west", "demo-trainer-state"}
-            <= names_of(api, "v1/persistentvolumeclaims", NAMESPACE),
+            lambda: (
+                {"demo-checkpoints-us-east", "demo-checkpoints-eu-west", "demo-trainer-state"}
+                <= names_of(api, "v1/persistentvolumeclaims", NAMESPACE)
+            ),
             what="a PVC per PS and the trainer's",
         )
         peer = await wait_for(lambda: get(api, "v1/secrets", NAMESPACE, "demo-peer"), what="the peer secret")
@@ -98,17 +121,24 @@ async def test_groups_get_a_ps_each_the_trainer_and_per_group_status(api, fake_p
         assert config.paradigm.trainer == f"demo-trainer.{NAMESPACE}.svc:7450"
 
         # Until every group's PS is ready, status says which one it waits for.
-        await _ready(api, "demo-ps-us-east")
-        await wait_for(lambda: "eu-west" in _condition(_status(api), "Ready").get("message", ""), what="waits eu-west")
-        await _ready(api, "demo-ps-eu-west")
-        status = await wait_for(
-            lambda: _status(api) if _status(api).get("groupVersions") == "us-east=9,eu-west=8" else None,
+        waits = lambda: "group eu-west" in _condition(_status(api), "Ready").get("message", "")  # noqa: E731
+        await _rolled_out_until(api, {"demo-ps-us-east"}, waits, what="a Ready condition waiting for eu-west")
+        status = await _rolled_out_until(
+            api, PS, lambda: _status(api) if _status(api).get("groupVersions") == "us-east=9,eu-west=8" else None,
             what="per-group versions",
-        )
+        )  # fmt: skip
         assert status["phase"] == "Running" and status["version"] == 8
         east = next(g for g in status["groups"] if g["name"] == "us-east")
         assert (east["ringAllreduces"], east["ringMembers"]) == (9, both)
         assert {a for a, m in fake_ps.calls if m == "status"} == set(fake_ps.by_address)
+
+        # Each group's load balancer is its sites' address (their `geofed site enroll --ps-address`).
+        ingress = {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
+        await patch(api, "v1", "Service", NAMESPACE, "demo-ps-eu-west", {"status": ingress}, status=True)
+        west = lambda: next(g for g in _status(api)["groups"] if g["name"] == "eu-west")  # noqa: E731
+        # The certificate now covers the new address, so both PSs roll to serve it.
+        await _rolled_out_until(api, PS, lambda: west().get("publicAddress") == "203.0.113.9:7443", what="address")
+        assert "publicAddress" not in next(g for g in _status(api)["groups"] if g["name"] == "us-east")
 
         # A PS the others left out of their ring: Degraded, naming the group.
         fake_ps.by_address[f"demo-ps-us-east.{NAMESPACE}.svc:7443"]["ring_members"] = ["us-east"]
@@ -138,8 +168,8 @@ async def test_a_federation_without_groups_keeps_the_single_ps(api, fake_ps) -> 
         await watches_open(api, {"federations"})
         await create(api, {**FED, "spec": {}})
         await wait_for(lambda: get(api, "apps/v1/deployments", NAMESPACE, "demo-ps"), what="the PS")
-        await _ready(api, "demo-ps")
-        status = await wait_for(lambda: _status(api) if _status(api).get("phase") == "Running" else None, what="Run")
+        running = lambda: _status(api) if _status(api).get("phase") == "Running" else None  # noqa: E731
+        status = await _rolled_out_until(api, {"demo-ps"}, running, what="Running")
         assert names_of(api, "apps/v1/deployments", NAMESPACE) == {"demo-ps"}
         assert get(api, "v1/secrets", NAMESPACE, "demo-peer") is None and "--group" not in _command(api, "demo-ps")
         assert "groups" not in status and "groupVersions" not in status

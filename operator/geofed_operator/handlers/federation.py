@@ -354,7 +354,7 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
     except MissingSecret as exc:
         _write(patch, body, federation_status_degraded("SecretMissing", str(exc), **common))
         return
-    observed: list[tuple[str, str, dict[str, Any]]] = []
+    observed: list[tuple[str, str, dict[str, Any], str | None]] = []
     clients: list[dict[str, Any]] = []
     for group in fed.groups:
         address = deps.settings.ps_address_override or fed.group_address(group)
@@ -369,7 +369,7 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
                 server_name=server_name,
             ) as admin:
                 clients += admin.list_clients()  # before status: the per-site contributions in status.sites
-                observed.append((group or "", fed.group_address(group), admin.status()))
+                ps_status = admin.status()
         except Exception as exc:  # AdminError, or a TLS/channel error: all end up as a readable condition
             reason, message = explain_admin_failure(
                 exc, address, "read the status", ca_cert=ca, server_name=server_name, insecure=fed.tls_secret is None
@@ -378,6 +378,8 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
             logger.warning("%s", message)
             _write(patch, body, federation_status_degraded(reason, message, **common))
             return
+        service = kube.get("v1", "Service", fed.namespace, names.ps_name(fed.name, group)) if group else None
+        observed.append((group or "", fed.group_address(group), ps_status, public_address(fed, service)))
     if fed.spec.groups:
         _write(patch, body, federation_status_from_groups(observed, clients=clients, **common))
     else:
