@@ -236,3 +236,23 @@ def test_a_join_refused_by_the_ps_is_classified_as_such() -> None:
     state = classify_attempt(job, [pod], [])
     assert (state.outcome, state.reason) == (Outcome.FAILED, "JoinRefused")
     assert "unknown PS group 'mars'" in state.message
+
+
+def test_the_ps_cli_reads_a_group_ps_command_line_as_its_settings() -> None:
+    """The PS's own parser (not a copy of its flags) turns the operator's command line into ServerConfig."""
+    import argparse
+
+    from geofed.cli_flags import model_from_flags
+    from geofed.config import ServerConfig
+    from ps_server.cli import add_commands
+
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    cmd = ps_args(fed(groups=GROUPS), "eu-west")
+    assert cmd[:2] == ["geofed", "ps"]
+    cfg = model_from_flags(ServerConfig, parser.parse_args(cmd[1:]))
+    assert (cfg.group, cfg.peer_token_file, cfg.peer_ca) == (
+        "eu-west",
+        "/etc/geofed/peer/token",
+        "/etc/geofed/tls/ca.crt",
+    )
