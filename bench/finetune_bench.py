@@ -140,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
     parser.add_argument("--report", action="store_true", help="only print the table from saved results")
     parser.add_argument("--again", action="store_true", help="re-measure runs that have saved results")
+    parser.add_argument("--out", type=Path, help="results directory (default bench/results/finetune)")
     args = parser.parse_args(argv)
+    global OUT
+    OUT = args.out or OUT
     if not args.report:
         OUT.mkdir(parents=True, exist_ok=True)
         for row in args.rows.split(","):  # row by row: a cut-short benchmark leaves whole rows
