@@ -277,7 +277,7 @@ class PSClient:
     def wait_for_fresh(self, than: GlobalVersion | None, timeout: float | None = None) -> GlobalVersion | None:
         """Block until a model other than `than` has been received (any version: used after a resync)."""
         with self._cond:
-            if self._latest is than:
+            if self._latest is than or self._latest is None:  # None: a PS restart dropped what we held
                 self._demand = -1
                 self._cond.notify_all()
             self._cond.wait_for(
@@ -372,8 +372,17 @@ class PSClient:
                  got.nbytes, got.seconds)
         return True
 
+    def _heartbeat_interval(self) -> float:
+        """A third of the session's life; every 2 s while an ACCEPTED delta waits to be folded in.
+
+        With on-demand model fetches no stream breaks when the PS restarts, so the heartbeat is what notices
+        the new instance (UNAUTHENTICATED → re-join → resend of the buffered delta): it must not take minutes.
+        """
+        period = max(1.0, self.session_ttl_s / 3)
+        return min(period, 2.0) if self._pending is not None else min(period, 15.0)
+
     def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(max(1.0, self.session_ttl_s / 3)):
+        while not self._stop.wait(self._heartbeat_interval()):
             try:
                 self.stub.Heartbeat(pb.HeartbeatRequest(report=report_to_proto(self.report)),
                                     metadata=self._metadata(), timeout=self.rpc_timeout_s)

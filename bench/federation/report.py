@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.bench_markers import replace_section_text as replace_section
+from geofed.config import FederationConfig
 
 from .analysis import auto_target, time_to_target
 from .methods import (
@@ -181,8 +182,9 @@ def noise_lines(runs: Sequence[RunResult], target: float | None) -> list[str]:
 
 
 def _setup(scenario: Scenario, runs: Sequence[RunResult]) -> str:
-    base = base_settings(scenario)
-    m, t = base["model"], base["training"]
+    # The settings as validated (defaults filled in): the sections may be absent from the overrides.
+    fed = FederationConfig.model_validate(base_settings(scenario))
+    m, t = fed.model.model_dump(), fed.training.model_dump()
     numel = next((r.numel for r in runs if r.numel), 0)
     methods = "\n".join(f"- **{name_of(n)}**: {METHODS[n].summary}" for n in MAIN_METHODS)
     return (

@@ -133,7 +133,8 @@ def ps_killed_mid_round(workdir: Path, reaper: Reaper, *, graceful: bool = False
     answered DUPLICATE and the delta is lost.
     """
     numel = 50_000
-    federation = {"aggregation": {**EXACT_ASYNC["aggregation"], "buffer_size": 2, "buffer_timeout_s": 4.0}}
+    federation = {**EXACT_ASYNC,
+                  "aggregation": {**EXACT_ASYNC["aggregation"], "buffer_size": 2, "buffer_timeout_s": 4.0}}
     how = "SIGTERM" if graceful else "SIGKILL"
     res = ScenarioResult(f"PS {how} mid-round (buffered delta)",
                          f"{how} of the PS holding one ACCEPTED delta of a K=2 round; restart on its checkpoint")
@@ -219,7 +220,9 @@ def ps_restarts_behind_clients(workdir: Path, reaper: Reaper) -> ScenarioResult:
     push(c, 1, delta_for("behind/1", numel))
     r = push(c, 2, delta_for("behind/2", numel))
     res.check(r.version == 3, "v3 published", r)
-    wait_until(lambda: (m := c.latest()) is not None and m.version == 3, 20, "client receiving v3")
+    # Clients fetch on demand (one difference per sync): ask for what is newer than v2, as the agent does.
+    v3 = wait_until(lambda: (m := c.wait_for_version(2, timeout=1.0)) is not None and m.version == 3 and m, 20,
+                    "client receiving v3")
     res.check(fed.ps.checkpointed_versions()[-1] == 2, "last durable checkpoint is v2",
               fed.ps.checkpointed_versions())
     t_kill = time.monotonic()
@@ -240,8 +243,8 @@ def ps_restarts_behind_clients(workdir: Path, reaper: Reaper) -> ScenarioResult:
               "(INVALID_ARGUMENT), which client_agent/ps_client.py turns into PushError and the agent exits")
     _, ps_model = fed.observer.model()
     try:
-        wait_until(lambda: (m := c.latest()) is not None and m.version == 2 and np.array_equal(m.flat, ps_model),
-                   15, "client model stream resyncing to the PS's v2")
+        wait_until(lambda: (m := c.wait_for_fresh(v3, timeout=1.0)) is not None and m.version == 2
+                   and np.array_equal(m.flat, ps_model), 15, "client model stream resyncing to the PS's v2")
         resynced = True
     except TimeoutError:
         resynced = False

@@ -195,15 +195,18 @@ def test_hostile_resume_offsets_are_refused(hostile):
     try:
         time.sleep(0.3)
         version = ps.status()["version"]
-        for offset in (1, 4 * NUMEL, 4 * NUMEL + 4, 2**63):
+        # A transfer is a byte stream of its encoding (fp32 here, 4·NUMEL bytes): any offset inside it resumes,
+        # one at or past its end is refused.
+        for offset in (4 * NUMEL, 4 * NUMEL + 4, 2**63):
             req = pb.StreamModelRequest(resume_version=version, resume_offset=offset)
             code, _ = _code(lambda req=req: stub.StreamModel(req, metadata=bearer(session), timeout=10))
             assert code == grpc.StatusCode.INVALID_ARGUMENT, (offset, code)
-        ok = stub.StreamModel(pb.StreamModelRequest(resume_version=version, resume_offset=400),
-                              metadata=bearer(session), timeout=10)
-        first = next(iter(ok))
-        ok.cancel()
-        assert (first.version, first.offset) == (version, 400)
+        for offset in (1, 400):
+            ok = stub.StreamModel(pb.StreamModelRequest(resume_version=version, resume_offset=offset),
+                                  metadata=bearer(session), timeout=10)
+            first = next(iter(ok))
+            ok.cancel()
+            assert (first.version, first.offset) == (version, offset)
     finally:
         honest.paused.clear()
 

@@ -41,8 +41,8 @@ def rounds(tmp_path_factory):
     mu, honest, poison = _deltas()
     procs = {}
     for name, (agg, _) in DEFENCES.items():
-        fed = {"aggregation": {**EXACT_ASYNC["aggregation"], "buffer_size": HONEST + 1, "buffer_timeout_s": 120,
-                               **agg}}
+        agg = {**EXACT_ASYNC["aggregation"], "buffer_size": HONEST + 1, "buffer_timeout_s": 120, **agg}
+        fed = {**EXACT_ASYNC, "aggregation": agg}
         procs[name] = PSNode(tmp_path_factory.mktemp(name) / "ps", fed)
     try:
         with ThreadPoolExecutor(len(procs)) as pool:
