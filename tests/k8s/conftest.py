@@ -6,8 +6,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +15,8 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+
+from geofed_apps.launch import PSProcess
 
 from .emulator import GeofedEmulator
 
@@ -169,23 +169,11 @@ async def watches_open(api: GeofedEmulator, plurals: set[str], timeout: float = 
 @contextlib.contextmanager
 def running_ps(tmp_path: Path, *extra: str) -> Iterator[tuple[str, str]]:
     """(address, admin credential) of a plaintext PS on a free port, started with `extra` flags."""
-    ready, admin = tmp_path / "ready", tmp_path / "admin.token"
-    cmd = [
-        sys.executable, "-m", "geofed_apps", "ps", "--insecure", "--port", "0", "--metrics-port", "0",
-        "--ready-file", str(ready), "--admin-token-file", str(admin), "--checkpoint-dir", str(tmp_path / "ckpt"),
-        *extra,
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ps = PSProcess(tmp_path, extra=list(extra)).start()
     try:
-        deadline = time.monotonic() + 60
-        while not (ready.exists() and ready.read_text().strip()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the PS did not start:\n{proc.stdout.read() if proc.stdout else ''}")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{ready.read_text().strip()}", admin.read_text().strip()
+        yield ps.address, ps.admin_credential
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        ps.terminate(timeout=30)
 
 
 @pytest.fixture()
