@@ -21,7 +21,7 @@ from geofed_operator.settings import OperatorSettings
 
 from .conftest import NAMESPACE, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
-from .objects import create, get, patch
+from .objects import create, delete, get, patch
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
 
@@ -85,4 +85,37 @@ async def test_relaunch_token_is_accepted_and_the_consumed_one_refused(api, real
 
         st = await wait_for(relaunched, what="status of attempt 2")
         assert (st["restarts"], st["lastFailureReason"]) == (1, "PreemptionByScheduler")
+    assert runner.exception is None
+
+
+async def test_deleting_a_siteclient_revokes_its_unused_token_at_the_ps(api, real_ps) -> None:
+    """A deleted SiteClient's minted-but-unused token must not stay valid until its TTL (issue 10)."""
+    address, admin_credential = real_ps
+    with AdminClient(address, admin_credential, insecure=True) as admin:
+        site_credential = admin.create_site_credential("uw")
+    settings = OperatorSettings(site_interval_s=0.3, admin_timeout_s=5)
+    registry = build_registry("site", Deps(settings=settings))
+    async with operator_running(KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30)) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "uw-credential", "namespace": NAMESPACE},
+            "data": {"credential": base64.b64encode(site_credential.encode()).decode()},
+        })  # fmt: skip
+        await create(api, {
+            "apiVersion": "geofed.io/v1alpha1", "kind": "SiteClient",
+            "metadata": {"name": "gpu1", "namespace": NAMESPACE},
+            "spec": {"federation": "demo", "site": "uw", "psAddress": address, "insecure": True,
+                     "credentialSecretRef": {"name": "uw-credential"}, "data": {"hostPath": {"path": "/data"}}},
+        })  # fmt: skip
+
+        def token() -> str | None:
+            secret = get(api, "v1/secrets", NAMESPACE, "gpu1-token-1")
+            return base64.b64decode(secret["data"]["token"]).decode() if secret else None
+
+        unused = await wait_for(token, what="token of attempt 1")
+        await delete(api, "geofed.io/v1alpha1", "SiteClient", NAMESPACE, "gpu1")
+        await wait_for(lambda: get(api, "geofed.io/v1alpha1/siteclients", NAMESPACE, "gpu1") is None,
+                       what="the SiteClient to be gone")
+
+        assert _join(address, unused, "uw.gpu1") == grpc.StatusCode.UNAUTHENTICATED
     assert runner.exception is None

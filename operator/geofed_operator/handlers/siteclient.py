@@ -355,8 +355,39 @@ def _announce(deps: Deps, body: Any, status: Mapping[str, Any], decision: Decisi
         post_event(deps.kube, body, type_, decision.phase, f"{decision.reason}: {decision.message}", now)
 
 
+def revoke_unused_tokens(deps: Deps, body: Any, logger: logging.Logger) -> None:
+    """Revoke, at the PS, the client's unused one-time tokens and its sessions (site credential; best effort).
+
+    A deleted SiteClient's tokens would otherwise stay valid until their TTL. An unreachable PS or a
+    missing credential must not block the deletion: the warning says the tokens expire on their own.
+    """
+    try:
+        sc = SiteClientObject.from_body(body, deps.settings.client_image)
+        spec = sc.spec
+        credential = read_secret_key(
+            deps.kube, sc.namespace, spec.credential_secret_ref.name, spec.credential_secret_ref.key
+        )
+        ca = None
+        if spec.ca_secret_ref is not None:
+            ca = read_secret_key(deps.kube, sc.namespace, spec.ca_secret_ref.name, spec.ca_secret_ref.key)
+        with deps.admin_factory(
+            spec.ps_address,
+            (credential or b"").decode().strip(),
+            insecure=spec.insecure,
+            ca_cert=ca,
+            timeout_s=deps.settings.admin_timeout_s,
+        ) as admin:
+            tokens, sessions = admin.revoke_client(sc.client_id)
+    except Exception as exc:  # never block a deletion on the PS
+        logger.warning("could not revoke the tokens of %s at the PS (they expire with their TTL): %s",
+                       body["metadata"]["name"], exc)
+        return
+    logger.info("revoked %d unused token(s) and %d session(s) of %s", tokens, sessions, sc.client_id)
+
+
 def cleanup_siteclient(deps: Deps, body: Any, logger: logging.Logger) -> None:
     """Finalizer: stop the client's pods and drop its tokens before the SiteClient goes away."""
+    revoke_unused_tokens(deps, body, logger)
     meta = body["metadata"]
     selector = {names.LABEL_SITECLIENT: meta["name"]}
     kube = deps.kube
