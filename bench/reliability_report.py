@@ -163,12 +163,11 @@ ATTACK_BENCH_SETUP = (
 
 NOTES = """## Known limits not expressed as a failing test
 
-- **At-least-once training data across a client crash.** The PS applies each upload id at most once, and a
-  push cut mid-flight never lands. But a client killed *after* the PS applied its push and *before* it
-  recorded the round (receipt in flight, or checkpoint not yet written) redoes the round from its last
-  checkpoint: a new upload id and a new delta from the same data, which the PS rightly applies. Exactly-once
-  would need `client_agent/ps_client.py` `PSClient.push` to accept an upload id, and the agent to persist
-  (upload id, encoded delta) in its checkpoint before pushing and retransmit it after a relaunch.
+- **Exactly-once needs the client's checkpoint.** The PS applies each upload id at most once; a client
+  writes its round (data position, encoded upload and its id) to `latest.pt` *before* sending, so a client
+  killed mid-push resends the same upload after its relaunch and is answered DUPLICATE if it had landed
+  (`tests/e2e/test_client_relaunch.py`). A client whose checkpoint disk fails before the push still redoes
+  that round from the previous checkpoint.
 - **A plain SIGKILL does not cut a push.** The killed process's kernel still flushes what it had written, so
   on a fast or buffered link the PS often receives the whole push. The mid-push and mid-stream scenarios
   therefore also reset the client's link (a preempted host loses its in-flight bytes).

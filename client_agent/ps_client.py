@@ -382,7 +382,12 @@ class PSClient:
         return min(period, 2.0) if self._pending is not None else min(period, 15.0)
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self._heartbeat_interval()):
+        last = time.monotonic()
+        # Tick every second and compare with the interval *now*: a delta buffered mid-wait shortens it at once.
+        while not self._stop.wait(1.0):
+            if time.monotonic() - last < self._heartbeat_interval():
+                continue
+            last = time.monotonic()
             try:
                 self.stub.Heartbeat(pb.HeartbeatRequest(report=report_to_proto(self.report)),
                                     metadata=self._metadata(), timeout=self.rpc_timeout_s)
