@@ -156,3 +156,22 @@ def test_no_reported_throughput_means_no_compute_seconds_and_a_zero_delta_no_mas
 
     assert c.report()["x"] == {"deltas": 1, "tokens": 10, "mass": 0.0, "compute_s": 0.0, "share_window": 0.0,
                                "share_run": 0.0}
+
+
+def test_the_norm_bound_caps_the_mass_it_credits():
+    """Three honest norms of 1 set the default bound to 3 × median = 3: a norm-30 delta is credited as 3."""
+    clock = _Clock()
+    agg = AggregationConfig(mode="async", buffer_size=1, weighting="tokens", staleness_exponent=1.0)
+    fed = FederationConfig(aggregation=agg, training=TrainingConfig(lr=1.0))  # AdamW ceiling far above 30
+    a = Aggregator(fed, GlobalModel(), contributions=Contributions(8, clock))
+    a.restore(1, np.zeros(N, np.float32), (TensorEntry("w", (N,), "float32"),), {})
+    for base, (client, norm) in enumerate((("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 30.0)), start=1):
+        clock.t += 1.0
+        a.submit(_Push(client, norm, tokens=100, base=base, tokens_per_s=100.0))
+    assert a.model.version == 5
+
+    report = a.contributions.report()
+
+    assert {c: r["mass"] for c, r in report.items()} == pytest.approx({"a": 100.0, "b": 100.0, "c": 100.0,
+                                                                       "d": 300.0})
+    assert report["d"]["share_run"] == pytest.approx(300 / 600)
