@@ -19,6 +19,8 @@ import yaml
 from geofed_apps.launch import PSProcess
 
 from .emulator import GeofedEmulator
+from .objects import get as get_object
+from .objects import patch as patch_object
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "geofed-test"
@@ -181,3 +183,34 @@ def real_ps(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(address, admin credential) of a plaintext PS on a free port."""
     with running_ps(tmp_path) as ps:
         yield ps
+
+
+async def mark_ready(api: GeofedEmulator, name: str) -> None:
+    """Play the Deployment controller once: Deployment `name`'s current template rolled out and ready."""
+    dep = get_object(api, "apps/v1/deployments", NAMESPACE, name)
+    ready = {"observedGeneration": dep["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1,
+             "readyReplicas": 1}  # fmt: skip
+    await patch_object(api, "apps/v1", "Deployment", NAMESPACE, name, {"status": ready}, status=True)
+
+
+async def rolled_out_until(api: GeofedEmulator, deployments: set[str], predicate: Callable[[], Any], what: str,
+                           timeout: float = 60.0) -> Any:
+    """Play the Deployment controller (every new template rolled out and ready) until `predicate` holds.
+
+    The operator may re-apply a Deployment at any time (drift correction, a renewed certificate): marking it
+    ready only once races with that on a loaded machine.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in deployments:
+            dep = get_object(api, "apps/v1/deployments", NAMESPACE, name)
+            if dep and (dep.get("status") or {}).get("observedGeneration") != dep["metadata"]["generation"]:
+                await mark_ready(api, name)
+        try:
+            value = predicate()
+        except (KeyError, StopIteration, TypeError):
+            value = None
+        if value:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -4,10 +4,7 @@ per-group status, drift correction and deletion of the per-group children, and a
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import time
-from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +15,7 @@ from geofed_operator.handlers import build_registry
 from geofed_operator.handlers.deps import Deps
 from geofed_operator.settings import OperatorSettings
 
-from .conftest import NAMESPACE, FakePS, operator_running, wait_for, watches_open
+from .conftest import NAMESPACE, FakePS, operator_running, rolled_out_until, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .objects import create, delete, get, names_of, patch
 from .test_operator_siteclient import CREDENTIAL, SC_KEY, SITECLIENT
@@ -54,29 +51,6 @@ def _command(api: GeofedEmulator, name: str) -> list[str]:
     return get(api, "apps/v1/deployments", NAMESPACE, name)["spec"]["template"]["spec"]["containers"][0]["command"]
 
 
-async def _ready(api: GeofedEmulator, name: str) -> None:
-    dep = get(api, "apps/v1/deployments", NAMESPACE, name)
-    ready = {"observedGeneration": dep["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1,
-             "readyReplicas": 1}  # fmt: skip
-    await patch(api, "apps/v1", "Deployment", NAMESPACE, name, {"status": ready}, status=True)
-
-
-async def _rolled_out_until(api: GeofedEmulator, deployments: set[str], predicate: Any, what: str) -> Any:
-    """Play the Deployment controller (every new template rolled out and ready) until `predicate` holds."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for name in deployments:
-            dep = get(api, "apps/v1/deployments", NAMESPACE, name)
-            if dep and (dep.get("status") or {}).get("observedGeneration") != dep["metadata"]["generation"]:
-                await _ready(api, name)
-        try:
-            value = predicate()
-        except (KeyError, StopIteration, TypeError):
-            value = None
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _ps_status(version: int, members: list[str]) -> dict:
@@ -122,8 +96,8 @@ async def test_groups_get_a_ps_each_the_trainer_and_per_group_status(api, fake_p
 
         # Until every group's PS is ready, status says which one it waits for.
         waits = lambda: "group eu-west" in _condition(_status(api), "Ready").get("message", "")  # noqa: E731
-        await _rolled_out_until(api, {"demo-ps-us-east"}, waits, what="a Ready condition waiting for eu-west")
-        status = await _rolled_out_until(
+        await rolled_out_until(api, {"demo-ps-us-east"}, waits, what="a Ready condition waiting for eu-west")
+        status = await rolled_out_until(
             api, PS, lambda: _status(api) if _status(api).get("groupVersions") == "us-east=9,eu-west=8" else None,
             what="per-group versions",
         )  # fmt: skip
@@ -137,7 +111,7 @@ async def test_groups_get_a_ps_each_the_trainer_and_per_group_status(api, fake_p
         await patch(api, "v1", "Service", NAMESPACE, "demo-ps-eu-west", {"status": ingress}, status=True)
         west = lambda: next(g for g in _status(api)["groups"] if g["name"] == "eu-west")  # noqa: E731
         # The certificate now covers the new address, so both PSs roll to serve it.
-        await _rolled_out_until(api, PS, lambda: west().get("publicAddress") == "203.0.113.9:7443", what="address")
+        await rolled_out_until(api, PS, lambda: west().get("publicAddress") == "203.0.113.9:7443", what="address")
         assert "publicAddress" not in next(g for g in _status(api)["groups"] if g["name"] == "us-east")
 
         # A PS the others left out of their ring: Degraded, naming the group.
@@ -169,7 +143,7 @@ async def test_a_federation_without_groups_keeps_the_single_ps(api, fake_ps) -> 
         await create(api, {**FED, "spec": {}})
         await wait_for(lambda: get(api, "apps/v1/deployments", NAMESPACE, "demo-ps"), what="the PS")
         running = lambda: _status(api) if _status(api).get("phase") == "Running" else None  # noqa: E731
-        status = await _rolled_out_until(api, {"demo-ps"}, running, what="Running")
+        status = await rolled_out_until(api, {"demo-ps"}, running, what="Running")
         assert names_of(api, "apps/v1/deployments", NAMESPACE) == {"demo-ps"}
         assert get(api, "v1/secrets", NAMESPACE, "demo-peer") is None and "--group" not in _command(api, "demo-ps")
         assert "groups" not in status and "groupVersions" not in status

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import NAMESPACE, FakePS, operator_running, wait_for, watches_open
+from .conftest import NAMESPACE, FakePS, operator_running, rolled_out_until, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .objects import create, delete, get, patch
 from .test_chart import render
@@ -64,11 +64,8 @@ async def _cloud_life(api: GeofedEmulator, fake_ps: FakePS) -> None:
     async with operator_running(cloud_runner("cloud", fake_ps)):
         await watches_open(api, {"federations"})
         await create(api, FED)
-        dep = await wait_for(lambda: get(api, "apps/v1/deployments", NAMESPACE, "demo-ps"), what="PS")
-        gen = dep["metadata"]["generation"]
-        ready = {"observedGeneration": gen, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
-        await patch(api, "apps/v1", "Deployment", NAMESPACE, "demo-ps", {"status": ready}, status=True)
-        await wait_for(lambda: fake_ps.calls, what="a status poll")
+        await wait_for(lambda: get(api, "apps/v1/deployments", NAMESPACE, "demo-ps"), what="PS")
+        await rolled_out_until(api, {"demo-ps"}, lambda: fake_ps.calls, "a status poll")
         await patch(api, "geofed.io/v1alpha1", "Federation", NAMESPACE, "demo", {"spec": {"storage": {"size": "20Gi"}}})
         await wait_for(
             lambda: (
