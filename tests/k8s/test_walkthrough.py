@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,7 @@ async def test_the_walkthrough(api: GeofedEmulator, tmp_path: Path) -> None:
                 # ... as `kubectl get federations` / `kubectl get siteclients` show it.
                 if KUBECTL:
                     header, row = (await kubectl("get", "federations", "-n", "default")).splitlines()
-                    cells = dict(zip(header.split(), row.split(), strict=False))
+                    cells = _columns(header, row)
                     assert (cells["NAME"], cells["PHASE"], cells["READY"], cells["REASON"]) == (
                         "gpt2-demo", "Running", "True", "Serving"
                     )  # fmt: skip
@@ -169,3 +170,11 @@ async def test_the_walkthrough(api: GeofedEmulator, tmp_path: Path) -> None:
                 )
                 assert get(api, "v1/persistentvolumeclaims", "default", "gpt2-demo-checkpoints") is not None
                 assert list((tmp_path / "node" / "pvc" / "default" / "gpt2-demo-checkpoints").glob("ps-v*"))
+
+
+def _columns(header: str, row: str) -> dict[str, str]:
+    """kubectl's table by column position: an empty cell (e.g. GROUPS without groups) must not shift the rest."""
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    names = header.split()
+    bounds = [*starts[1:], None]
+    return {name: row[start:end].strip() for name, start, end in zip(names, starts, bounds, strict=True)}
