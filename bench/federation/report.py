@@ -28,6 +28,7 @@ from .methods import (
 from .plots import plot_loss, plot_ratedist
 from .results import RESULTS_DIR, RunResult, load_all
 from .scenario import Scenario, load_scenario
+from .scenarios import BUILTIN
 from .tables import (
     TAIL,
     RatePoint,
@@ -278,7 +279,9 @@ def write_report(
         scenarios = [scenario]
     else:
         folders = sorted(results_root.iterdir()) if results_root.is_dir() else []
-        scenarios = [load_scenario(p.name) for p in folders if p.is_dir() and p.name != "smoke"]
+        # Other benchmarks keep their results beside the scenarios' (attack/, finetune/, ...): only folders
+        # named after a built-in scenario are federation runs.
+        scenarios = [load_scenario(p.name) for p in folders if p.is_dir() and p.name in BUILTIN and p.name != "smoke"]
     fed_parts, rd_parts, written = [], [], []
     for sc in scenarios:
         runs = load_all(sc.name, results_root)
