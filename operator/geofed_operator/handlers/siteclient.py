@@ -279,23 +279,27 @@ def _report(body: Any, sc: SiteClientObject, state: SiteState, decision: Decisio
     return {}  # waiting out a backoff, or finished: nothing new
 
 
+def _site_admin(deps: Deps, sc: SiteClientObject):
+    """An admin client at the SiteClient's PS, authenticated with its site credential (MissingSecret if absent)."""
+    spec = sc.spec
+    ref = spec.credential_secret_ref
+    credential = read_secret_key(deps.kube, sc.namespace, ref.name, ref.key)
+    ca = None
+    if spec.ca_secret_ref is not None:
+        ca = read_secret_key(deps.kube, sc.namespace, spec.ca_secret_ref.name, spec.ca_secret_ref.key)
+    return deps.admin_factory(
+        spec.ps_address,
+        (credential or b"").decode().strip(),
+        insecure=spec.insecure,
+        ca_cert=ca,
+        timeout_s=deps.settings.admin_timeout_s,
+    )
+
+
 def last_sync(deps: Deps, sc: SiteClientObject, logger: logging.Logger) -> dict[str, Any]:
     """`lastSyncTime` from the PS (a site credential may list its own site's clients); best effort."""
-    spec = sc.spec
     try:
-        credential = read_secret_key(
-            deps.kube, sc.namespace, spec.credential_secret_ref.name, spec.credential_secret_ref.key
-        )
-        ca = None
-        if spec.ca_secret_ref is not None:
-            ca = read_secret_key(deps.kube, sc.namespace, spec.ca_secret_ref.name, spec.ca_secret_ref.key)
-        with deps.admin_factory(
-            spec.ps_address,
-            (credential or b"").decode().strip(),
-            insecure=spec.insecure,
-            ca_cert=ca,
-            timeout_s=deps.settings.admin_timeout_s,
-        ) as admin:
+        with _site_admin(deps, sc) as admin:
             clients = admin.list_clients()
     except Exception as exc:  # informational only: never fail the reconcile for it
         logger.debug("no last-sync time for %s: %s", sc.client_id, exc)
@@ -363,20 +367,7 @@ def revoke_unused_tokens(deps: Deps, body: Any, logger: logging.Logger) -> None:
     """
     try:
         sc = SiteClientObject.from_body(body, deps.settings.client_image)
-        spec = sc.spec
-        credential = read_secret_key(
-            deps.kube, sc.namespace, spec.credential_secret_ref.name, spec.credential_secret_ref.key
-        )
-        ca = None
-        if spec.ca_secret_ref is not None:
-            ca = read_secret_key(deps.kube, sc.namespace, spec.ca_secret_ref.name, spec.ca_secret_ref.key)
-        with deps.admin_factory(
-            spec.ps_address,
-            (credential or b"").decode().strip(),
-            insecure=spec.insecure,
-            ca_cert=ca,
-            timeout_s=deps.settings.admin_timeout_s,
-        ) as admin:
+        with _site_admin(deps, sc) as admin:
             tokens, sessions = admin.revoke_client(sc.client_id)
     except Exception as exc:  # never block a deletion on the PS
         logger.warning("could not revoke the tokens of %s at the PS (they expire with their TTL): %s",
