@@ -12,7 +12,15 @@ from geofed_operator.handlers import build_registry
 from geofed_operator.handlers.deps import Deps
 from geofed_operator.settings import OperatorSettings
 
-from .conftest import NAMESPACE, FakeAdminError, FakePS, operator_running, wait_for, watches_open
+from .conftest import (
+    NAMESPACE,
+    FakeAdminError,
+    FakePS,
+    operator_running,
+    rolled_out_until,
+    wait_for,
+    watches_open,
+)
 from .emulator import GeofedEmulator
 from .objects import create, delete, get, names_of, patch
 
@@ -64,15 +72,13 @@ async def test_federation_creates_owned_children_and_reports_ps_status(api, fake
             what="a phase",
         )
         assert status == "Progressing"
-        gen = dep["metadata"]["generation"]
-        ready = {"observedGeneration": gen, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1}
-        await patch(api, "apps/v1", "Deployment", NAMESPACE, "demo-ps", {"status": ready}, status=True)
 
         def running():
             st = get(api, "geofed.io/v1alpha1/federations", NAMESPACE, "demo")["status"]
             return st if st.get("phase") == "Running" else None
 
-        st = await wait_for(running, what="phase Running")
+        # Ready means the *current* template is rolled out: the operator may re-apply the Deployment meanwhile.
+        st = await rolled_out_until(api, {"demo-ps"}, running, what="phase Running")
         assert (st["version"], st["connectedClients"], st["trainLoss"]) == (7, 2, 3.25)
         assert {c["type"]: c["status"] for c in st["conditions"]} == {
             "Ready": "True",
@@ -110,9 +116,7 @@ async def test_federation_creates_owned_children_and_reports_ps_status(api, fake
         assert st["observedGeneration"] == 2
         # Until the new pod is ready the federation is Progressing; then Running again.
         await wait_for(lambda: running() is None, what="phase Progressing during the roll")
-        ready["observedGeneration"] = dep["metadata"]["generation"]
-        await patch(api, "apps/v1", "Deployment", NAMESPACE, "demo-ps", {"status": ready}, status=True)
-        await wait_for(running, what="phase Running after the roll")
+        await rolled_out_until(api, {"demo-ps"}, running, what="phase Running after the roll")
 
         # An unreachable PS is a readable Degraded condition, not a crash.
         fake_ps.error = FakeAdminError("UNAVAILABLE", "connection refused")
