@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import grpc
 
 # Keepalives keep NAT/firewall state alive on long-lived outbound streams (paper §III-B2).
@@ -18,10 +16,6 @@ CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 500),
     ("grpc.max_reconnect_backoff_ms", 2000),
 )
-
-
-def _read(path: str | Path | None) -> bytes | None:
-    return Path(path).read_bytes() if path else None
 
 
 def open_channel(
@@ -44,13 +38,3 @@ def open_channel(
     )
     return grpc.secure_channel(address, creds, options=options)
 
-
-def open_channel_from_files(
-    address: str, *, insecure: bool = False, ca: str | None = None, cert: str | None = None, key: str | None = None,
-    server_name: str | None = None,
-) -> grpc.Channel:
-    """`open_channel` with PEM files given by path."""
-    return open_channel(
-        address, insecure=insecure, ca_cert=_read(ca), client_cert=_read(cert), client_key=_read(key),
-        server_name=server_name,
-    )
