@@ -324,8 +324,14 @@ class ServerConfig(_Section):
     tls_key: str | None = Field(None, description="PEM server private key file.")
     client_ca: str | None = Field(None, description="PEM CA bundle; when set, clients must present certs (mTLS).")
     checkpoint_dir: str = Field("./ps-checkpoints", description="Directory for atomic PS checkpoints.")
-    checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N new global versions (and on SIGTERM).")
-    keep_checkpoints: int = Field(3, ge=1, description="Checkpoint files kept.")
+    checkpoint_every: int = Field(
+        1, ge=1, description="Checkpoint every global version divisible by N, however quickly versions come "
+        "(and the current one on SIGTERM).",
+    )
+    keep_checkpoints: int = Field(
+        3, ge=1, description="Checkpoint files kept: the newest N (versions divisible by checkpoint_every, plus a "
+        "SIGTERM checkpoint); older ones are deleted once a newer one is written.",
+    )
     admin_token_file: str | None = Field(
         None, description="File holding the admin credential; generated (mode 0600) when missing."
     )

@@ -95,11 +95,10 @@ class ParameterServerCore:
         self.clients: dict[str, ClientState] = {}
         self._clients_lock = threading.Lock()
         self.store = CheckpointStore(server.checkpoint_dir, keep=server.keep_checkpoints)
-        self._versions_since_ckpt = 0
-        self._ckpt_lock = threading.Lock()
         self.group = build_group(fed, server, peers, self.model)  # multi-PS: ring all-reduce with the others
         self.aggregator = Aggregator(
             fed, self.model, active_clients=self.active_client_count, on_apply=self._on_apply,
+            on_published=self._maybe_checkpoint,
             reducer=self.group.reducer, contributions=Contributions(server.contribution_window),
             on_staleness=self.metrics.staleness.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
@@ -149,9 +148,22 @@ class ParameterServerCore:
         self.model.close()
         self.checkpoint()
 
+    def _should_checkpoint(self, version: int) -> bool:
+        """The retention promise (§III-B4 keeps the model durable): every version divisible by checkpoint_every."""
+        return version % self.server.checkpoint_every == 0
+
+    def _maybe_checkpoint(self, snap: Snapshot) -> None:
+        """Checkpoint `snap` if promised; runs under the aggregator lock, at the end of the update that published it.
+
+        Checkpointing later (once the pushing thread had let go of the lock) wrote whatever version was current
+        by then: under versions in quick succession a promised one was skipped and a later one written twice.
+        """
+        if self._should_checkpoint(snap.version):
+            self.checkpoint()
+
     def checkpoint(self) -> bool:
         """Write a checkpoint of the current version now; False (and a metric) if the disk refuses."""
-        with self._ckpt_lock, self.aggregator.lock:
+        with self.aggregator.lock:  # the model and the aggregator state of one version, nothing newer
             snap = self.model.current()
             # Before the master's init there is no model, but enrolled sites and minted tokens must
             # still survive a restart: version 0 holds the registry alone.
@@ -163,7 +175,6 @@ class ParameterServerCore:
                 self.metrics.checkpoint_failures.inc()
                 log.error("event=checkpoint_failed version=%d error=%s", version, exc)
                 return False
-            self._versions_since_ckpt = 0
         log.info("event=checkpoint version=%d path=%s", version, path)
         return True
 
@@ -173,9 +184,6 @@ class ParameterServerCore:
             self.metrics.contribution.labels(client_id).set(ledger.contribution)
         self.history.record(snap.version, self.clients)
         self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
-        self._versions_since_ckpt += 1
-        if self._versions_since_ckpt >= self.server.checkpoint_every:
-            self.checkpoint()
 
     # ---- clients ----------------------------------------------------------------------------------
 

@@ -66,6 +66,7 @@ class Aggregator:
         *,
         active_clients: Callable[[], int] = lambda: 1,
         on_apply: Callable[[Snapshot], None] | None = None,
+        on_published: Callable[[Snapshot], None] | None = None,
         on_staleness: Callable[[int], None] | None = None,
         on_reject: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -81,6 +82,10 @@ class Aggregator:
         self.contributions = contributions or Contributions()  # who put what into the model (issue 15)
         self.active_clients = active_clients
         self.on_apply = on_apply
+        # Called with the lock still held, once the state of a new version is complete (its upload ids
+        # remembered): the only moment a checkpoint can see that version's exact state, since under a
+        # quick succession of versions the next one may be published before `on_apply` runs.
+        self.on_published = on_published
         self.on_staleness = on_staleness
         self.on_reject = on_reject  # counts a refusal the aggregator makes on its own (a dropped round)
         self.guard = DeltaGuard(fed)  # vouched weights, one delta per base/round, the norm bound
@@ -167,6 +172,7 @@ class Aggregator:
             outcome = PushOutcome("APPLIED", version, message="initial model installed")
             self._remember(push.client_id, header.upload_id, outcome)
             log.info("event=init client=%s version=%d numel=%d", push.client_id, version, push.numel)
+            self._published(snap)
         if self.on_apply:
             self.on_apply(snap)
         return outcome
@@ -218,9 +224,14 @@ class Aggregator:
             else:
                 self._round_uploads.append((push.client_id, header.upload_id))
             self._remember(push.client_id, header.upload_id, outcome)
+            self._published(snap)
         if snap is not None and self.on_apply:
             self.on_apply(snap)
         return outcome
+
+    def _published(self, snap: Snapshot | None) -> None:
+        if snap is not None and self.on_published:
+            self.on_published(snap)
 
     def _should_close(self) -> bool:
         acc, version = self.acc, self.model.version
@@ -239,6 +250,7 @@ class Aggregator:
         """Close a round whose straggler/buffer timeout has passed (called by a timer thread)."""
         with self.lock:
             snap = self._apply() if self._should_close() else None
+            self._published(snap)
         if snap is not None and self.on_apply:
             self.on_apply(snap)
         return snap
