@@ -301,7 +301,8 @@ class ClientAgent:
         """
         codec = make_codec(self._codec_name(fed, ps, numel), fed.codec.entropy, fed.codec.block_scales)
         values = delta.numpy()
-        header, frames = ef.encode(codec, values) if ef is not None else codec.encode(values)
+        cut = {"cuts": ps.shard_cuts} if ps.shard_cuts else {}  # a sharded PS: frames end at its shard bounds
+        header, frames = ef.encode(codec, values, **cut) if ef is not None else codec.encode(values, **cut)
         ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
                      "tokens_per_s": stats.tokens_per_s, "bytes_sent": ps.bytes_sent, "step": step}
         upload = ps.prepare(base_version=base.version, codec_header=header, frames=frames, num_tokens=stats.tokens,

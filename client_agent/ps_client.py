@@ -148,6 +148,10 @@ class PSClient:
         self.paradigm = ""
         self.declared_manifest: Manifest = ()
         self.group = ""  # multi-PS: the client's group; the PS refuses a client of another group
+        # A sharded PS (issue 18): inner shard bounds (frames must end there) and the map's digest, learnt at
+        # Join and on every model transfer; a push cut for an older map comes back STALE.
+        self.shard_cuts: tuple[int, ...] = ()
+        self.shard_map = b""
         self._rejoin_token: str | None = self._load_rejoin()
         self._join_lock = threading.Lock()
         self._latest: GlobalVersion | None = None
@@ -242,6 +246,7 @@ class PSClient:
         self.server_instance = r.server_instance
         self.join_version = r.version
         self.manifest = manifest_from_proto(r.manifest)
+        self._learn_shard_map(r)
         self._rejoin_token = r.rejoin_token
         self._save_rejoin(r.rejoin_token)
         if restarted:
@@ -352,8 +357,13 @@ class PSClient:
             except JoinError:
                 time.sleep(backoff.next_delay())
 
+    def _learn_shard_map(self, msg: pb.JoinResponse | pb.ModelChunk) -> None:
+        if msg.shard_map:
+            self.shard_cuts, self.shard_map = tuple(msg.shard_bounds)[1:-1], msg.shard_map
+
     def _take_chunk(self, assembler: ModelAssembler, chunk: pb.ModelChunk) -> bool:
         """Feed one chunk to the assembler; publish the vector when a transfer completes and verifies (True)."""
+        self._learn_shard_map(chunk)
         self.bytes_received += len(chunk.data)
         held = self._latest
         got = assembler.take(chunk, (held.version, held.flat) if held is not None else None)
@@ -420,7 +430,7 @@ class PSClient:
         header = pb.DeltaHeader(
             base_version=base_version, upload_id=uuid.uuid4().hex, codec_header=codec_header, payload_bytes=size,
             num_tokens=num_tokens, num_samples=num_samples, local_steps=local_steps, init=init,
-            report=report_to_proto(self.report),
+            report=report_to_proto(self.report), shard_map=b"" if init else self.shard_map,
         )
         if manifest:
             header.manifest.extend(manifest_to_proto(manifest))

@@ -250,6 +250,10 @@ class TrainingConfig(_Section):
         return self
 
 
+SHARDED_PARADIGMS = ("pretrain", "bitfit")
+"""Paradigms a sharded PS runs: the exchanged vector is plain parameters, folded element-wise."""
+
+
 class FederationConfig(_Section):
     """What every member of one federation agrees on; the PS hands it to clients at Join."""
 
@@ -278,6 +282,23 @@ class FederationConfig(_Section):
         "every round by ring all-reduce. Empty: one PS.",
     )
     ring: RingConfig = Field(default_factory=RingConfig, description="Ring all-reduce between the groups' PSs.")
+    ps_shards: int = Field(
+        1, ge=1, le=64,
+        description="PS shards (issue 18): the PS runs as a front on the public port plus N shard processes, each "
+        "owning a contiguous slice of the model on tensor boundaries (memory per shard ~ model / N). 1: one PS. "
+        "Fixed once the model is installed; pretrain and bitfit only; not combined with groups.",
+    )
+
+    @model_validator(mode="after")
+    def _shards_supported(self) -> FederationConfig:
+        if self.ps_shards > 1 and self.groups:
+            raise ValueError("ps_shards > 1 cannot be combined with PS groups")
+        if self.ps_shards > 1 and self.codec.name == "sparse":
+            raise ValueError("ps_shards > 1 does not take the sparse codec (its frames are not cut at shard bounds)")
+        if self.ps_shards > 1 and self.paradigm.name not in SHARDED_PARADIGMS:
+            raise ValueError(f"ps_shards > 1 supports paradigms {', '.join(SHARDED_PARADIGMS)}, not "
+                             f"{self.paradigm.name!r}")
+        return self
 
     @model_validator(mode="after")
     def _paradigm_fits_model(self) -> FederationConfig:
@@ -352,6 +373,17 @@ class ServerConfig(_Section):
     )
     group: str | None = Field(
         None, description="The PS group this PS serves, when the federation declares groups (multi-PS)."
+    )
+    shard_role: Literal["single", "front", "shard"] = Field(
+        "single",
+        description="With ps_shards > 1: 'front' serves clients on the public port and drives the shards; 'shard' "
+        "holds one slice of the model (internal port only). 'single': the one-process PS.",
+    )
+    shard_index: int = Field(0, ge=0, le=63, description="This shard's index (shard_role 'shard'), 0..ps_shards-1.")
+    shard_addresses: str | None = Field(
+        None,
+        description="The front's shards as host:port,host:port,... in index order (shard_role 'front'); unset: "
+        "<federation>-ps-shard-<i>:7443.",
     )
     peer_token_file: str | None = Field(
         None,

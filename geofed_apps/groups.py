@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from .launch import PSProcess, free_port, write_token
+from .shards import ShardedPS
 
 __all__ = ["LocalPSSet", "PSGroupProcesses", "free_port", "group_names", "with_groups"]
 
@@ -77,10 +78,14 @@ class LocalPSSet:
     `primary` is the PS whose checkpoints the launcher evaluates (every group's PS holds the same model).
     """
 
-    def __init__(self, run: Path, fed_file: Path, logs: Path, groups: int = 1) -> None:
+    def __init__(self, run: Path, fed_file: Path, logs: Path, groups: int = 1, shards: int = 1) -> None:
         self.groups: PSGroupProcesses | None = None
+        self.sharded: ShardedPS | None = None
         extra = ["--keep-checkpoints", "2"]
-        if groups > 1:
+        if shards > 1:  # a sharded PS (issue 18): the front is the clients' PS, the shards hold the model
+            self.sharded = ShardedPS(run / "ps", fed_file, shards, extra=extra, logs=logs)
+            self.all = self.sharded.all
+        elif groups > 1:
             federation = yaml.safe_load(fed_file.read_text())
             self.groups = PSGroupProcesses(run / "ps", federation, groups, extra=extra)
             for g, ps in self.groups.ps.items():
@@ -89,12 +94,21 @@ class LocalPSSet:
         else:
             self.all = [PSProcess(run, fed_file, checkpoint_dir=run / "ps", log=logs / "ps.log", extra=extra)]
         self.primary = self.all[0]
-        for ps in self.all:  # each PS serves its status page on loopback, printed by `geofed local`
+        for ps in self.all if self.sharded is None else [self.primary]:  # status pages, printed by geofed local
             ps.status_port = free_port()
 
     def start(self) -> None:
+        if self.sharded is not None:
+            self.sharded.start()
+            return
         for ps in self.all:
             ps.start()
+
+    def newest(self):
+        """The newest global model on disk (a `PSCheckpoint`), None before Θ0."""
+        from .evaluate import newest
+
+        return self.sharded.newest() if self.sharded is not None else newest(self.primary.ckpt_dir)
 
     def for_client(self, i: int) -> tuple[PSProcess, dict[str, str]]:
         """Client `i`'s PS and the extra client settings (its group)."""

@@ -44,6 +44,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--quiet", action="store_true", help="only the summary lines")
     local.add_argument("--ps-groups", type=int, default=1, metavar="N",
                        help="N PS groups combined by ring all-reduce (multi-PS), clients split across them")
+    local.add_argument("--ps-shards", type=int, default=1, metavar="N",
+                       help="run the PS as a front plus N shard processes, each holding a slice of the model")
     local.add_argument("--paradigm", metavar="NAME",
                        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
                             "zo, bitfit, pretrain) on the signature QA task; ends with exact match and F1 lines")
@@ -61,6 +63,7 @@ class LocalOptions:
     overrides: list[str] = field(default_factory=list)
     quiet: bool = False
     ps_groups: int = 1  # PS groups (multi-PS, ring all-reduce); clients round-robin across them
+    ps_shards: int = 1  # a sharded PS (issue 18): front + N shard processes
     paradigm: str | None = None  # a fine-tuning preset (geofed_apps.finetune.preset)
 
 
@@ -71,7 +74,7 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
     opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
-                        quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm)
+                        quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards)
     return run_local_federation(opts)
 
 
@@ -130,7 +133,7 @@ def run_local_federation(opts: LocalOptions) -> int:
     """Run the whole federation; print progress, `eval loss: A -> B` and the run directory."""
     from client_agent.corpus import CorpusError
 
-    from .evaluate import GlobalEvaluator, newest
+    from .evaluate import GlobalEvaluator
     from .groups import LocalPSSet
     from .launch import StartError, start_client, stop_all
     from .split_local import SplitLocal
@@ -140,6 +143,8 @@ def run_local_federation(opts: LocalOptions) -> int:
         preset = split.settings() if split else _finetune_preset(opts.paradigm) if opts.paradigm else {}
         data = apply_overrides(merge_settings(merge_settings(LOCAL_DEFAULTS, preset),
                                               load_settings_file(opts.federation_file)), opts.overrides)
+        if opts.ps_shards > 1:
+            data["ps_shards"] = opts.ps_shards
         fed = validate_settings(FederationConfig, data)
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))
@@ -163,7 +168,7 @@ def run_local_federation(opts: LocalOptions) -> int:
          f"{opts.duration_s:.0f}s; run directory {run}")
 
     logs = run / "logs"
-    ps_set = LocalPSSet(run, run / "federation.yaml", logs, opts.ps_groups)
+    ps_set = LocalPSSet(run, run / "federation.yaml", logs, opts.ps_groups, opts.ps_shards)
     ps = ps_set.primary
     if split is not None:
         split.attach(run)
@@ -178,7 +183,8 @@ def run_local_federation(opts: LocalOptions) -> int:
         except TimeoutError:
             return _fail("the parameter server did not start within 60 s")
         for one in ps_set.all:
-            _say(f"status page: {one.status_url} (live while this runs)")
+            if one.status_url:
+                _say(f"status page: {one.status_url} (live while this runs)")
         admin = ps.admin()
         if split is not None:
             try:
@@ -203,14 +209,14 @@ def run_local_federation(opts: LocalOptions) -> int:
         initial = evaluator.loss() if split is None else split.full_loss(evaluator, fed)
         _say(f"initial global eval loss {initial:.3f} (held-out modules: {len(held)} files)")
         records = [{"t": time.time(), "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0}]
-        records += _watch(clients, tails, admin, opts, ps.ckpt_dir, evaluator, t0)
+        records += _watch(clients, tails, admin, opts, ps_set.newest, evaluator, t0)
         traffic = _traffic(admin)
         admin.close()
         rings = ps_set.ring_summary()
         failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None)]
         for one in ps_set.all:
             one.terminate()
-        ckpt = newest(ps.ckpt_dir)
+        ckpt = ps_set.newest()
         if ckpt is None:
             return _fail(f"no global model was produced; see {logs}")
         final = evaluator.loss(ckpt.flat) if split is None else split.full_loss(evaluator, fed, ckpt.flat)
@@ -262,10 +268,8 @@ def _finetune_preset(name: str) -> dict:
     return preset_settings(name, ensure_base_model(say=_say))
 
 
-def _watch(clients, tails, admin, opts, ckpt_dir: Path, evaluator: GlobalEvaluator, t0: float) -> list[dict]:
-    """Live progress until every client has exited; periodic global evals for the loss-vs-time plot."""
-    from .evaluate import newest
-
+def _watch(clients, tails, admin, opts, latest, evaluator: GlobalEvaluator, t0: float) -> list[dict]:
+    """Live progress until every client has exited; periodic global evals (of `latest()`) for the plot."""
     records: list[dict] = []
     last_eval = time.monotonic()
     while True:
@@ -280,7 +284,7 @@ def _watch(clients, tails, admin, opts, ckpt_dir: Path, evaluator: GlobalEvaluat
                          f"{rec['payload_bytes'] / 1e3:7.1f} kB ({rec['ratio'] * 100:.1f}% of fp32, {rec['codec']})")
         if time.monotonic() - last_eval > 10:
             last_eval = time.monotonic()
-            ckpt = newest(ckpt_dir)
+            ckpt = latest()
             if ckpt is not None:
                 loss = evaluator.loss(ckpt.flat)
                 records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": loss,

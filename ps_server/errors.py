@@ -39,6 +39,10 @@ class AlreadySent(PushRejected):
     """This client already sent a delta for this base version or round."""
 
 
+class Unavailable(PushRejected):
+    """A part of the PS the push needs is down (a sharded PS's shard): nothing was applied; retry it."""
+
+
 class StaleDelta(PushRejected):
     """The delta's base version is too old (or ahead of a restarted PS): resync and retrain."""
 

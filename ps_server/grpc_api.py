@@ -25,6 +25,7 @@ from .errors import (
     PushRejected,
     PushTooLarge,
     StaleDelta,
+    Unavailable,
 )
 from .ingest import PushHeader
 from .ratelimit import RateLimiter
@@ -42,6 +43,7 @@ _CODES: dict[type[PushRejected], grpc.StatusCode] = {
     NotReady: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadySent: grpc.StatusCode.ALREADY_EXISTS,
     StaleDelta: grpc.StatusCode.FAILED_PRECONDITION,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
 _STATUS = {"ACCEPTED": pb.ACCEPTED, "APPLIED": pb.APPLIED, "DUPLICATE": pb.DUPLICATE, "STALE": pb.STALE}
 
@@ -81,7 +83,7 @@ def header_from_proto(h: pb.DeltaHeader) -> PushHeader:
         payload_bytes=h.payload_bytes, num_tokens=h.num_tokens, num_samples=h.num_samples,
         local_steps=max(1, h.local_steps), init=h.init,
         manifest=manifest_from_proto(h.manifest),
-        report=report_from_proto(h.report) if h.HasField("report") else {},
+        report=report_from_proto(h.report) if h.HasField("report") else {}, shard_map=h.shard_map,
     )
 
 
@@ -137,7 +139,6 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
     def StreamModel(self, request: pb.StreamModelRequest, context: grpc.ServicerContext):
         session, credential = self._session(context, "StreamModel")
         client = self.core.stream_opened(session)
-        chunk_bytes = self.core.server.chunk_bytes
         have = request.have_version
         try:
             while context.is_active():
@@ -150,13 +151,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     except AuthError as exc:
                         context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
                     continue
-                down = self.core.aggregator.downlink(snap, have)
-                start = 0
-                if request.resume_version == snap.version and request.resume_offset:
-                    if request.resume_offset >= down.nbytes:
-                        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "resume_offset outside the model transfer")
-                    start = request.resume_offset
-                for chunk in model_chunks(down, start, chunk_bytes):
+                for chunk in self._transfer(snap, have, request, context):
                     if not context.is_active():
                         return
                     client.bytes_out += len(chunk.data)
@@ -165,6 +160,16 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                 have = snap.version
         finally:
             self.core.stream_closed(client)
+
+    def _transfer(self, snap, have: int, request: pb.StreamModelRequest, context: grpc.ServicerContext):
+        """The chunks that take a client holding `have` to `snap` (from its resume offset when it resumes it)."""
+        down = self.core.aggregator.downlink(snap, have)
+        start = 0
+        if request.resume_version == snap.version and request.resume_offset:
+            if request.resume_offset >= down.nbytes:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "resume_offset outside the model transfer")
+            start = request.resume_offset
+        return model_chunks(down, start, self.core.server.chunk_bytes)
 
     def PushDelta(self, request_iterator, context: grpc.ServicerContext) -> pb.PushResult:
         session, _ = self._session(context, "PushDelta")

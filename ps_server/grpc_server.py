@@ -94,20 +94,32 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     credentials = server_credentials(cfg)
     tune_allocator()  # before any worker thread exists
     peers, secret = None, ""
-    if fed.groups or cfg.peer_token_file:  # multi-PS ring peers, or services of the federation (split trainer)
+    front = cfg.shard_role == "front"
+    if fed.groups or cfg.peer_token_file or front:  # ring peers, shards, or services of the federation
         try:
             secret = load_peer_secret(cfg.peer_token_file)
             peers = PeerTransport(fed, cfg, secret) if fed.groups else None
         except (OSError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
     try:
-        core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file), peers=peers)
+        if front:  # a sharded PS (issue 18): this process admits and routes, the shards hold the model
+            from .shards.front_grpc import FrontCore
+            from .shards.shard_grpc import GrpcLink
+
+            core = FrontCore(fed, cfg, load_admin_credential(cfg.admin_token_file), GrpcLink(fed, cfg, secret))
+        else:
+            core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file), peers=peers)
     except ValueError as exc:  # e.g. --group names no group of the federation
         raise ConfigError(str(exc)) from exc
     core.resume()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=512), options=SERVER_OPTIONS,
                          maximum_concurrent_rpcs=1024)
-    pb_grpc.add_ParameterServerServicer_to_server(ParameterServerServicer(core), server)
+    if front:
+        from .shards.front_grpc import FrontServicer
+
+        pb_grpc.add_ParameterServerServicer_to_server(FrontServicer(core), server)
+    else:
+        pb_grpc.add_ParameterServerServicer_to_server(ParameterServerServicer(core), server)
     pb_grpc.add_AdminServicer_to_server(AdminServicer(core), server)
     if peers is not None:
         peers.bind(core.model)
@@ -140,6 +152,20 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
 
 def serve(fed: FederationConfig, cfg: ServerConfig, ready_file: str | None = None) -> int:
     """Run until SIGTERM/SIGINT; checkpoint on the way out (paper §III-B4)."""
+    if (fed.ps_shards > 1) != (cfg.shard_role != "single"):
+        raise ConfigError(f"the federation has ps_shards={fed.ps_shards}: run its PS with --shard-role front and "
+                          "--shard-role shard processes" if fed.ps_shards > 1 else
+                          "--shard-role front/shard needs a federation with ps_shards > 1")
+    if cfg.shard_role == "shard":  # one slice of a sharded PS (issue 18): the internal PsShard service only
+        from .shards.shard_grpc import serve_shard
+
+        if cfg.shard_index >= fed.ps_shards:
+            raise ConfigError(f"--shard-index {cfg.shard_index} is not below ps_shards={fed.ps_shards}")
+        try:
+            secret = load_peer_secret(cfg.peer_token_file)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(str(exc)) from exc
+        return serve_shard(fed, cfg, secret, server_credentials(cfg), ready_file)
     running = start_server(fed, cfg)
     if ready_file:
         Path(ready_file).write_text(str(running.port))

@@ -69,6 +69,7 @@ class PushHeader:
     init: bool = False
     manifest: tuple[TensorEntry, ...] = ()
     report: dict = field(default_factory=dict)
+    shard_map: bytes = b""  # a sharded PS: digest of the shard map the frames were cut for (geofed.shard_map)
 
 
 @dataclass

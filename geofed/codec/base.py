@@ -9,10 +9,11 @@ unchanged until the frames are consumed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from geofed import shard_map
 from geofed.codec.errors import CodecError
 from geofed.codec.header import MAX_FRAME_ELEMS
 
@@ -34,8 +35,12 @@ class Codec(ABC):
         *,
         frame_elems: int = DEFAULT_FRAME_ELEMS,
         residual_out: np.ndarray | None = None,
+        cuts: Sequence[int] = (),
     ) -> tuple[bytes, Iterator[bytes]]:
-        """Header and lazy frames of `flat`; fills `residual_out` with flat - decoded(flat) at once."""
+        """Header and lazy frames of `flat`; fills `residual_out` with flat - decoded(flat) at once.
+
+        `cuts`: element offsets where a frame must end besides the frame_elems grid (a sharded PS's shard
+        boundaries, `geofed.shard_map`); empty for a single PS."""
 
     def __repr__(self) -> str:
         return f"<Codec {self.name}>"
@@ -77,7 +82,10 @@ def check_encode_args(flat: np.ndarray, frame_elems: int, residual_out: np.ndarr
         raise CodecError("residual_out must not overlap flat: the lazy frames re-read flat")
 
 
-def frame_ranges(numel: int, frame_elems: int) -> Iterator[tuple[int, int]]:
-    """[a, b) element ranges of the frames, in stream order."""
+def frame_ranges(numel: int, frame_elems: int, cuts: Sequence[int] = ()) -> Iterator[tuple[int, int]]:
+    """[a, b) element ranges of the frames, in stream order (also ended at every cut, see `Codec.encode`)."""
+    if cuts:
+        yield from shard_map.frame_ranges(numel, frame_elems, cuts)
+        return
     for a in range(0, numel, frame_elems):
         yield a, min(numel, a + frame_elems)

@@ -7,7 +7,7 @@ deltas by only the current residual. The paper lists error feedback among its op
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ class ErrorFeedback:
         self._spare: np.ndarray | None = None  # last committed-over buffer, reused by the next encode
 
     def encode(
-        self, codec: Codec, delta: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS
+        self, codec: Codec, delta: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS, cuts: Sequence[int] = ()
     ) -> tuple[bytes, Iterator[bytes]]:
         """Encode delta + residual; what this encoding loses is staged, to `commit` once the PS takes it."""
         if not isinstance(delta, np.ndarray) or delta.shape != (self.numel,) or delta.dtype != np.float32:
@@ -42,7 +42,7 @@ class ErrorFeedback:
         corrected = delta + self.residual  # the frames read this lazily; it lives as long as they do
         staged = self._spare if self._spare is not None else np.empty(self.numel, dtype=np.float32)
         self._spare = None
-        out = codec.encode(corrected, frame_elems=frame_elems, residual_out=staged)
+        out = codec.encode(corrected, frame_elems=frame_elems, residual_out=staged, **({"cuts": cuts} if cuts else {}))
         self.staged = staged
         return out
 

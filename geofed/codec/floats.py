@@ -7,7 +7,7 @@ finiteness itself. Frames are raw little-endian words.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -49,13 +49,15 @@ class _FloatCodec(Codec):
         *,
         frame_elems: int = DEFAULT_FRAME_ELEMS,
         residual_out: np.ndarray | None = None,
+        cuts: Sequence[int] = (),
     ) -> tuple[bytes, Iterator[bytes]]:
         check_encode_args(flat, frame_elems, residual_out)
         if residual_out is not None:
-            for a, b in frame_ranges(flat.size, frame_elems):
+            for a, b in frame_ranges(flat.size, frame_elems, cuts):
                 self._residual(flat[a:b], residual_out[a:b])
         header = pack_header(StreamHeader(self.name, flat.size, int(frame_elems), b""))
-        return header, (pack_frame(a, b - a, self._body(flat[a:b])) for a, b in frame_ranges(flat.size, frame_elems))
+        ranges = frame_ranges(flat.size, frame_elems, cuts)
+        return header, (pack_frame(a, b - a, self._body(flat[a:b])) for a, b in ranges)
 
     def frame_decoder(self, params: bytes) -> FrameDecoder:
         if params:

@@ -12,7 +12,7 @@ Per-block ranges travel inside the frames that use them, so every frame decodes 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -61,6 +61,7 @@ class QuantizedCodec(Codec):
         *,
         frame_elems: int = DEFAULT_FRAME_ELEMS,
         residual_out: np.ndarray | None = None,
+        cuts: Sequence[int] = (),
     ) -> tuple[bytes, Iterator[bytes]]:
         check_encode_args(flat, frame_elems, residual_out)
         frame_elems = int(frame_elems)
@@ -69,14 +70,15 @@ class QuantizedCodec(Codec):
         else:
             lo, hi = qz.global_range(flat)
             ranges = _Ranges(self.bits, 0, np.array([lo], np.float32), np.array([hi], np.float32))
-        counts = self._histogram_pass(flat, ranges, frame_elems, residual_out)
+        counts = self._histogram_pass(flat, ranges, frame_elems, residual_out, cuts)
         stage = build_stage(self.entropy, self.bits, counts, frame_elems)
         glob = struct.pack("<ff", ranges.lo[0], ranges.hi[0]) if not self.block else b""
         header = pack_header(StreamHeader(self.name, flat.size, frame_elems, glob + stage.params()))
-        return header, self._frames(flat, ranges, stage, frame_elems)
+        return header, self._frames(flat, ranges, stage, frame_elems, cuts)
 
     def _histogram_pass(
-        self, flat: np.ndarray, ranges: _Ranges, frame_elems: int, residual_out: np.ndarray | None
+        self, flat: np.ndarray, ranges: _Ranges, frame_elems: int, residual_out: np.ndarray | None,
+        cuts: Sequence[int] = (),
     ) -> np.ndarray | None:
         need_hist = NEEDS_HISTOGRAM[self.entropy]
         if not need_hist and residual_out is None:
@@ -84,7 +86,7 @@ class QuantizedCodec(Codec):
         counts = np.zeros(1 << self.bits, dtype=np.int64)
         n = min(frame_elems, flat.size)
         scratch, syms = np.empty(n, np.float32), np.empty(n, qz.symbol_dtype(self.bits))
-        for a, b in frame_ranges(flat.size, frame_elems):
+        for a, b in frame_ranges(flat.size, frame_elems, cuts):
             mid, step, inv = ranges.for_frame(a, b)
             q = qz.quantize_into(flat[a:b], mid, inv, self.bits, scratch[: b - a], syms[: b - a])
             if need_hist:
@@ -94,13 +96,14 @@ class QuantizedCodec(Codec):
                 np.subtract(flat[a:b], deq, out=residual_out[a:b])
         return counts
 
-    def _frames(self, flat: np.ndarray, ranges: _Ranges, stage: EntropyStage, frame_elems: int) -> Iterator[bytes]:
+    def _frames(self, flat: np.ndarray, ranges: _Ranges, stage: EntropyStage, frame_elems: int,
+                cuts: Sequence[int] = ()) -> Iterator[bytes]:
         n = min(frame_elems, flat.size)
         if n == 0:
             return
         scratch, syms = np.empty(n, np.float32), np.empty(n, qz.symbol_dtype(self.bits))
         encode = stage.encoder(n)
-        for a, b in frame_ranges(flat.size, frame_elems):
+        for a, b in frame_ranges(flat.size, frame_elems, cuts):
             mid, _, inv = ranges.for_frame(a, b)
             q = qz.quantize_into(flat[a:b], mid, inv, self.bits, scratch[: b - a], syms[: b - a])
             yield pack_frame(a, b - a, ranges.frame_bytes(a, b) + encode(q))

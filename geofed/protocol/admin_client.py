@@ -77,8 +77,9 @@ class AdminClient:
     def status(self) -> dict:
         r = self._call(self.stub.GetStatus, pb.StatusRequest())
         # Repeated fields as lists: the dict goes to json.dump (`geofed status --json`) and the operator.
-        return {f.name: list(getattr(r, f.name)) if f.is_repeated else getattr(r, f.name)
-                for f in r.DESCRIPTOR.fields}
+        # Repeated messages (a sharded PS's `shards`) as dicts of their fields.
+        return {f.name: [_fields(v) if f.message_type else v for v in getattr(r, f.name)] if f.is_repeated
+                else getattr(r, f.name) for f in r.DESCRIPTOR.fields}
 
     def list_clients(self) -> list[dict]:
         r = self._call(self.stub.ListClients, pb.ListClientsRequest())
@@ -88,3 +89,7 @@ class AdminClient:
             entry["report"] = report_from_proto(c.report)
             out.append(entry)
         return out
+
+
+def _fields(message) -> dict:
+    return {f.name: getattr(message, f.name) for f in message.DESCRIPTOR.fields}

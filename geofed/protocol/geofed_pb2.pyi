@@ -20,6 +20,120 @@ APPLIED: PushStatus
 DUPLICATE: PushStatus
 STALE: PushStatus
 
+class ShardRequest(_message.Message):
+    __slots__ = ("federation", "version", "push_ids", "offset", "lo", "hi", "manifest", "folded")
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PUSH_IDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_FIELD_NUMBER: _ClassVar[int]
+    federation: str
+    version: int
+    push_ids: _containers.RepeatedScalarFieldContainer[str]
+    offset: int
+    lo: int
+    hi: int
+    manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    folded: int
+    def __init__(self, federation: _Optional[str] = ..., version: _Optional[int] = ..., push_ids: _Optional[_Iterable[str]] = ..., offset: _Optional[int] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., folded: _Optional[int] = ...) -> None: ...
+
+class ShardState(_message.Message):
+    __slots__ = ("index", "version", "prepared", "lo", "hi", "instance", "sq_norm", "ok", "message", "folded", "sha256")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_FIELD_NUMBER: _ClassVar[int]
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    SQ_NORM_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    version: int
+    prepared: int
+    lo: int
+    hi: int
+    instance: str
+    sq_norm: float
+    ok: bool
+    message: str
+    folded: int
+    sha256: bytes
+    def __init__(self, index: _Optional[int] = ..., version: _Optional[int] = ..., prepared: _Optional[int] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ..., instance: _Optional[str] = ..., sq_norm: _Optional[float] = ..., ok: _Optional[bool] = ..., message: _Optional[str] = ..., folded: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class ShardStageChunk(_message.Message):
+    __slots__ = ("federation", "push_id", "codec_header", "init", "lo", "hi", "frame")
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    PUSH_ID_FIELD_NUMBER: _ClassVar[int]
+    CODEC_HEADER_FIELD_NUMBER: _ClassVar[int]
+    INIT_FIELD_NUMBER: _ClassVar[int]
+    LO_FIELD_NUMBER: _ClassVar[int]
+    HI_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    federation: str
+    push_id: str
+    codec_header: bytes
+    init: bool
+    lo: int
+    hi: int
+    frame: bytes
+    def __init__(self, federation: _Optional[str] = ..., push_id: _Optional[str] = ..., codec_header: _Optional[bytes] = ..., init: _Optional[bool] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ..., frame: _Optional[bytes] = ...) -> None: ...
+
+class ShardStageReply(_message.Message):
+    __slots__ = ("sq_norm", "numel")
+    SQ_NORM_FIELD_NUMBER: _ClassVar[int]
+    NUMEL_FIELD_NUMBER: _ClassVar[int]
+    sq_norm: float
+    numel: int
+    def __init__(self, sq_norm: _Optional[float] = ..., numel: _Optional[int] = ...) -> None: ...
+
+class ShardFoldRequest(_message.Message):
+    __slots__ = ("federation", "push_id", "client_id", "round", "scale", "norm", "staleness", "factor", "num_tokens", "local_steps", "position")
+    FEDERATION_FIELD_NUMBER: _ClassVar[int]
+    PUSH_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    NORM_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_FIELD_NUMBER: _ClassVar[int]
+    FACTOR_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    federation: str
+    push_id: str
+    client_id: str
+    round: int
+    scale: float
+    norm: float
+    staleness: int
+    factor: float
+    num_tokens: int
+    local_steps: int
+    position: int
+    def __init__(self, federation: _Optional[str] = ..., push_id: _Optional[str] = ..., client_id: _Optional[str] = ..., round: _Optional[int] = ..., scale: _Optional[float] = ..., norm: _Optional[float] = ..., staleness: _Optional[int] = ..., factor: _Optional[float] = ..., num_tokens: _Optional[int] = ..., local_steps: _Optional[int] = ..., position: _Optional[int] = ...) -> None: ...
+
+class ShardFoldReply(_message.Message):
+    __slots__ = ("weight",)
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    weight: float
+    def __init__(self, weight: _Optional[float] = ...) -> None: ...
+
+class ShardSliceChunk(_message.Message):
+    __slots__ = ("offset", "total_bytes", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    total_bytes: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class JoinRequest(_message.Message):
     __slots__ = ("token", "client_id", "group", "paradigm", "manifest")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -35,7 +149,7 @@ class JoinRequest(_message.Message):
     def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
-    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at")
+    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_TTL_S_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +159,8 @@ class JoinResponse(_message.Message):
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     REJOIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REJOIN_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    SHARD_BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_MAP_FIELD_NUMBER: _ClassVar[int]
     session: str
     session_ttl_s: float
     federation_json: str
@@ -54,7 +170,9 @@ class JoinResponse(_message.Message):
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     rejoin_token: str
     rejoin_expires_at: float
-    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ...) -> None: ...
+    shard_bounds: _containers.RepeatedScalarFieldContainer[int]
+    shard_map: bytes
+    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ...) -> None: ...
 
 class TensorSpec(_message.Message):
     __slots__ = ("name", "shape", "dtype")
@@ -77,7 +195,7 @@ class StreamModelRequest(_message.Message):
     def __init__(self, have_version: _Optional[int] = ..., resume_version: _Optional[int] = ..., resume_offset: _Optional[int] = ...) -> None: ...
 
 class ModelChunk(_message.Message):
-    __slots__ = ("version", "offset", "total_bytes", "data", "manifest", "sha256", "encoding", "base_version", "crc32")
+    __slots__ = ("version", "offset", "total_bytes", "data", "manifest", "sha256", "encoding", "base_version", "crc32", "shard_bounds", "shard_map")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +205,8 @@ class ModelChunk(_message.Message):
     ENCODING_FIELD_NUMBER: _ClassVar[int]
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     CRC32_FIELD_NUMBER: _ClassVar[int]
+    SHARD_BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_MAP_FIELD_NUMBER: _ClassVar[int]
     version: int
     offset: int
     total_bytes: int
@@ -96,10 +216,12 @@ class ModelChunk(_message.Message):
     encoding: str
     base_version: int
     crc32: int
-    def __init__(self, version: _Optional[int] = ..., offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., sha256: _Optional[bytes] = ..., encoding: _Optional[str] = ..., base_version: _Optional[int] = ..., crc32: _Optional[int] = ...) -> None: ...
+    shard_bounds: _containers.RepeatedScalarFieldContainer[int]
+    shard_map: bytes
+    def __init__(self, version: _Optional[int] = ..., offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., sha256: _Optional[bytes] = ..., encoding: _Optional[str] = ..., base_version: _Optional[int] = ..., crc32: _Optional[int] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ...) -> None: ...
 
 class DeltaHeader(_message.Message):
-    __slots__ = ("base_version", "upload_id", "codec_header", "payload_bytes", "num_tokens", "num_samples", "local_steps", "init", "manifest", "report")
+    __slots__ = ("base_version", "upload_id", "codec_header", "payload_bytes", "num_tokens", "num_samples", "local_steps", "init", "manifest", "report", "shard_map")
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
     CODEC_HEADER_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +232,7 @@ class DeltaHeader(_message.Message):
     INIT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
+    SHARD_MAP_FIELD_NUMBER: _ClassVar[int]
     base_version: int
     upload_id: str
     codec_header: bytes
@@ -120,7 +243,8 @@ class DeltaHeader(_message.Message):
     init: bool
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     report: ClientReport
-    def __init__(self, base_version: _Optional[int] = ..., upload_id: _Optional[str] = ..., codec_header: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ..., num_tokens: _Optional[int] = ..., num_samples: _Optional[int] = ..., local_steps: _Optional[int] = ..., init: _Optional[bool] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., report: _Optional[_Union[ClientReport, _Mapping]] = ...) -> None: ...
+    shard_map: bytes
+    def __init__(self, base_version: _Optional[int] = ..., upload_id: _Optional[str] = ..., codec_header: _Optional[bytes] = ..., payload_bytes: _Optional[int] = ..., num_tokens: _Optional[int] = ..., num_samples: _Optional[int] = ..., local_steps: _Optional[int] = ..., init: _Optional[bool] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., report: _Optional[_Union[ClientReport, _Mapping]] = ..., shard_map: _Optional[bytes] = ...) -> None: ...
 
 class DeltaPayload(_message.Message):
     __slots__ = ("offset", "data")
@@ -295,7 +419,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members")
+    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members", "shards")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_CLIENTS_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +434,7 @@ class StatusResponse(_message.Message):
     GROUP_FIELD_NUMBER: _ClassVar[int]
     RING_ALLREDUCES_FIELD_NUMBER: _ClassVar[int]
     RING_MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
     version: int
     connected_clients: int
     known_clients: int
@@ -324,7 +449,26 @@ class StatusResponse(_message.Message):
     group: str
     ring_allreduces: int
     ring_members: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ...) -> None: ...
+    shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
+    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ...) -> None: ...
+
+class ShardStatus(_message.Message):
+    __slots__ = ("index", "address", "up", "version", "numel", "instance", "last_error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUMEL_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    address: str
+    up: bool
+    version: int
+    numel: int
+    instance: str
+    last_error: str
+    def __init__(self, index: _Optional[int] = ..., address: _Optional[str] = ..., up: _Optional[bool] = ..., version: _Optional[int] = ..., numel: _Optional[int] = ..., instance: _Optional[str] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class RingKey(_message.Message):
     __slots__ = ("version", "members", "attempt")

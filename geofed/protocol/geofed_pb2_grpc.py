@@ -774,6 +774,484 @@ class Peer:
             _registered_method=True)
 
 
+class PsShardStub:
+    """Front to shard, inside the cloud (a sharded PS, issue 18 / ps_server/shards): the front admits pushes and
+    routes each codec frame to the shard owning its slice; shards decode, fold and apply their slice; a
+    version is published only once every shard has prepared and committed it (two-phase).
+    Credential: "authorization: Peer <secret shared by the federation's PS processes>".
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Describe = channel.unary_unary(
+                '/geofed.v1.PsShard/Describe',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+                _registered_method=True)
+        self.Stage = channel.stream_unary(
+                '/geofed.v1.PsShard/Stage',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardStageChunk.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardStageReply.FromString,
+                _registered_method=True)
+        self.Fold = channel.unary_unary(
+                '/geofed.v1.PsShard/Fold',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardFoldRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardFoldReply.FromString,
+                _registered_method=True)
+        self.Drop = channel.unary_unary(
+                '/geofed.v1.PsShard/Drop',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+                _registered_method=True)
+        self.Install = channel.unary_unary(
+                '/geofed.v1.PsShard/Install',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+                _registered_method=True)
+        self.Prepare = channel.unary_unary(
+                '/geofed.v1.PsShard/Prepare',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+                _registered_method=True)
+        self.Commit = channel.unary_unary(
+                '/geofed.v1.PsShard/Commit',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+                _registered_method=True)
+        self.Abort = channel.unary_unary(
+                '/geofed.v1.PsShard/Abort',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+                _registered_method=True)
+        self.Sync = channel.unary_unary(
+                '/geofed.v1.PsShard/Sync',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+                _registered_method=True)
+        self.ReadSlice = channel.unary_stream(
+                '/geofed.v1.PsShard/ReadSlice',
+                request_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+                response_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardSliceChunk.FromString,
+                _registered_method=True)
+
+
+class PsShardServicer:
+    """Front to shard, inside the cloud (a sharded PS, issue 18 / ps_server/shards): the front admits pushes and
+    routes each codec frame to the shard owning its slice; shards decode, fold and apply their slice; a
+    version is published only once every shard has prepared and committed it (two-phase).
+    Credential: "authorization: Peer <secret shared by the federation's PS processes>".
+    """
+
+    def Describe(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stage(self, request_iterator, context):
+        """One push's frames for this shard's slice: first message the header, then one whole frame per message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fold(self, request, context):
+        """Fold a staged push into the open round (scale: the norm bound's factor from the summed norm).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Drop(self, request, context):
+        """Forget staged, unfolded pushes (a push refused after staging).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Install(self, request, context):
+        """Adopt a staged init push (Θ0) as this slice's model at `version`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prepare(self, request, context):
+        """Phase 1: close the round, compute and durably store the slice of `version`; phase 2: publish it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Commit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Abort(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Sync(self, request, context):
+        """Come to the front's committed `version`: promote a prepared slice of it, drop the open round.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadSlice(self, request, context):
+        """The slice of `version` as fp32 bytes from byte `offset`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PsShardServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Describe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Describe,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.SerializeToString,
+            ),
+            'Stage': grpc.stream_unary_rpc_method_handler(
+                    servicer.Stage,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardStageChunk.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardStageReply.SerializeToString,
+            ),
+            'Fold': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fold,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardFoldRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardFoldReply.SerializeToString,
+            ),
+            'Drop': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drop,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.SerializeToString,
+            ),
+            'Install': grpc.unary_unary_rpc_method_handler(
+                    servicer.Install,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.SerializeToString,
+            ),
+            'Prepare': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prepare,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.SerializeToString,
+            ),
+            'Commit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Commit,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.SerializeToString,
+            ),
+            'Abort': grpc.unary_unary_rpc_method_handler(
+                    servicer.Abort,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.SerializeToString,
+            ),
+            'Sync': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sync,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardState.SerializeToString,
+            ),
+            'ReadSlice': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadSlice,
+                    request_deserializer=geofed_dot_protocol_dot_geofed__pb2.ShardRequest.FromString,
+                    response_serializer=geofed_dot_protocol_dot_geofed__pb2.ShardSliceChunk.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'geofed.v1.PsShard', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('geofed.v1.PsShard', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class PsShard:
+    """Front to shard, inside the cloud (a sharded PS, issue 18 / ps_server/shards): the front admits pushes and
+    routes each codec frame to the shard owning its slice; shards decode, fold and apply their slice; a
+    version is published only once every shard has prepared and committed it (two-phase).
+    Credential: "authorization: Peer <secret shared by the federation's PS processes>".
+    """
+
+    @staticmethod
+    def Describe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Describe',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stage(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/geofed.v1.PsShard/Stage',
+            geofed_dot_protocol_dot_geofed__pb2.ShardStageChunk.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardStageReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fold(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Fold',
+            geofed_dot_protocol_dot_geofed__pb2.ShardFoldRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardFoldReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Drop',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Install(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Install',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prepare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Prepare',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Commit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Commit',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Abort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Abort',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/geofed.v1.PsShard/Sync',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadSlice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/geofed.v1.PsShard/ReadSlice',
+            geofed_dot_protocol_dot_geofed__pb2.ShardRequest.SerializeToString,
+            geofed_dot_protocol_dot_geofed__pb2.ShardSliceChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class SplitTrainerStub:
     """The server-side trainer of split learning (FSL-SAGE, paper §III-C3d), its own process.
     Credential: the client's PS session, "authorization: Bearer <session>" (checked with the PS).

@@ -202,18 +202,7 @@ class Aggregator:
             tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
             steps = self.guard.vouched_steps(header.local_steps)
             weight = self.strategy.fold(self.acc, bounded, adm, num_tokens=tokens, local_steps=steps)
-            self.guard.accepted(push.client_id, header.base_version, bounded.norm)
-            self.contributions.folded(push.client_id, tokens=tokens, weight=weight, norm=bounded.norm,
-                                      clip_norm=self.cfg.clip_norm,
-                                      tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
-            if self.first_at is None:
-                self.first_at = self.clock()
-            ledger = self.ledger.setdefault(push.client_id, ClientLedger())
-            ledger.pushes += 1
-            ledger.last_staleness = adm.staleness
-            self._pending[push.client_id] = self._pending.get(push.client_id, 0.0) + weight
-            if self.on_staleness:
-                self.on_staleness(adm.staleness)
+            self._credit(push.client_id, header, adm, tokens=tokens, weight=weight, norm=bounded.norm)
             outcome = PushOutcome("ACCEPTED", self.model.version, adm.staleness, weight)
             if self._should_close():
                 snap = self._apply()
@@ -228,6 +217,20 @@ class Aggregator:
         if snap is not None and self.on_apply:
             self.on_apply(snap)
         return outcome
+
+    def _credit(self, client_id: str, header: PushHeader, adm, *, tokens: int, weight: float, norm: float) -> None:
+        """Account for a delta folded into the open round: guard, contributions, ledger, pending weight."""
+        self.guard.accepted(client_id, header.base_version, norm)
+        self.contributions.folded(client_id, tokens=tokens, weight=weight, norm=norm, clip_norm=self.cfg.clip_norm,
+                                  tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
+        if self.first_at is None:
+            self.first_at = self.clock()
+        ledger = self.ledger.setdefault(client_id, ClientLedger())
+        ledger.pushes += 1
+        ledger.last_staleness = adm.staleness
+        self._pending[client_id] = self._pending.get(client_id, 0.0) + weight
+        if self.on_staleness:
+            self.on_staleness(adm.staleness)
 
     def _published(self, snap: Snapshot | None) -> None:
         if snap is not None and self.on_published:

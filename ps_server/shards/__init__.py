@@ -1,0 +1,7 @@
+"""A parameter server sharded across processes (issue 18): a thin front on the public port, N shards behind it.
+
+`geofed.shard_map` says which slice each shard owns; `router.py` cuts a push's payload into frames and
+routes them by offset (prefixes only, the front never decodes a body); `shard.py` is one shard's state
+machine (stage, fold, two-phase prepare/commit, durable slices); `front.py` the front's aggregator that
+drives them; `*_grpc.py` the wire. See docs/ps-shards.md.
+"""

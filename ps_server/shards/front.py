@@ -1,0 +1,602 @@
+"""The front of a sharded PS (issue 18): admission as today, folding and applying delegated to the shards.
+
+The front is the PS clients see: Join, sessions, rate limits, admission (staleness, one delta per client
+per base, idempotent upload ids, the norm bound; `Aggregator` and `DeltaGuard`, unchanged) and when a
+round closes (`rounds.should_close`). It holds no model: `ShardedReceiver` routes a push's frames to the
+shards (each decodes, checks and durably stages its slice and reports its squared norm); the front sums
+the norms, bounds the whole delta, and asks every shard to fold it with the same factors. A round closes
+in two phases (paper §III-B1's "publish a new version", made atomic across processes):
+
+1. `prepare(v)` on every shard: each closes its round, applies the outer step to its slice and writes the
+   slice of v next to its committed one. Any refusal: `abort(v)` everywhere, the round is dropped.
+2. The front records v as committed (durably), then `commit(v)` on every shard, then publishes v to
+   clients, once every shard holds it. A shard that is down meanwhile is committed by `sync(v)` when it
+   is back (it promotes its prepared slice); until then v is not published, so no client ever sees a mix.
+
+A shard restarted mid-round has lost its open round's sum but not the staged pushes on its disk: the
+front notices (a different instance, or the shard's own count of folded pushes differs) and replays the
+round's folds. Memory: the front holds no model-sized buffer; each shard holds O(model / N).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from geofed.config import FederationConfig
+from geofed.manifest import Manifest, TensorEntry, validate_manifest
+from geofed.shard_map import ShardMap, ShardMapError, split_manifest
+
+from ..aggregation.aggregator import Aggregator, ClientLedger, PushOutcome
+from ..aggregation.guard import DeltaGuard
+from ..aggregation.norm_bound import adamw_ceiling
+from ..errors import AlreadySent, CorruptPayload, InvalidPush, NotReady, PushTooLarge, StaleDelta
+from ..global_model import GlobalModel, Snapshot
+from ..ingest import PushHeader
+from .errors import ShardRefused, ShardUnavailable
+from .link import ShardLink, StageCall
+from .router import FrameRouter
+
+log = logging.getLogger("geofed.ps.front")
+
+_EMPTY = np.empty(0, dtype=np.float32)
+_STATE_FILE = "front-state.json"
+
+
+class FrontModel(GlobalModel):
+    """The front's view of the global model: version, digest and manifest; the values live in the shards."""
+
+    def publish_remote(self, version: int, sha256: bytes, manifest: Manifest, numel: int) -> Snapshot:
+        snap = Snapshot(version, _EMPTY, sha256, manifest)
+        self.numel = numel
+        with self._cond:
+            self._snapshot = snap
+            self._cond.notify_all()
+        return snap
+
+
+class FrontGuard(DeltaGuard):
+    """The norm bound's AdamW ceiling from the model norm the shards report (the front holds no model)."""
+
+    theta_norm = 0.0
+
+    def ceiling(self, snapshot: Snapshot, numel: int) -> float:
+        t = self.fed.training
+        return adamw_ceiling(lr=t.lr, local_steps=t.local_steps, numel=numel, weight_decay=t.weight_decay,
+                             theta_norm=self.theta_norm if t.weight_decay else 0.0, beta1=t.adam_beta1,
+                             beta2=t.adam_beta2)
+
+
+@dataclass
+class StagedFrontPush:
+    """A push every shard has staged; what `ParameterServerCore.complete_push` and the aggregator see."""
+
+    client_id: str
+    header: PushHeader
+    codec_name: str
+    numel: int
+    norm: float
+    push_id: str
+    shard_map: ShardMap
+
+    def close(self) -> None:
+        """The staged files belong to the shards until the round is committed or the push dropped."""
+
+
+@dataclass
+class Fold:
+    """One push folded into the open round, as every shard must replay it after a restart."""
+
+    push_id: str
+    client_id: str
+    scale: float
+    norm: float
+    staleness: int
+    factor: float
+    num_tokens: int
+    local_steps: int
+
+
+@dataclass
+class ShardView:
+    """What the front last saw of one shard (for status and for noticing restarts)."""
+
+    index: int
+    address: str
+    up: bool = False
+    version: int = 0
+    numel: int = 0
+    instance: str = ""
+    last_error: str = ""
+    synced: bool = False  # its instance has been brought to the committed version and the open round
+
+
+class ShardedReceiver:
+    """One push through the front: header checks, frame routing to the shards, trailer checks.
+
+    Same interface as `ps_server.ingest.PushReceiver` (on_header, on_payload, on_trailer, abort)."""
+
+    def __init__(self, front: ShardedAggregator, *, client_id: str, max_upload_bytes: int,
+                 max_init_numel: int) -> None:
+        self.front, self.client_id = front, client_id
+        self.max_upload_bytes, self.max_init_numel = max_upload_bytes, max_init_numel
+        self.header: PushHeader | None = None
+        self.received = 0
+        self.push_id = secrets.token_hex(12)
+        self._sha = hashlib.sha256()
+        self._router: FrameRouter | None = None
+        self._map: ShardMap | None = None
+        self._call: StageCall | None = None
+        self._shard = -1
+        self._sq: dict[int, float] = {}
+        self._touched: set[int] = set()
+
+    def on_header(self, header: PushHeader) -> None:
+        if self.header is not None:
+            raise InvalidPush("protocol", "a second header arrived in one push")
+        if not header.upload_id or len(header.upload_id) > 128:
+            raise InvalidPush("protocol", "upload_id must be 1..128 characters")
+        if header.payload_bytes > self.max_upload_bytes:
+            raise PushTooLarge("oversized", f"payload of {header.payload_bytes} bytes exceeds the cap of "
+                               f"{self.max_upload_bytes} bytes")
+        if header.init:
+            try:
+                validate_manifest(header.manifest, max_numel=self.max_init_numel)
+                self._map = split_manifest(header.manifest, self.front.link.shards)
+            except ValueError as exc:  # ShardMapError too
+                raise InvalidPush("manifest", f"init manifest: {exc}") from exc
+        else:
+            self._map = self.front.shard_map
+            if self._map is None:
+                raise NotReady("no_model", "the PS has no model yet: the master must init")
+            self.front.check_shard_map(header)
+        self._router = FrameRouter(self._map, header.codec_header, init=header.init)
+        self.header = header
+
+    def on_payload(self, offset: int, data: bytes) -> None:
+        if self.header is None or self._router is None:
+            raise InvalidPush("protocol", "payload before header")
+        if offset != self.received:
+            raise InvalidPush("order", f"chunk at offset {offset}, expected offset {self.received}")
+        if self.received + len(data) > self.header.payload_bytes:
+            raise InvalidPush("size", f"payload exceeds the declared {self.header.payload_bytes} bytes")
+        self.received += len(data)
+        self._sha.update(data)
+        for shard, frame in self._router.feed(data):
+            if shard != self._shard:
+                self._next_shard(shard)
+            self._call.send(frame)
+
+    def _next_shard(self, shard: int) -> None:
+        """Frames come in offset order, so a push visits the shards in index order: one stream at a time."""
+        self._finish_call()
+        lo, hi = self._map.slice_of(shard)
+        self._shard = shard
+        self._touched.add(shard)
+        self._call = self.front.call(self.front.link.stage, shard, self.push_id, self.header.codec_header,
+                                     init=self.header.init, lo=lo, hi=hi)
+
+    def _finish_call(self) -> None:
+        if self._call is not None:
+            call, self._call = self._call, None
+            self._sq[self._shard] = self.front.tracked(self._shard, call.finish)
+
+    def on_trailer(self, sha256: bytes) -> StagedFrontPush:
+        if self.header is None or self._router is None:
+            raise InvalidPush("protocol", "trailer before header")
+        if self.received != self.header.payload_bytes:
+            raise InvalidPush("truncated", f"payload truncated: received {self.received} of "
+                              f"{self.header.payload_bytes} bytes")
+        if sha256 != self._sha.digest():
+            raise CorruptPayload("checksum", "payload checksum mismatch")
+        self._router.finish()
+        self._finish_call()
+        missing = [i for i in range(self._map.shards) if i not in self._sq]
+        if missing:
+            raise InvalidPush("truncated", f"no frames reached PS shards {missing}")
+        norm = math.sqrt(sum(self._sq.values()))
+        if not math.isfinite(norm):
+            raise InvalidPush("nonfinite", "delta norm overflows float")
+        return StagedFrontPush(self.client_id, self.header, self._router.codec_name, self._map.numel, norm,
+                               self.push_id, self._map)
+
+    def abort(self) -> None:
+        """Drop what the shards staged of this push (best effort: a shard that is down drops it on sync)."""
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+        self.front.drop_staged(self.push_id, self._touched)
+
+
+class ShardedAggregator(Aggregator):
+    """`Aggregator` whose strategy runs on the shards: fold, close and apply go through `link`."""
+
+    def __init__(self, fed: FederationConfig, model: FrontModel, link: ShardLink, state_dir: str | os.PathLike,
+                 **kw) -> None:
+        super().__init__(fed, model, **kw)
+        self.model: FrontModel = model
+        self.guard = FrontGuard(fed)
+        self.link = link
+        self.shard_map: ShardMap | None = None
+        self.folds: list[Fold] = []
+        self.views = [ShardView(i, link.address(i)) for i in range(link.shards)]
+        self.state_path = Path(state_dir) / _STATE_FILE
+        self.unpublished: int = 0  # a version committed (recorded) but not yet held by every shard
+        self.committed_round: list[str] = []  # push ids of the last committed round (a restarted shard drops them)
+
+    # ---- shards -----------------------------------------------------------------------------------
+
+    def call(self, fn, i: int, *args, **kw):
+        """`fn(i, *args, **kw)`: one call to shard i (see `tracked`)."""
+        return self.tracked(i, lambda: fn(i, *args, **kw))
+
+    def tracked(self, i: int, thunk):
+        """Run a call to shard i, keeping its view; a shard that could not be reached must be resynced."""
+        view = self.views[i]
+        try:
+            out = thunk()
+        except ShardUnavailable as exc:
+            view.up, view.synced, view.last_error = False, False, exc.message
+            raise
+        view.up = True
+        return out
+
+    def drop_staged(self, push_id: str, shards) -> None:
+        for i in shards:
+            try:
+                self.call(self.link.drop, i, [push_id])
+            except (ShardUnavailable, ShardRefused) as exc:
+                log.info("event=shard_drop_later shard=%d push=%s error=%r", i, push_id, exc.message)
+
+    def ensure(self, i: int) -> None:
+        """Bring shard i to the committed version and the open round (after a restart: replay its folds)."""
+        view = self.views[i]
+        state = self.call(self.link.describe, i)
+        if view.synced and state["instance"] == view.instance:
+            return
+        version = self.unpublished or self.model.version
+        try:
+            state = self.call(self.link.sync, i, version, list(self.committed_round))
+        except ShardRefused as exc:
+            view.last_error = exc.message
+            raise ShardUnavailable("shard_version", exc.message) from None
+        base = self.model.version
+        for k, fold in enumerate(self.folds):
+            self.call(self.link.fold, i, fold.push_id, fold.client_id, base, scale=fold.scale, norm=fold.norm,
+                      staleness=fold.staleness, factor=fold.factor, num_tokens=fold.num_tokens,
+                      local_steps=fold.local_steps, position=k)
+        view.instance, view.version, view.synced, view.last_error = state["instance"], state["version"], True, ""
+        view.numel = state["hi"] - state["lo"]
+        if self.folds:
+            log.info("event=shard_replayed shard=%d version=%d folds=%d", i, version, len(self.folds))
+
+    def ensure_all(self) -> None:
+        for i in range(self.link.shards):
+            if not self.views[i].synced:
+                self.ensure(i)
+
+    def precheck(self, client_id: str, header: PushHeader, *, master: bool) -> PushOutcome | None:
+        """Today's admission, then the shard map: a push cut for another map comes back STALE (the client
+        resyncs, learning the current map from the model stream, and re-encodes)."""
+        done = super().precheck(client_id, header, master=master)
+        if done is None and not header.init:
+            try:
+                self.check_shard_map(header)
+            except StaleDelta as exc:
+                return PushOutcome("STALE", self.model.version, message=exc.message)
+        return done
+
+    def check_shard_map(self, header: PushHeader) -> None:
+        """A push cut for another shard map is refused before its payload crosses the WAN."""
+        if self.shard_map is not None and header.shard_map != self.shard_map.digest:
+            raise StaleDelta("shard_map", "this push was cut for another PS shard map (the federation's PS "
+                             f"shards are {list(self.shard_map.bounds)}): resync and re-encode for the current map")
+
+    def payload_numel(self) -> int | None:
+        return self.shard_map.numel if self.shard_map else None
+
+    # ---- Θ0 ---------------------------------------------------------------------------------------
+
+    def initialise(self, push: StagedFrontPush) -> PushOutcome:
+        header = push.header
+        with self.lock:
+            if self.model.current() is not None:
+                self.drop_staged(push.push_id, range(self.link.shards))
+                raise NotReady("initialised", "the global model is already initialised")
+            try:
+                self.strategy.check_manifest(header.manifest)
+            except ValueError as exc:
+                raise InvalidPush("manifest", f"paradigm {self.fed.paradigm.name}: {exc}") from exc
+            version = max(1, header.base_version)
+            for i in range(self.link.shards):
+                self.call(self.link.install, i, push.push_id, version, header.manifest)
+            self.shard_map = push.shard_map
+            self.acc = None
+            snap = self._publish(version, header.manifest)
+            outcome = PushOutcome("APPLIED", version, message="initial model installed")
+            self._remember(push.client_id, header.upload_id, outcome)
+            self.save_state()
+            for view in self.views:
+                view.synced = False  # learn their instances on the next push
+            log.info("event=init client=%s version=%d numel=%d shards=%s", push.client_id, version, push.numel,
+                     list(push.shard_map.bounds))
+        if self.on_apply:
+            self.on_apply(snap)
+        return outcome
+
+    # ---- rounds -----------------------------------------------------------------------------------
+
+    def submit(self, push: StagedFrontPush) -> PushOutcome:
+        header = push.header
+        snap = None
+        with self.lock:
+            done = self._recall(push.client_id, header.upload_id)
+            if done is not None:
+                self.drop_staged(push.push_id, range(self.link.shards))
+                return PushOutcome("DUPLICATE", self.model.version, done.staleness, done.weight, "already received")
+            current = self.model.current()
+            if current is None:
+                raise NotReady("no_model", "the PS has no model yet")
+            self.finish_unpublished()
+            try:
+                adm = self._admit(header.base_version)
+                self.guard.admit(push.client_id, header.base_version)
+            except (StaleDelta, AlreadySent) as exc:
+                self.drop_staged(push.push_id, range(self.link.shards))
+                if isinstance(exc, StaleDelta):
+                    return PushOutcome("STALE", self.model.version, message=exc.message)
+                raise
+            for i in range(self.link.shards):  # every shard at the committed version before any folds it
+                self.ensure(i)
+            ceiling = self.guard.ceiling(current, push.numel) if self.guard.norms.enabled else math.inf
+            scale = self.guard.norms.scale(push.norm, ceiling)
+            tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
+            steps = self.guard.vouched_steps(header.local_steps)
+            fold = Fold(push.push_id, push.client_id, scale, push.norm, adm.staleness, adm.factor, tokens, steps)
+            weight = self._fold_everywhere(fold)
+            self.folds.append(fold)
+            if self.acc is None:
+                self.acc = _RoundCount()
+            self.acc.count += 1
+            self.acc.clients.add(push.client_id)
+            self.acc.weight += weight
+            self._credit(push.client_id, header, adm, tokens=tokens, weight=weight, norm=push.norm * scale)
+            outcome = PushOutcome("ACCEPTED", self.model.version, adm.staleness, weight)
+            self._round_uploads.append((push.client_id, header.upload_id))
+            self._remember(push.client_id, header.upload_id, outcome)
+            if self._should_close():
+                try:
+                    snap = self._apply()
+                except ShardUnavailable as exc:  # the push is folded and durable: the timer closes the round
+                    log.warning("event=round_close_deferred reason=%r", exc.message)
+                if snap is not None:
+                    outcome = PushOutcome("APPLIED", snap.version, adm.staleness, weight)
+                    self._remember(push.client_id, header.upload_id, outcome)
+        if snap is not None and self.on_apply:
+            self.on_apply(snap)
+        return outcome
+
+    def _fold_everywhere(self, fold: Fold) -> float:
+        """Fold on every shard; the weight (the same on each: same inputs, same strategy).
+
+        A shard that cannot be reached keeps the push staged on its disk: it folds it when replayed."""
+        weight = None
+        for i in range(self.link.shards):
+            try:
+                w = self._fold_one(i, fold, len(self.folds))
+            except (ShardUnavailable, ShardRefused) as exc:
+                # It went away (or came back wrong) since `ensure`: the round cannot close until it is
+                # back and replayed, so nothing is published half-folded.
+                self.views[i].synced = False
+                log.warning("event=shard_fold_deferred shard=%d push=%s reason=%r", i, fold.push_id, exc.message)
+                continue
+            weight = w if weight is None else weight
+        if weight is None:
+            raise ShardUnavailable("shard_down", "no PS shard could be reached")
+        return weight
+
+    def _fold_one(self, i: int, fold: Fold, position: int) -> float:
+        kw = dict(scale=fold.scale, norm=fold.norm, staleness=fold.staleness, factor=fold.factor,
+                  num_tokens=fold.num_tokens, local_steps=fold.local_steps, position=position)
+        try:
+            return self.call(self.link.fold, i, fold.push_id, fold.client_id, self.model.version, **kw)
+        except ShardRefused as exc:
+            if exc.reason != "replay":
+                raise
+            self.views[i].synced = False  # it restarted since the last call: replay, then fold
+            self.ensure(i)
+            return self.call(self.link.fold, i, fold.push_id, fold.client_id, self.model.version, **kw)
+
+    def tick(self) -> Snapshot | None:
+        snap = None
+        with self.lock:
+            try:
+                if self.unpublished:
+                    snap = self.finish_unpublished()
+                elif self._should_close():
+                    snap = self._apply()
+            except ShardUnavailable as exc:
+                log.warning("event=round_close_deferred reason=%r", exc.message)
+        if snap is not None and self.on_apply:
+            self.on_apply(snap)
+        return snap
+
+    def _should_close(self) -> bool:
+        if self.acc is None or self.model.current() is None:
+            return False
+        return super()._should_close()
+
+    def _apply(self) -> Snapshot | None:
+        """Two-phase close (module docstring); None when the round was dropped."""
+        current = self.model.current()
+        version = current.version + 1
+        self.ensure_all()
+        results, norms = [], []
+        for i in range(self.link.shards):
+            try:
+                ok, why, sq = self.call(self.link.prepare, i, version, len(self.folds))
+            except ShardRefused as exc:
+                if exc.reason != "replay":
+                    raise
+                self.views[i].synced = False
+                self.ensure(i)
+                ok, why, sq = self.call(self.link.prepare, i, version, len(self.folds))
+            results.append((ok, why))
+            norms.append(sq)
+        if not all(ok for ok, _ in results):
+            why = "; ".join(w for ok, w in results if not ok)
+            for i in range(self.link.shards):
+                try:
+                    self.call(self.link.abort, i, version)
+                except ShardUnavailable:
+                    pass  # it drops the round when it syncs back
+            count = self.acc.count if self.acc else 0
+            self.folds = []
+            return self._drop_round(count, why)
+        # Phase 2: the decision is durable before any shard publishes.
+        self.guard.theta_norm = math.sqrt(sum(norms))
+        self.unpublished = version
+        self.committed_round = [f.push_id for f in self.folds]
+        applied = self.acc
+        for client_id, weight in self._pending.items():
+            self.ledger.setdefault(client_id, ClientLedger()).contribution += weight
+        self.contributions.applied()
+        for client_id, upload_id in self._round_uploads:
+            done = self._recall(client_id, upload_id)
+            if done is not None and done.status == "ACCEPTED":
+                self.uploads[client_id][upload_id] = PushOutcome("APPLIED", version, done.staleness, done.weight,
+                                                                 "applied in a later round")
+        self.acc, self.first_at, self._pending, self._round_uploads, self.folds = None, None, {}, [], []
+        self.guard.round_closed(applied=True)
+        self.save_state()
+        log.info("event=apply version=%d deltas=%d clients=%d weight=%.1f", version, applied.count,
+                 len(applied.clients), applied.weight)
+        return self.finish_unpublished(raise_unavailable=False)
+
+    def finish_unpublished(self, raise_unavailable: bool = True) -> Snapshot | None:
+        """Commit the recorded version on every shard, then publish it (idempotent; retried by the timer)."""
+        version = self.unpublished
+        if not version:
+            return None
+        try:
+            for i in range(self.link.shards):
+                view = self.views[i]
+                try:
+                    state = self.call(self.link.commit, i, version)
+                except ShardRefused:  # restarted since it prepared: sync promotes its prepared slice
+                    view.synced = False
+                    state = self.call(self.link.sync, i, version, list(self.committed_round))
+                    view.instance, view.synced = state["instance"], True
+                view.version = state["version"]
+        except ShardUnavailable:
+            if raise_unavailable:
+                raise
+            log.warning("event=publish_deferred version=%d", version)
+            return None
+        snap = self._publish(version, self.model.current().manifest)
+        self.unpublished = 0
+        self.save_state()
+        return snap
+
+    def _publish(self, version: int, manifest: Manifest) -> Snapshot:
+        """Publish `version` once every shard holds it; its digest is over the whole vector, as clients check."""
+        h = hashlib.sha256()
+        for i in range(self.link.shards):
+            for data in self.call(self.link.read, i, version, 0):
+                h.update(data)
+            self.views[i].version = version
+        return self.model.publish_remote(version, h.digest(), manifest, self.shard_map.numel)
+
+    def _drop_round(self, deltas: int, why: str, reason: str = "nonfinite_round") -> None:
+        self.folds = []
+        return super()._drop_round(deltas, why, reason)
+
+    # ---- durability -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        with self.lock:
+            snap = self.model.current()
+            out = {
+                "format": "geofed-front/1",
+                "version": snap.version if snap else 0,
+                "sha256": snap.sha256.hex() if snap else "",
+                "manifest": [[t.name, list(t.shape), t.dtype] for t in snap.manifest] if snap else [],
+                "bounds": list(self.shard_map.bounds) if self.shard_map else [],
+                "unpublished": self.unpublished,
+                "committed_round": self.committed_round,
+                "theta_norm": self.guard.theta_norm,
+                "uploads": [[c, u, o.status, o.version, o.staleness, o.weight]
+                            for c, recent in self.uploads.items() for u, o in recent.items()
+                            if o.status != "ACCEPTED"],
+                "ledger": {k: asdict(v) for k, v in self.ledger.items()},
+                "contributions": self.contributions.state_dict(),
+                "guard": self.guard.state_dict(),
+            }
+        return out
+
+    def save_state(self) -> None:
+        """Atomically (write, fsync, rename): the record of which version the federation committed."""
+        tmp = self.state_path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.state_dict(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_path)
+
+    def load_state(self) -> bool:
+        """Resume: the committed version (published once every shard is synced to it)."""
+        try:
+            state = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return False
+        if not state.get("version"):
+            return False
+        from collections import OrderedDict
+
+        manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in state["manifest"])
+        try:
+            self.shard_map = ShardMap(tuple(state["bounds"]))
+        except ShardMapError as exc:
+            raise ValueError(f"{self.state_path}: {exc}") from exc
+        if self.shard_map.shards != self.link.shards:
+            raise ValueError(f"the federation's model is split into {self.shard_map.shards} PS shards "
+                             f"({self.state_path}), but this front dials {self.link.shards}")
+        self.uploads = {}
+        for client_id, upload_id, status, version, staleness, weight in state.get("uploads", []):
+            self.uploads.setdefault(client_id, OrderedDict())[upload_id] = PushOutcome(status, version, staleness,
+                                                                                       weight)
+        self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
+        self.contributions.load_state_dict(state.get("contributions", {}))
+        self.guard.load_state_dict(state.get("guard", {}))
+        self.guard.theta_norm = float(state.get("theta_norm", 0.0))
+        version = int(state["version"])
+        self.unpublished = int(state.get("unpublished", 0))
+        self.committed_round = [str(p) for p in state.get("committed_round", [])]
+        self.model.publish_remote(version, bytes.fromhex(state["sha256"]), manifest, self.shard_map.numel)
+        return True
+
+    def shard_status(self) -> list[dict]:
+        return [{"index": v.index, "address": v.address, "up": v.up, "version": v.version, "numel": v.numel,
+                 "instance": v.instance, "last_error": v.last_error} for v in self.views]
+
+
+@dataclass
+class _RoundCount:
+    """The front's account of the open round (the sums live in the shards)."""
+
+    count: int = 0
+    clients: set[str] = field(default_factory=set)
+    weight: float = 0.0
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
