@@ -6,19 +6,28 @@ fetches the global model over StreamModel, restores its optimizer state and data
 own checkpoint, and starts training. Measured warm (checkpoint in the page cache) and cold (page cache
 dropped first; needs root).
 
-Usage: .venv/bin/python bench/rejoin_bench.py [--preset gpt2-124m] [--write docs/benchmarks.md]
+Each try is one JSON line in `--out` (the raw output kept under bench/results/rejoin/): the wall time, the
+phases read from the client's log (start-up to Join, Join to the model received, to the restored state,
+to the first step), the transfer's encoding and bytes, the load average and the commit. `--table` turns
+those files into the docs table (median and range per label), so the figures and the raw data agree.
+
+Usage: .venv/bin/python bench/rejoin_bench.py [--preset gpt2-124m] [--tries 3] --label after --out FILE
+       .venv/bin/python bench/rejoin_bench.py --table FILE... [--write docs/benchmarks.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from client_agent.corpus import stdlib_split, write_file_list
@@ -47,7 +56,44 @@ def _drop_caches() -> bool:
         return False
 
 
-def run(preset: str, tries: int) -> list[dict]:
+_TS = re.compile(r"^ts=(\S+ \S+) .*?event=(\w+)", re.M)
+
+
+def phases(log_text: str, t_start_wall: float) -> dict:
+    """Seconds from process start to each agent event of the first occurrence, and the first transfer's size.
+
+    Log timestamps have millisecond resolution; the parent's wall clock at `Popen` is the origin.
+    """
+    out: dict = {}
+    for ts, event in _TS.findall(log_text):
+        key = f"t_{event}_s"
+        if key not in out and event in ("joined", "model_received", "model_held", "resumed", "first_step"):
+            at = datetime.strptime(ts, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            out[key] = round(at - t_start_wall, 3)
+    got = re.search(r"event=model_received version=\d+ encoding=(\S+) bytes=(\d+) seconds=([0-9.]+)", log_text)
+    if got:
+        out.update(transfer_encoding=got.group(1), transfer_bytes=int(got.group(2)), transfer_s=float(got.group(3)))
+    held = re.search(r"event=model_held version=(\d+) use=(\S+)", log_text)
+    if held:
+        out["held"] = held.group(2)
+    return out
+
+
+def _commit() -> str:
+    import client_agent  # the code under test (PYTHONPATH may point at another checkout than this script's)
+
+    where = Path(client_agent.__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=where).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=where).stdout.strip()
+        return head + ("+uncommitted" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run(preset: str, tries: int, label: str = "", out: Path | None = None) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="geofed-rejoin-"))
     fed = {
         "model": PRESETS[preset],
@@ -58,14 +104,18 @@ def run(preset: str, tries: int) -> list[dict]:
     data = write_file_list(work / "client.list", stdlib_split(2).clients[0][:50])
     ps = PSProcess(work, fed)
     rows = []
+    commit = _commit()
     try:
         ps.start()
         admin = AdminClient(ps.address, ps.admin_credential, insecure=True, timeout_s=60)
+        t_wall = 0.0
 
         def launch(attempt: int, master: bool) -> tuple[subprocess.Popen, Path, float]:
             token, _ = admin.create_token("bench.c0", master=master)
             log = work / f"client-{attempt}.log"
             t0 = time.monotonic()
+            nonlocal t_wall
+            t_wall = time.time()
             # Every thread the machine has: the time to first step is what is measured.
             proc = start_client(token, work / "token", log, env=dict(os.environ, PYTHONUNBUFFERED="1"),
                                 ps=ps.address, client_id="bench.c0", data=data, work_dir=work / "client")
@@ -83,15 +133,23 @@ def run(preset: str, tries: int) -> list[dict]:
                 text = log.read_text()
                 rows.append(
                     {
+                        "label": label,
                         "preset": preset,
                         "cold": cold,
                         "caches_dropped": dropped,
                         "process_to_first_step_s": wall,
                         "agent_to_first_step_s": float(m.group(1)),
                         "resumed": "event=resumed" in text,
+                        **phases(text, t_wall),
+                        "loadavg": os.getloadavg(),
+                        "commit": commit,
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     }
                 )
-                print(rows[-1], flush=True)
+                print(json.dumps(rows[-1]), flush=True)
+                if out is not None:
+                    with open(out, "a") as f:
+                        f.write(json.dumps(rows[-1]) + "\n")
                 _wait_for(log, r"event=sync client=bench.c0 round=1", 1800, proc)
         stop(proc, signal.SIGKILL)
         admin.close()
@@ -100,30 +158,56 @@ def run(preset: str, tries: int) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict], command: str) -> str:
+def _spread(values: list[float]) -> str:
+    """Median and range, e.g. `2.41 s (2.30–2.77, 3 runs)`."""
+    if not values:
+        return "–"
+    return f"{statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f}, {len(values)} runs)"
+
+
+def _median(rows: list[dict], key: str) -> str:
+    values = [r[key] for r in rows if key in r]
+    return f"{statistics.median(values):.2f}" if values else "–"
+
+
+def table(rows: list[dict], commands: list[str], sources: list[str]) -> str:
+    """The docs section, computed from the raw rows alone: one line per (label, warm/cold)."""
     out = [
         "## Client rejoin time",
         "",
-        f"Command: `{command}`",
+        "Commands (run from `bench/`; each appends one JSON line per try to its raw file):",
         "",
-        "| model | checkpoint | process start → first step | of which imports and start-up | resumed from checkpoint |",
-        "|---|---|---|---|---|",
+        *[f"- `{c}`" for c in commands],
+        "",
+        "Raw output: " + ", ".join(f"`{s}`" for s in sources) + ". Timed on a shared 2-core machine; the load "
+        "average at each try is in the raw file and summarised below.",
+        "",
+        "| code | checkpoint | process start → first step | start-up to Join | → model in hand | → state restored "
+        "| → first step | model transfer | load average (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    groups: dict[tuple[str, str, bool], list[dict]] = {}
     for r in rows:
-        kind = (
-            ("cold (page cache dropped)" if r["caches_dropped"] else "cold requested, cache drop refused")
-            if r["cold"]
+        groups.setdefault((r.get("label", ""), r.get("commit", ""), r["cold"]), []).append(r)
+    for (label, commit, cold), rs in groups.items():
+        kind = ("cold (page cache dropped)" if all(r["caches_dropped"] for r in rs) else "cold requested") if cold \
             else "warm"
-        )
+        model_key = "t_model_held_s" if all("t_model_held_s" in r for r in rs) else "t_model_received_s"
+        transfers = sorted({f"{r.get('transfer_encoding', 'none')} {r.get('transfer_bytes', 0) / 1e6:.0f} MB"
+                            for r in rs})
+        loads = [r["loadavg"][0] for r in rs]
         out.append(
-            f"| {r['preset']} | {kind} | {r['process_to_first_step_s']:.2f} s "
-            f"| {r['process_to_first_step_s'] - r['agent_to_first_step_s']:.2f} s | {r['resumed']} |"
+            f"| {label} ({commit}) | {kind} | {_spread([r['process_to_first_step_s'] for r in rs])} "
+            f"| {_median(rs, 't_joined_s')} s | {_median(rs, model_key)} s | {_median(rs, 't_resumed_s')} s "
+            f"| {_median(rs, 't_first_step_s')} s | {'; '.join(transfers)} | {min(loads):.1f}–{max(loads):.1f} |"
         )
     out += [
         "",
-        "'Process start' is the parent's `Popen`; 'first step' is the agent's `event=first_step` log line, "
-        "written once the global model is loaded and the optimizer state and data position are restored, right "
-        "before the first training step runs.",
+        "Phase columns are medians of the seconds from process start (the parent's `Popen`) to the client's log "
+        "line: `event=joined`, the model in hand (`event=model_received`, or `event=model_held` when the client "
+        "already held the PS's version), `event=resumed` (optimizer state and data position restored) and "
+        "`event=first_step` (right before the first training step runs). The model transfer is the first one "
+        "after the relaunch, as logged by the client. Synthetic data (the stdlib corpus), gpt2-124m shapes.",
         "",
     ]
     return "\n".join(out)
@@ -132,11 +216,19 @@ def table(rows: list[dict], command: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--preset", default="gpt2-124m", choices=sorted(PRESETS))
-    p.add_argument("--tries", type=int, default=2)
+    p.add_argument("--tries", type=int, default=3)
+    p.add_argument("--label", default="", help="what code this is (e.g. before/after), recorded with each row")
+    p.add_argument("--out", type=Path, help="append each try's JSON line here (the raw output to keep)")
+    p.add_argument("--table", nargs="+", type=Path, help="only build the table from these raw files")
+    p.add_argument("--command", action="append", default=[], help="with --table: the commands that made them")
     p.add_argument("--write")
     args = p.parse_args()
-    rows = run(args.preset, args.tries)
-    text = table(rows, "python bench/rejoin_bench.py " + " ".join(sys.argv[1:]))
+    if args.table:
+        rows = [json.loads(line) for f in args.table for line in f.read_text().splitlines() if line.strip()]
+        text = table(rows, args.command, [str(f) for f in args.table])
+    else:
+        rows = run(args.preset, args.tries, args.label, args.out)
+        text = table(rows, ["python rejoin_bench.py " + " ".join(sys.argv[1:])], [str(args.out)])
     print(text)
     if args.write:
         from bench_markers import replace_section

@@ -51,6 +51,11 @@ class ClientCheckpoint:
     # The round's encoded delta ({"header", "payload"} as uint8), saved before its push: a client preempted
     # mid-push resends it under the same upload id instead of training that round's data again.
     upload: dict[str, torch.Tensor] = field(default_factory=dict)
+    # The exact global model of `base_version` the round started from, and the PS instance that published it:
+    # a relaunched client holds that version again, so the PS sends only the difference to its newest one
+    # (or nothing, when it is still the newest) instead of the whole model (rejoin time, issue 14).
+    base_model: torch.Tensor | None = None
+    base_instance: str = ""
 
     def trainer_state(self) -> dict[str, Any]:
         """The part `LocalTrainer.load_state_dict` takes."""

@@ -63,6 +63,7 @@ class GlobalVersion:
     manifest: Manifest
     received_at: float = field(default_factory=time.monotonic)
     seconds: float = 0.0  # wall time of the transfer
+    instance: str = ""  # the PS instance that published it (versions never change within one instance)
 
     @property
     def nbytes(self) -> int:
@@ -155,6 +156,7 @@ class PSClient:
         self._rejoin_token: str | None = self._load_rejoin()
         self._join_lock = threading.Lock()
         self._latest: GlobalVersion | None = None
+        self._held: GlobalVersion | None = None  # kept from before a relaunch, unverified: see `hold`
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -279,6 +281,24 @@ class PSClient:
     def latest(self) -> GlobalVersion | None:
         return self._latest
 
+    def hold(self, kept: GlobalVersion) -> str:
+        """Before `start()`: a global model kept from before a relaunch (the client checkpoint's exact base).
+
+        'adopted': the PS instance that published it is still up and at that version (versions never change
+        within one instance), so it is the model, and nothing is fetched. 'difference': the PS is newer, so
+        the first transfer is the difference from it; the result is checked against the PS's sha256 and a
+        mismatch drops it for a whole-model transfer. 'dropped': anything else (the PS restarted and may have
+        republished that version number differently, or is behind it).
+        """
+        if kept.version == self.join_version and kept.instance and kept.instance == self.server_instance:
+            with self._cond:
+                self._latest, self._demand = kept, None
+            return "adopted"
+        if 0 < kept.version < self.join_version:
+            self._held = kept
+            return "difference"
+        return "dropped"
+
     def wait_for_fresh(self, than: GlobalVersion | None, timeout: float | None = None) -> GlobalVersion | None:
         """Block until a model other than `than` has been received (any version: used after a resync)."""
         with self._cond:
@@ -313,7 +333,8 @@ class PSClient:
                     self._cond.wait_for(lambda: self._stop.is_set() or self._demand is not None, 1.0)
                     if self._demand is None:
                         continue
-            have = self._latest.version if self._latest else 0
+            base = self._latest or self._held
+            have = base.version if base else 0
             req = pb.StreamModelRequest(have_version=have)
             resume = assembler.resume_point()
             if resume is not None:
@@ -335,6 +356,9 @@ class PSClient:
                 # Reopen the stream: at the offset reached (a damaged chunk), or from the start.
                 if isinstance(exc, TransferRestart):
                     assembler.reset()
+                    if self._latest is None and self._held is not None:  # it was not the PS's version after all
+                        log.warning("event=held_model_dropped version=%d", self._held.version)
+                        self._held = None
                 log.warning("event=model_chunk_refetch reason=%r", str(exc))
                 if call is not None:
                     call.cancel()
@@ -365,11 +389,13 @@ class PSClient:
         """Feed one chunk to the assembler; publish the vector when a transfer completes and verifies (True)."""
         self._learn_shard_map(chunk)
         self.bytes_received += len(chunk.data)
-        held = self._latest
+        held = self._latest or self._held
         got = assembler.take(chunk, (held.version, held.flat) if held is not None else None)
         if got is None:
             return False
-        gv = GlobalVersion(got.version, got.flat, got.manifest or self.manifest, seconds=got.seconds)
+        self._held = None
+        gv = GlobalVersion(got.version, got.flat, got.manifest or self.manifest, seconds=got.seconds,
+                           instance=self.server_instance)
         if got.manifest:
             self.manifest = got.manifest
         with self._cond:

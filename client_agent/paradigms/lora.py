@@ -7,7 +7,6 @@ them from the PS. `merged(model)` folds the adapters into the base for export.
 
 from __future__ import annotations
 
-from peft import LoraConfig, get_peft_model
 from torch import nn
 
 from geofed.paradigms.lora import AdapterSettings
@@ -18,6 +17,10 @@ from .base import ClientParadigm
 
 def inject_lora(model: nn.Module, settings: AdapterSettings) -> nn.Module:
     """`model` wrapped by peft with the settings' adapters, after checking targets and rank on its layers."""
+    # peft (and the transformers it pulls in) takes ~2.7 s to import: only a LoRA client pays it, not the
+    # start-up of every client (rejoin ≤ 3 s, issue 14).
+    from peft import LoraConfig, get_peft_model
+
     layers = target_layers(model, list(settings.target_modules), settings.rank)
     config = LoraConfig(
         r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
