@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from geofed.codec import ErrorFeedback, choose_codec, make_codec
+from geofed.codec.sparse import sparse_params
 from geofed.config import ClientConfig, FederationConfig
 from geofed.manifest import TensorEntry
 
@@ -203,12 +204,14 @@ class ClientAgent:
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
         self.manifest = paradigm.manifest(model)
         numel = paradigm.payload_numel(sum(t.numel for t in self.manifest))
-        ef = ErrorFeedback(numel) if fed.codec.error_feedback and ranks.leader else None
+        ef = ErrorFeedback(numel, fed.codec.error_feedback_decay) if fed.codec.error_feedback and ranks.leader else None
         saved_upload: tuple[bytes, bytes] | None = None
         if resumed is not None:
             trainer.load_state_dict(resumed.trainer_state())
             if ef is not None and resumed.residual:
                 ef.load_state_dict(resumed.residual)
+                log.info("event=error_feedback_restored client=%s residual_sha256=%s staged=%s", cfg.client_id,
+                         hashlib.sha256(ef.residual.tobytes()).hexdigest(), ef.staged is not None)
             if resumed.upload:  # preempted mid-push: that delta is resent below, its data is not trained again
                 saved_upload = tuple(bytes(resumed.upload[k].numpy()) for k in ("header", "payload"))
             log.info("event=resumed client=%s rank=%d step=%d base_version=%d", cfg.client_id, ranks.rank,
@@ -299,7 +302,8 @@ class ClientAgent:
         mid-push resends that upload when relaunched (DUPLICATE if it had landed) instead of training again.
         The error-feedback residual moves on only when the PS took the delta.
         """
-        codec = make_codec(self._codec_name(fed, ps, numel), fed.codec.entropy, fed.codec.block_scales)
+        codec = make_codec(self._codec_name(fed, ps, numel), fed.codec.entropy, fed.codec.block_scales,
+                           sparse=sparse_params(fed.codec))
         values = delta.numpy()
         cut = {"cuts": ps.shard_cuts} if ps.shard_cuts else {}  # a sharded PS: frames end at its shard bounds
         header, frames = ef.encode(codec, values, **cut) if ef is not None else codec.encode(values, **cut)

@@ -47,9 +47,10 @@ class ModelConfig(_Section):
 class CodecConfig(_Section):
     """How deltas are compressed on the wire (paper §III-B3: flattened min-max quantisation + Huffman)."""
 
-    name: Literal["fp32", "bf16", "int8", "int16", "auto"] = Field(
+    name: Literal["fp32", "bf16", "int8", "int16", "auto", "sparse"] = Field(
         "auto",
-        description="Delta codec; 'auto' picks int8 or int16 from the measured link rate and sync_time_budget_s.",
+        description="Delta codec; 'auto' picks int8 or int16 from the measured link rate and sync_time_budget_s; "
+        "'sparse' sends chunk-wise top-k with low-bit values (SparseLoCo) and the PS sums and publishes sparsely.",
     )
     entropy: Literal["huffman", "ans", "none"] = Field(
         "huffman", description="Entropy stage after quantisation: canonical Huffman (paper), rANS, or none."
@@ -66,6 +67,24 @@ class CodecConfig(_Section):
     )
     sync_time_budget_s: float = Field(
         60.0, gt=0, description="Seconds a push may take on the measured link before 'auto' drops to int8."
+    )
+    error_feedback_decay: float = Field(
+        1.0, gt=0, le=1,
+        description="β of the error feedback e <- β·e + δ (SparseLoCo's outer momentum when < 1); 1 keeps every "
+        "dropped value until it is sent.",
+    )
+    sparse_density: float = Field(
+        0.02, gt=0, le=1,
+        description="sparse: fraction of each chunk's values sent (top-k by magnitude); the PS refuses a push "
+        "denser than this.",
+    )
+    sparse_chunk: int = Field(4096, ge=16, le=1 << 16, description="sparse: values per top-k chunk.")
+    sparse_value_bits: Literal[2, 4, 8] = Field(
+        2, description="sparse: bits per sent value (sign + magnitude level on a per-chunk scale); the PS refuses "
+        "more bits than this.",
+    )
+    sparse_index: Literal["rice", "fixed"] = Field(
+        "rice", description="sparse: chunk-relative indices as Golomb-Rice coded gaps, or at a fixed width."
     )
 
 

@@ -96,6 +96,15 @@ class ReceivedPush:
             yield from decoder.feed(chunk)
         decoder.finish()
 
+    def iter_sparse(self, max_numel: int):
+        """(absolute positions, float32 values) per frame of a sparse-coded push, decoded from the spool."""
+        self.spool.seek(0)
+        decoder = decoder_for(self.header.codec_header, max_numel=max_numel)
+        while chunk := self.spool.read(_READ):
+            for _off, (pos, values) in decoder.feed_sparse(chunk):
+                yield pos, values
+        decoder.finish()
+
     def close(self) -> None:
         self.spool.close()
         if self.values is not None:
@@ -153,7 +162,7 @@ class PushReceiver:
             raise InvalidPush("codec", "the initial model must be sent with the fp32 codec")
         self.header = header
         self._spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_RAM)
-        if KEPT_DECODED.take(4 * expected):
+        if not self._decoder.sparse and KEPT_DECODED.take(4 * expected):  # a sparse push is re-decoded: O(nnz)
             self._values = np.empty(expected, dtype=np.float32)
 
     def on_payload(self, offset: int, data: bytes) -> None:
@@ -173,18 +182,26 @@ class PushReceiver:
         self._spool.write(data)
         try:
             with _DECODE_SLOTS:
+                if self._decoder.sparse:  # validated as (positions, values): work O(nonzeros), nothing kept
+                    for _off, (pos, values) in self._decoder.feed_sparse(data):
+                        self._check_values(values, 0, pos)
+                    return
                 for off, values in self._decoder.feed(data):
-                    if not np.isfinite(values).all():
-                        bad = int(np.flatnonzero(~np.isfinite(values))[0]) + off
-                        raise InvalidPush("nonfinite", f"non-finite value (NaN/Inf) at element {bad}"
-                        )
-                    wide = values.astype(np.float64)  # float32 squares overflow from |v| ≈ 1.8e19 on
-                    self._sq_norm += float(np.dot(wide, wide))
+                    self._check_values(values, off)
                     if self._values is not None:
                         self._values[off : off + values.size] = values
                     self._decoded = off + values.size
         except CodecError as exc:
             raise InvalidPush("codec", f"payload: {exc}") from exc
+
+    def _check_values(self, values: np.ndarray, offset: int, positions: np.ndarray | None = None) -> None:
+        """Finite values only (at `offset`, or at `positions` when sparse); their squares go into the norm."""
+        if not np.isfinite(values).all():
+            i = int(np.flatnonzero(~np.isfinite(values))[0])
+            bad = offset + i if positions is None else int(positions[i])
+            raise InvalidPush("nonfinite", f"non-finite value (NaN/Inf) at element {bad}")
+        wide = values.astype(np.float64)  # float32 squares overflow from |v| ≈ 1.8e19 on
+        self._sq_norm += float(np.dot(wide, wide))
 
     def on_trailer(self, sha256: bytes) -> ReceivedPush:
         if self.header is None or self._spool is None:

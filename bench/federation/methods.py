@@ -163,6 +163,18 @@ METHODS: dict[str, Method] = {
     )
 }
 
+def _sparse(pct: int) -> Method:
+    """Ours (today's defaults) with the sparse codec at `pct` % density: issue 16's table."""
+    return Method(f"ours-sparse{pct}", f"ours, sparse {pct}%", "federated",
+                  f"ours with codec sparse: top-{pct}% of every 4096 values, 2-bit, Rice indices, error feedback "
+                  "β = 1, sparse sum and sparse model stream at the PS",
+                  {"codec": {"name": "sparse", "sparse_density": pct / 100, "error_feedback": True}})
+
+
+# The sparse mode's comparison (bench/sparse_bench.py): fp32 DiLoCo, today's default (int8 + Huffman), sparse.
+SPARSE_METHODS = ("diloco", "ours", "ours-sparse1", "ours-sparse3", "ours-sparse10")
+METHODS.update({m.name: m for m in (_sparse(1), _sparse(3), _sparse(10))})
+
 OURS_METHODS = ("ours", "ours-eta1", "ours-damped", "ours-buffered")
 MAIN_METHODS = ("fedavg", "diloco", "fednova", *OURS_METHODS, "single")
 # Rate-distortion runs vary the codec of ours at η = 0.5: at η = 1 the global loss swings by more

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from .base import ClientParadigm
+import numpy as np
+
+from geofed.codec.sparse_increments import apply_chain
+
+from .base import ClientParadigm, DownlinkDecoder
+
+SPARSE_DELTA = "sparse_delta"  # ps_server.aggregation.sparse_downlink's encoding (codec 'sparse', issue 16)
+
+
+def _sparse_delta(held: np.ndarray, data: bytes, base_version: int, version: int) -> np.ndarray:
+    """The held version plus the PS's sparse increments up to `version`, added exactly as the PS added them."""
+    return apply_chain(held, data)
 
 
 class Pretrain(ClientParadigm):
-    """All of ClientParadigm's defaults: ϕ = θ."""
+    """All of ClientParadigm's defaults: ϕ = θ; the sparse mode's model stream is decoded here."""
 
     name = "pretrain"
+
+    def downlink_decoders(self) -> dict[str, DownlinkDecoder]:
+        return {SPARSE_DELTA: _sparse_delta}

@@ -3,6 +3,9 @@
 Each push encodes delta + residual and keeps what quantisation dropped as the next residual, so the
 error does not accumulate: the sum of what the PS received over rounds differs from the sum of the true
 deltas by only the current residual. The paper lists error feedback among its open problems (§IV).
+
+With a decay β < 1 the residual becomes SparseLoCo's outer momentum (Sarfi et al. 2025): e ← β·e + Δ,
+send C(e), e ← e − C(e). β = 1 (the default) is plain error feedback, where nothing trained is lost.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ class ErrorFeedback:
     with the same upload id; it never re-encodes, so a staged residual belongs to exactly one payload.
     """
 
-    def __init__(self, numel: int) -> None:
+    def __init__(self, numel: int, decay: float = 1.0) -> None:
         if numel < 0:
             raise CodecError(f"numel must be >= 0, got {numel}")
+        if not 0 < decay <= 1:
+            raise CodecError(f"error-feedback decay must be in (0, 1], got {decay}")
         self.numel = numel
+        self.decay = decay  # β: the residual's weight in the next encoding
         self.residual = np.zeros(numel, dtype=np.float32)
         self.staged: np.ndarray | None = None  # the residual of the payload last encoded, until it is settled
         self._spare: np.ndarray | None = None  # last committed-over buffer, reused by the next encode
@@ -36,10 +42,14 @@ class ErrorFeedback:
     def encode(
         self, codec: Codec, delta: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS, cuts: Sequence[int] = ()
     ) -> tuple[bytes, Iterator[bytes]]:
-        """Encode delta + residual; what this encoding loses is staged, to `commit` once the PS takes it."""
+        """Encode delta + β·residual; what this encoding loses is staged, to `commit` once the PS takes it."""
         if not isinstance(delta, np.ndarray) or delta.shape != (self.numel,) or delta.dtype != np.float32:
             raise CodecError(f"delta must be a float32 array of shape ({self.numel},)")
-        corrected = delta + self.residual  # the frames read this lazily; it lives as long as they do
+        if self.decay == 1.0:
+            corrected = delta + self.residual  # the frames read this lazily; it lives as long as they do
+        else:
+            corrected = np.float32(self.decay) * self.residual
+            corrected += delta
         staged = self._spare if self._spare is not None else np.empty(self.numel, dtype=np.float32)
         self._spare = None
         out = codec.encode(corrected, frame_elems=frame_elems, residual_out=staged, **({"cuts": cuts} if cuts else {}))

@@ -1,7 +1,8 @@
 """Codec names <-> codec objects, and the decoder factory that reads a header.
 
 Wire names: "fp32", "bf16", "int8+huffman", "int16+ans", "int8+none", "int8+huffman/b65536" (per-block
-ranges of 65536 elements). The header carries the name, so the receiver needs no out-of-band agreement.
+ranges of 65536 elements), "sparse/c4096k64v2+rice" (top-64 of every 4096 values, 2-bit, Rice indices).
+The header carries the name, so the receiver needs no out-of-band agreement.
 """
 
 from __future__ import annotations
@@ -15,15 +16,24 @@ from geofed.codec.floats import Bf16Codec, Fp32Codec
 from geofed.codec.header import parse_header
 from geofed.codec.quantize import BITS, MIN_BLOCK
 from geofed.codec.quantized import QuantizedCodec
+from geofed.codec.sparse import SparseCodec, SparseParams, parse_sparse_name
 from geofed.codec.stream import StreamDecoder
 
-CODEC_NAMES = ("fp32", "bf16", "int8", "int16")
+CODEC_NAMES = ("fp32", "bf16", "int8", "int16", "sparse")
 MAX_BLOCK = 1 << 26
 _WIRE = re.compile(r"^(int8|int16)\+([a-z]+)(?:/b([0-9]{1,9}))?$")
 
 
-def make_codec(name: str, entropy: str = "huffman", block_scales: int = 0) -> Codec:
-    """The codec for a `geofed.config.CodecConfig` triple; entropy and blocks are ignored for fp32/bf16."""
+def make_codec(name: str, entropy: str = "huffman", block_scales: int = 0, *,
+               sparse: SparseParams | None = None) -> Codec:
+    """The codec for a `geofed.config.CodecConfig` triple; entropy and blocks are ignored for fp32/bf16/sparse.
+
+    "sparse" takes its chunk, k, value bits and index coding from `sparse` (`CodecConfig.sparse_params()`).
+    """
+    if name == "sparse":
+        if sparse is None:
+            raise CodecError("the sparse codec needs its parameters (chunk, k, value bits, index coding)")
+        return SparseCodec(sparse)
     if name == "fp32":
         return Fp32Codec()
     if name == "bf16":
@@ -47,6 +57,9 @@ def codec_from_wire_name(wire: str) -> Codec:
     """Inverse of `Codec.name`; CodecError for anything this version does not know."""
     if wire in ("fp32", "bf16"):
         return make_codec(wire)
+    sparse = parse_sparse_name(wire)
+    if sparse is not None:
+        return SparseCodec(sparse)
     m = _WIRE.match(wire)
     codec = make_codec(m.group(1), m.group(2), int(m.group(3) or 0)) if m else None
     if codec is None or codec.name != wire:  # only canonical spellings: one name, one byte format

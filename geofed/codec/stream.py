@@ -85,14 +85,29 @@ class StreamDecoder:
         """Elements decoded so far."""
         return self._done
 
+    @property
+    def sparse(self) -> bool:
+        """True when frames can be decoded to (positions, values) with `feed_sparse` (the sparse codec)."""
+        return hasattr(self._frames, "decode_sparse")
+
     def feed(self, data: bytes | bytearray | memoryview) -> Iterator[tuple[int, np.ndarray]]:
+        self._queue_data(data)
+        return self._drain(self._frames.decode)
+
+    def feed_sparse(self, data: bytes | bytearray | memoryview) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+        """Like `feed`, yielding (offset, (absolute positions, values)) per frame: work O(nonzeros)."""
+        if not self.sparse:
+            raise self._fail(CodecError(f"codec {self.codec_name} has no sparse decoding"))
+        self._queue_data(data)
+        return self._drain(self._frames.decode_sparse)
+
+    def _queue_data(self, data: bytes | bytearray | memoryview) -> None:
         self._check_alive()
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise self._fail(CodecError(f"feed() takes bytes, got {type(data).__name__}"))
         if len(data) and self._done == self.numel:
             raise self._fail(CodecError(f"{len(data)} bytes of data after the last frame"))
         self._queue.push(data if isinstance(data, bytes) else bytes(data))  # callers may reuse buffers
-        return self._drain()
 
     def finish(self) -> None:
         """CodecError unless exactly `numel` elements arrived and no bytes are left over."""
@@ -108,7 +123,7 @@ class StreamDecoder:
         if pending:
             raise self._fail(CodecError(f"{pending} bytes of data after the last frame"))
 
-    def _drain(self) -> Iterator[tuple[int, np.ndarray]]:
+    def _drain(self, decode) -> Iterator[tuple[int, np.ndarray]]:
         while True:
             self._check_alive()
             if self._done == self.numel:
@@ -127,7 +142,7 @@ class StreamDecoder:
                 frame = self._queue.take(self._frame_len)
                 offset, count = self._frame_at
                 self._frame_len = None
-                values = self._frames.decode(offset, count, frame[FRAME_PREFIX.size :])
+                values = decode(offset, count, frame[FRAME_PREFIX.size :])
             except CodecError as exc:
                 raise self._fail(exc) from None
             self._done += count

@@ -95,7 +95,12 @@ class BoundedPayload:
 
     def iter_values(self, max_numel: int):
         for off, values in self._push.iter_values(max_numel):
-            if self.scale == 1.0:
-                yield off, values
-            else:
-                yield off, (values.astype(np.float64) * self.scale).astype(np.float32)
+            yield off, self._scaled(values)
+
+    def iter_sparse(self, max_numel: int):
+        """(positions, values) of a sparse-coded push, bounded like `iter_values`."""
+        for pos, values in self._push.iter_sparse(max_numel):
+            yield pos, self._scaled(values)
+
+    def _scaled(self, values: np.ndarray) -> np.ndarray:
+        return values if self.scale == 1.0 else (values.astype(np.float64) * self.scale).astype(np.float32)

@@ -11,6 +11,7 @@ from .hybrid_lora import HybridLoRA
 from .lora import LoRA
 from .pretrain import Pretrain
 from .ravan import Ravan
+from .sparse_pretrain import SparsePretrain
 from .zo import ZO
 
 STRATEGIES: dict[str, type[Strategy]] = {
@@ -18,8 +19,17 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
+# codec "sparse" (issue 16) swaps in a paradigm's sparse strategy: sparse folding and model stream.
+SPARSE_STRATEGIES: dict[str, type[Strategy]] = {SparsePretrain.name: SparsePretrain}
+
+
 def build_strategy(fed: FederationConfig) -> Strategy:
-    """The strategy for the federation's paradigm."""
+    """The strategy for the federation's paradigm (its sparse variant under codec 'sparse')."""
+    if fed.codec.name == "sparse":
+        if fed.paradigm.name not in SPARSE_STRATEGIES:
+            raise ValueError(f"codec 'sparse' is available for paradigm(s) {', '.join(SPARSE_STRATEGIES)}, "
+                             f"not {fed.paradigm.name!r}")
+        return SPARSE_STRATEGIES[fed.paradigm.name](fed)
     try:
         return STRATEGIES[fed.paradigm.name](fed)
     except KeyError:

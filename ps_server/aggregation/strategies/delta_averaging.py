@@ -69,9 +69,8 @@ class DeltaAveraging(Strategy):
         if acc.mass + scale * push.norm > MAX_ROUND_MASS:
             raise InvalidPush("overflow", f"a delta of norm {push.norm:.3g} would overflow the round's sum; "
                               "it was not folded in")
-        numel = acc.numel
-        for off, values in push.iter_values(numel):
-            acc.add(off, values, scale)
+        self.check_payload(push)
+        self.add_payload(acc, push, scale)
         acc.mass += scale * push.norm
         if robust:
             acc.commit(push.client_id, base, local_steps, base_version=acc.version - admission.staleness)
@@ -80,6 +79,14 @@ class DeltaAveraging(Strategy):
             # (with K = 1, dividing by w·f would apply every delta at full strength however stale it is).
             acc.commit(push.client_id, base, local_steps)
         return weight
+
+    def check_payload(self, push: Payload) -> None:  # noqa: B027 - optional hook
+        """Refuse (InvalidPush) a payload this strategy must not fold, before anything of it is added."""
+
+    def add_payload(self, acc: Accumulator, push: Payload, scale: float) -> None:
+        """Add scale · δ to the round (decoded piece by piece)."""
+        for off, values in push.iter_values(acc.numel):
+            acc.add(off, values, scale)
 
     def close(self, acc: Accumulator) -> RoundSum:
         mean = acc.combine() if isinstance(acc, RobustRound) else acc.mean_(self.cfg.fednova)
