@@ -26,27 +26,32 @@ def rice_bits(gaps, r):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def rice_encode(gaps, r, out):  # pragma: no cover - compiled
-    """Write each gap as (g >> r) one-bits, a zero bit, then its low `r` bits; returns bytes used."""
+def encode(values, r, width, out):  # pragma: no cover - compiled
+    """Each value in `width` bits (width > 0), else as a Rice code: (v >> r) one-bits, a zero bit, the low
+    `r` bits. Returns bytes used."""
     acc = _U(0)
     nacc = 0
     pos = 0
     mask = (_U(1) << _U(r)) - _U(1)
-    for g in gaps:
-        q = np.int64(g) >> r
-        while q > 0:  # unary part, up to 32 ones at a time
-            take = min(q, 32)
-            acc |= ((_U(1) << _U(take)) - _U(1)) << _U(nacc)
-            nacc += take
-            q -= take
-            while nacc >= 8:
-                out[pos] = np.uint8(acc & _U(0xFF))
-                pos += 1
-                acc >>= _U(8)
-                nacc -= 8
-        nacc += 1  # the terminating zero
-        acc |= (_U(g) & mask) << _U(nacc)
-        nacc += r
+    for v in values:
+        if width > 0:
+            acc |= _U(v) << _U(nacc)
+            nacc += width
+        else:
+            q = np.int64(v) >> r
+            while q > 0:  # unary part, up to 32 ones at a time
+                take = min(q, 32)
+                acc |= ((_U(1) << _U(take)) - _U(1)) << _U(nacc)
+                nacc += take
+                q -= take
+                while nacc >= 8:
+                    out[pos] = np.uint8(acc & _U(0xFF))
+                    pos += 1
+                    acc >>= _U(8)
+                    nacc -= 8
+            nacc += 1  # the terminating zero
+            acc |= (_U(v) & mask) << _U(nacc)
+            nacc += r
         while nacc >= 8:
             out[pos] = np.uint8(acc & _U(0xFF))
             pos += 1
@@ -59,8 +64,17 @@ def rice_encode(gaps, r, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def rice_decode(buf, r, chunk_lens, k_per_chunk, out):  # pragma: no cover - compiled
-    """Positions (frame-relative) of every chunk's entries; (error code, chunk index, bytes read)."""
+def _bits(buf, bit, n):  # pragma: no cover - compiled
+    v = 0
+    for i in range(n):
+        v |= np.int64((buf[(bit + i) >> 3] >> ((bit + i) & 7)) & 1) << i
+    return v
+
+
+@njit(cache=True, nogil=True)
+def decode(buf, r, width, chunk_lens, k_per_chunk, out):  # pragma: no cover - compiled
+    """Frame-relative positions of every chunk's entries, written by `encode` as chunk-relative positions
+    (width > 0) or as Rice-coded gaps; returns (error code, chunk index, bytes read)."""
     nbits = buf.size * 8
     bit = 0
     o = 0
@@ -68,73 +82,31 @@ def rice_decode(buf, r, chunk_lens, k_per_chunk, out):  # pragma: no cover - com
     for c in range(chunk_lens.size):
         prev = -1
         for _ in range(k_per_chunk[c]):
-            q = 0
-            while True:
-                if bit >= nbits:
+            if width > 0:
+                if bit + width > nbits:
                     return E_TRUNCATED, c, 0
-                b = (buf[bit >> 3] >> (bit & 7)) & 1
-                bit += 1
-                if b == 0:
-                    break
-                q += 1
-                if q > chunk_lens[c]:  # no honest gap is longer than its chunk
-                    return E_UNARY, c, 0
-            if bit + r > nbits:
-                return E_TRUNCATED, c, 0
-            low = 0
-            for i in range(r):
-                low |= np.int64((buf[(bit + i) >> 3] >> ((bit + i) & 7)) & 1) << i
-            bit += r
-            p = prev + 1 + ((np.int64(q) << r) | low)
+                p = _bits(buf, bit, width)
+                bit += width
+                if p < chunk_lens[c] and p <= prev:
+                    return E_ORDER, c, 0
+            else:
+                q = 0
+                while True:
+                    if bit >= nbits:
+                        return E_TRUNCATED, c, 0
+                    b = (buf[bit >> 3] >> (bit & 7)) & 1
+                    bit += 1
+                    if b == 0:
+                        break
+                    q += 1
+                    if q > chunk_lens[c]:  # no honest gap is longer than its chunk
+                        return E_UNARY, c, 0
+                if bit + r > nbits:
+                    return E_TRUNCATED, c, 0
+                p = prev + 1 + ((np.int64(q) << r) | _bits(buf, bit, r))
+                bit += r
             if p >= chunk_lens[c]:
                 return E_RANGE, c, 0
-            out[o] = start + p
-            o += 1
-            prev = p
-        start += chunk_lens[c]
-    return OK, 0, (bit + 7) >> 3
-
-
-@njit(cache=True, nogil=True)
-def fixed_encode(positions, width, out):  # pragma: no cover - compiled
-    """Each chunk-relative position in `width` bits; returns bytes used."""
-    acc = _U(0)
-    nacc = 0
-    pos = 0
-    for p in positions:
-        acc |= _U(p) << _U(nacc)
-        nacc += width
-        while nacc >= 8:
-            out[pos] = np.uint8(acc & _U(0xFF))
-            pos += 1
-            acc >>= _U(8)
-            nacc -= 8
-    if nacc > 0:
-        out[pos] = np.uint8(acc & _U(0xFF))
-        pos += 1
-    return pos
-
-
-@njit(cache=True, nogil=True)
-def fixed_decode(buf, width, chunk_lens, k_per_chunk, out):  # pragma: no cover - compiled
-    """Like `rice_decode` for fixed-width positions, which must be in range and strictly increasing."""
-    nbits = buf.size * 8
-    bit = 0
-    o = 0
-    start = 0
-    for c in range(chunk_lens.size):
-        prev = -1
-        for _ in range(k_per_chunk[c]):
-            if bit + width > nbits:
-                return E_TRUNCATED, c, 0
-            p = 0
-            for i in range(width):
-                p |= np.int64((buf[(bit + i) >> 3] >> ((bit + i) & 7)) & 1) << i
-            bit += width
-            if p >= chunk_lens[c]:
-                return E_RANGE, c, 0
-            if p <= prev:
-                return E_ORDER, c, 0
             out[o] = start + p
             o += 1
             prev = p

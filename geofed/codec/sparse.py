@@ -208,10 +208,10 @@ class SparseCodec(Codec):
             starts = np.flatnonzero(np.diff(chunk_of, prepend=-1))  # first entry of each chunk: gap from -1
             gaps[starts] = rel[starts]
             r = min(range(MAX_RICE + 1), key=lambda t: kern.rice_bits(gaps, t))
-            used = kern.rice_encode(gaps, r, buf)
+            used = kern.encode(gaps, r, 0, buf)
         else:
             r = 0
-            used = kern.fixed_encode(rel, _width(p.chunk), buf)
+            used = kern.encode(rel, 0, _width(p.chunk), buf)
         body = (scales.astype("<f4").tobytes() + struct.pack("<BI", r, used) + buf[:used].tobytes()
                 + _pack_codes(codes, p.bits))
         return body, pos, decoded
@@ -267,10 +267,8 @@ class SparseFrameDecoder(FrameDecoder):
         codes = _unpack_codes(r.take(_code_bytes(n, p.bits), "value codes"), n, p.bits)
         r.expect_end()
         pos = np.empty(n, dtype=np.int64)
-        if p.index == "rice":
-            err, chunk, used = kern.rice_decode(idx_buf, rice, lens, ks, pos)
-        else:
-            err, chunk, used = kern.fixed_decode(idx_buf, _width(p.chunk), lens, ks, pos)
+        width = _width(p.chunk) if p.index == "fixed" else 0
+        err, chunk, used = kern.decode(idx_buf, rice, width, lens, ks, pos)
         if err:
             raise SparseFrameError(f"{where}, chunk {chunk}: {_INDEX_ERRORS[err]}")
         if used != nidx:
