@@ -25,6 +25,7 @@ from ps_server.shards.front import FrontModel, ShardedAggregator, ShardedReceive
 from ps_server.shards.link import LocalLink
 from ps_server.shards.router import FrameRouter
 from ps_server.shards.shard import ShardCore
+from ps_server.status_table import format_status
 
 MANIFEST = (TensorEntry("a", (40, 10), "float32"), TensorEntry("b", (300,), "float32"),
             TensorEntry("c", (7, 50), "float32"), TensorEntry("d", (250,), "float32"))
@@ -235,3 +236,6 @@ def test_shards_disagreeing_on_the_version_are_refused_not_published(tmp_path):
     with pytest.raises(ShardUnavailable, match="shard 1 holds version 1, the federation's committed version is 2"):
         front.push("c1", (rng.standard_normal(NUMEL) * 1e-3).astype(np.float32), base=2)
     assert front.agg.model.version == 2 and front.cores[0].model.version == 2
+    table = format_status({"has_model": True, "shards": front.agg.shard_status()}, [])
+    row = next(line for line in table.splitlines() if line.startswith("1 "))
+    assert "shard 1 holds version 1, the federation's committed version is 2" in row  # geofed status says why
