@@ -256,7 +256,7 @@ class SparseFrameDecoder(FrameDecoder):
         bad = ~np.isfinite(scales) | (scales < 0)
         if bad.any():
             c = int(np.flatnonzero(bad)[0])
-            raise SparseFrameError(f"{where}: chunk {c} has scale {scales[c]!r}; scales must be finite and >= 0")
+            raise SparseFrameError(f"{where}: chunk {c} has scale {float(scales[c])}; scales must be finite and >= 0")
         rice, nidx = r.unpack("<BI", "index stream size")
         n = int(ks.sum())
         if p.index == "fixed" and rice:
