@@ -96,6 +96,14 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _codec_text(fed: FederationConfig) -> str:
+    """The banner's codec: e.g. "int8+huffman", or "sparse 2% 2-bit" (the sparse mode has no entropy stage)."""
+    c = fed.codec
+    if c.name == "sparse":
+        return f"sparse {100 * c.sparse_density:g}% {c.sparse_value_bits}-bit"
+    return f"{c.name}+{c.entropy}"
+
+
 def _write_lists(run: Path, opts: LocalOptions) -> tuple[list[Path], list[Path]]:
     """Per-client `.list` files and the held-out evaluation files (also written as `eval.list`)."""
     from client_agent.corpus import CorpusError, CorpusSplit, split_directory, stdlib_split, write_split
@@ -164,7 +172,7 @@ def run_local_federation(opts: LocalOptions) -> int:
     before = task.score_base(fed) if task is not None else None
     (run / "federation.yaml").write_text(yaml.safe_dump(fed.model_dump(mode="json"), sort_keys=False))
     _say(f"geofed local: {opts.clients} clients, model {fed.model.family} {fed.model.n_layer}x{fed.model.n_embd}, "
-         f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {fed.codec.name}+{fed.codec.entropy}, "
+         f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {_codec_text(fed)}, "
          f"{opts.duration_s:.0f}s; run directory {run}")
 
     logs = run / "logs"
