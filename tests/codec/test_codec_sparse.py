@@ -196,3 +196,30 @@ def test_federation_policy_density_bits_and_codec():
     assert "density" in policy_violation("sparse/c4096k83v2+rice", cfg)
     assert "4-bit" in policy_violation("sparse/c4096k82v4+rice", cfg)
     assert "not accepted" in policy_violation("int8+huffman", cfg)
+
+
+# ---- the sparse model stream's transfer (geofed.codec.sparse_increments) --------------------------------
+
+def test_increment_chain_applies_in_order_and_refuses_bad_transfers():
+    from geofed.codec.sparse_increments import apply_chain, pack_chain, pack_increment
+
+    held = heavy_tailed(1000, seed=8)
+    incs = [pack_increment(*codec().encode(heavy_tailed(1000, seed=20 + i))) for i in range(3)]
+    expected = held.copy()
+    for i in range(3):
+        expected += reference(heavy_tailed(1000, seed=20 + i), 256, 8, 2)  # one float32 add per version
+    got = apply_chain(held, pack_chain(incs))
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(CodecError, match="bad magic"):
+        apply_chain(held, b"XXXX" + pack_chain(incs)[4:])
+    with pytest.raises(CodecError, match="0 increments"):
+        apply_chain(held, pack_chain([]))
+    with pytest.raises(CodecError, match="truncated"):
+        apply_chain(held, pack_chain(incs)[:-3])
+    with pytest.raises(CodecError, match="more than the allowed 999"):
+        apply_chain(held[:999], pack_chain(incs))
+    with pytest.raises(CodecError, match="for 1000 values, the model has 1001"):
+        apply_chain(np.append(held, 0), pack_chain(incs))
+    dense = pack_increment(*make_codec("fp32").encode(held))
+    with pytest.raises(CodecError, match="not a sparse codec"):
+        apply_chain(held, pack_chain([dense]))

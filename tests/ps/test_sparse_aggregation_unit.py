@@ -143,3 +143,12 @@ def test_server_residual_survives_a_checkpoint(agg):
     snap = agg.model.current()
     fresh.restore(snap.version, np.array(snap.flat), snap.manifest, state)
     assert np.array_equal(fresh.strategy.server_residual, residual)
+
+
+def test_sparse_mode_refuses_settings_it_cannot_serve():
+    from ps_server.aggregation.strategies import build_strategy
+
+    with pytest.raises(ValueError, match="robust"):
+        build_strategy(FederationConfig(codec={"name": "sparse"}, aggregation={"robust": "median"}))
+    with pytest.raises(ValueError, match="paradigm"):
+        build_strategy(FederationConfig(codec={"name": "sparse"}, paradigm={"name": "bitfit"}))
