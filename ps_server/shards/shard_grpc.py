@@ -26,14 +26,17 @@ from geofed.protocol.auth import AUTH_KEY, credential_from
 from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto
 
+from ..grpc_server import SERVER_OPTIONS
 from .errors import ShardRefused, ShardUnavailable
 from .shard import ShardCore
 
 log = logging.getLogger("geofed.ps.shard")
 
 _CHUNK = 2 << 20
-_SERVER_OPTIONS = (("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20),
-                   ("grpc.so_reuseport", 0))
+# The PS's own server options (it accepts the keepalive pings every geofed channel sends; without that a long
+# Stage or ReadSlice call is cut with "too_many_pings"), with room for a whole fp32 frame per message.
+_SERVER_OPTIONS = (*(o for o in SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"),
+                   ("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20))
 _QUEUE = 32  # frames in flight to one shard per push: backpressure instead of buffering a whole push
 _CALL_S = 600.0
 
