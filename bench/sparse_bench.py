@@ -16,7 +16,9 @@ A run whose result file exists is not run again (resume a cut session by running
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import re
 import statistics
 import sys
 from collections.abc import Sequence
@@ -61,13 +63,55 @@ def _median_range(xs: Sequence[float | None], spec: str) -> str:
     return f"{med}{rng}{miss}"
 
 
-def _per_sync(run: RunResult) -> tuple[float, float, float]:
-    """(encoded delta bytes up, wire bytes up, wire bytes down after the first whole model) per client sync."""
+_RECEIVED = re.compile(r"event=model_received version=(\d+) encoding=(\S+) bytes=(\d+)")
+
+
+def collect_transfers(work_dir: Path) -> None:
+    """Save each run's model transfers (from its client logs) next to its result, as the raw downlink record.
+
+    The harness's result holds the links' byte counters only; the transfers say what each model cost in its
+    encoding. The newest run directory of a (method, repeat) is the one its result came from.
+    """
+    for scenario in SCENARIOS:
+        for result in sorted((OUT / scenario).glob("*.json")):
+            target = _transfers_path(scenario, result.stem)
+            if target.exists():
+                continue
+            run = RunResult.from_json(result.read_text(encoding="utf-8"))
+            dirs = sorted((work_dir / scenario).glob(f"{run.method}-r{run.repeat}-*"))
+            if not dirs:
+                continue
+            logs = sorted((dirs[-1] / "logs").glob("client-*.log"))
+            transfers = {log.stem: [[int(v), e, int(b)] for v, e, b in _RECEIVED.findall(log.read_text())]
+                         for log in logs}
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps({"run_dir": dirs[-1].name, "transfers": transfers}, indent=1) + "\n")
+
+
+def _transfers_path(scenario: str, stem: str) -> Path:
+    """Kept apart from the results: the harness reads every *.json of a scenario folder as a result."""
+    return OUT / "transfers" / scenario / f"{stem}.json"
+
+
+def _per_sync(run: RunResult) -> tuple[float, float, float | None, float | None, float | None]:
+    """Per client sync: (encoded delta bytes up, wire bytes up, wire bytes down, model transfer bytes down,
+    versions per model transfer); None where the client logs' transfers were not collected.
+
+    Wire counts leave out the one-off whole vectors (the master's Θ0 upload, each client's first model);
+    transfers count every model after a client's first.
+    """
     syncs = sum(c.syncs for c in run.clients) or 1
     payload = sum(c.payload_bytes for c in run.clients) / syncs
-    up = sum(c.bytes_up for c in run.clients) / syncs
-    down = sum(max(0, c.bytes_down - 4 * run.numel) for c in run.clients) / syncs
-    return payload, up, down
+    up = sum(c.bytes_up - (4 * run.numel if i == 0 else 0) for i, c in enumerate(run.clients)) / syncs
+    saved = _transfers_path(run.scenario, f"{run.method}{'' if run.repeat == 1 else f'.r{run.repeat}'}")
+    if not saved.exists():
+        return payload, up, None, None, None
+    transfers = json.loads(saved.read_text(encoding="utf-8"))["transfers"]
+    got = [transfers.get(f"client-{i}", []) for i in range(len(run.clients))]
+    down = sum(c.bytes_down - (g[0][2] if g else 0) for c, g in zip(run.clients, got, strict=True)) / syncs
+    model = sum(b for g in got for _, _, b in g[1:]) / syncs
+    steps = [b[0] - a[0] for g in got for a, b in zip(g, g[1:], strict=False)]
+    return payload, up, down, model, (statistics.mean(steps) if steps else None)
 
 
 def _loss_at_tokens(run: RunResult, tokens: int) -> float | None:
@@ -86,9 +130,11 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
     equal_tokens = min(r.tokens for r in runs if r.curve)
     ref_final = [r.curve[-1].loss for r in by[REFERENCE] if r.curve]
     target = statistics.median(ref_final) if ref_final else None
-    head = ("method", "runs", "budget s", "load (1 min)", "delta bytes up / sync", "wire up / sync", "wire down / sync",
-            "fp32 ÷ up", "fp32 ÷ down", f"time to {target:.3f} s" if target else "time to target",
-            f"loss at {equal_tokens / 1e6:.2f} M tokens", "final loss")
+    head = ("method", "runs", "budget s", "load (1 min)", "delta bytes up / sync", "model bytes down / sync",
+            "fp32 ÷ up", "fp32 ÷ down", "versions / transfer", "fp32 ÷ down per version", "wire up / sync",
+            "wire down / sync",
+            f"time to {target:.3f} s" if target else "time to target", f"loss at {equal_tokens / 1e6:.2f} M tokens",
+            "final loss")
     rows, lines = [], []
     fp32 = 4 * numel
     for m in SPARSE_METHODS:
@@ -96,16 +142,19 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
         if not rs:
             continue
         per = [_per_sync(r) for r in rs]
-        up_ratio = [fp32 / p[1] for p in per if p[1]]
-        down_ratio = [fp32 / p[2] for p in per if p[2]]
+        up_ratio = [fp32 / p[0] for p in per if p[0]]
+        down_ratio = [fp32 / p[3] for p in per if p[3]]
         eq = [_loss_at_tokens(r, equal_tokens) for r in rs]
         ttt = [time_to_target(r.curve, target) if target else None for r in rs]
         rows.append([
             METHODS[m].label, str(len(rs)), f"{rs[0].budget_s:g}",
             ", ".join(f"{r.load_avg_1m:.1f}" for r in rs if r.load_avg_1m is not None),
-            _median_range([p[0] for p in per], ",.0f"), _median_range([p[1] for p in per], ",.0f"),
-            _median_range([p[2] for p in per], ",.0f"), _median_range(up_ratio, ".0f") + "×",
-            _median_range(down_ratio, ".0f") + "×", _median_range(ttt, ".0f"), _median_range(eq, ".3f"),
+            _median_range([p[0] for p in per], ",.0f"), _median_range([p[3] for p in per], ",.0f"),
+            _median_range(up_ratio, ".0f") + "×", _median_range(down_ratio, ".0f") + "×",
+            _median_range([p[4] for p in per], ".1f"),
+            _median_range([fp32 * p[4] / p[3] for p in per if p[3] and p[4]], ".0f") + "×",
+            _median_range([p[1] for p in per], ",.0f"), _median_range([p[2] for p in per], ",.0f"),
+            _median_range(ttt, ".0f"), _median_range(eq, ".3f"),
             _median_range([r.curve[-1].loss if r.curve else None for r in rs], ".3f"),
         ])
         if m != REFERENCE and by[REFERENCE]:
@@ -115,10 +164,10 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
             med_up = statistics.median(up_ratio) if up_ratio else math.nan
             med_down = statistics.median(down_ratio) if down_ratio else math.nan
             verdict = "meets" if med_up >= 100 and med_down >= 100 and med_eq <= ref_eq else "misses"
-            lines.append(f"- {name}, {METHODS[m].label}: {med_up:.0f}× fewer bytes up and {med_down:.0f}× fewer "
-                         f"down than fp32 per sync, loss {med_eq:.3f} vs fp32 DiLoCo's {ref_eq:.3f} at "
-                         f"{equal_tokens / 1e6:.2f} M tokens (medians): {verdict} the goal (≥ 100× both ways, loss "
-                         "no worse).")
+            lines.append(f"- {name}, {METHODS[m].label}: {med_up:.0f}× fewer delta bytes up and {med_down:.0f}× "
+                         f"fewer model bytes down than fp32 per sync, loss {med_eq:.3f} vs fp32 DiLoCo's "
+                         f"{ref_eq:.3f} at {equal_tokens / 1e6:.2f} M tokens (medians): {verdict} the goal (≥ 100× "
+                         "both ways, loss no worse).")
     table = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "\n".join(
         "| " + " | ".join(r) + " |" for r in rows)
     return table, lines
@@ -137,11 +186,20 @@ def report() -> str:
         "(real text, not synthetic). Budgets are half the scenarios' usual ones (stated per row), on a shared "
         "2-core machine (load column: 1-minute load average when each run started).",
         "",
-        "Columns: bytes per client sync, median (range) over the runs; *delta bytes up* is the encoded payload, "
-        "*wire* the emulated link's byte counters (gRPC framing included; down excludes each client's first whole "
-        "fp32 model). *fp32 ÷* divides the fp32 vector (4 bytes × parameters) by the wire bytes per sync. Time to "
-        "target: seconds until the global model first reaches the median final loss of fp32 DiLoCo. Loss at equal "
-        "tokens: the newest evaluated version with at most the smallest final token count of all runs.",
+        "Columns: bytes per client sync, median (range) over the runs. *Delta bytes up*: the encoded delta (the "
+        "codec's output). *Model bytes down*: the model transfers a client received after its first (whole fp32) "
+        "model, in their encodings (fp32 DiLoCo and ours: `grid_delta`, the default stream; sparse: "
+        "`sparse_delta`), from the client logs. *fp32 ÷* divides the fp32 vector (4 bytes × parameters) by those "
+        "two. *Versions / transfer*: how many published versions one model transfer spans (asynchronous rounds "
+        "publish a version per push, so a client fetches several at each sync; `sparse_delta` sends one "
+        "increment per version); *fp32 ÷ down per version* divides by the bytes per version instead, what one "
+        "synchronous round's transfer would carry (derived from these asynchronous runs, not measured in a "
+        "synchronous one). *Wire*: the emulated links' byte counters, everything a client's link carried "
+        "(gRPC framing, heartbeats, retries), less the one-off whole vectors (the master's Θ0 upload, each "
+        "client's first model). "
+        "Time to target: seconds until the global model first reaches the median final loss of fp32 DiLoCo. Loss "
+        "at equal tokens: the newest evaluated version with at most the smallest final token count of all runs "
+        "(the tokens behind the model, in pushed deltas); final loss: the last version within the budget.",
         "",
     ]
     for name in SCENARIOS:
@@ -168,9 +226,11 @@ def main(argv: list[str] | None = None) -> int:
                 todo = [m for m in args.methods.split(",") if not result_path(scenario.name, m, repeat, OUT).exists()]
                 if todo:
                     run_suite(scenario, todo, repeat=repeat, work_root=args.work_dir, results_root=OUT)
+                collect_transfers(args.work_dir)
                 body = report()  # after every batch: a cut-short session still leaves a current table
                 (OUT / "table.md").write_text(body + "\n", encoding="utf-8")
                 replace_section(DOCS, "sparse", body)
+    collect_transfers(args.work_dir)
     body = report()
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "table.md").write_text(body + "\n", encoding="utf-8")
