@@ -3,6 +3,8 @@
 Each takes the parsed Federation and returns a manifest dict; nothing here talks to the API server.
 The PS builders take `group`: a Federation that declares PS groups gets one PS (Deployment, Services,
 PVC, PDB) per group, named `<federation>-ps-<group>`; `group=None` is the single PS of one without.
+A Federation with `psShards` > 1 runs that PS as the front (`--shard-role front`) of N shard processes
+built in `shard_builders` (issue 18).
 The PS runs as one replica with the Recreate strategy: on a spec change the old pod gets SIGTERM,
 checkpoints to the PVC, and the new pod resumes from it, so the global model survives a roll.
 """
@@ -32,6 +34,7 @@ TLS_DIR = "/etc/geofed/tls"
 PEER_DIR = "/etc/geofed/peer"
 PEER_KEY = "token"
 CHECKPOINT_DIR = "/var/lib/geofed/checkpoints"
+SHARD_PORT = 7443  # every PS shard's gRPC port (internal only: the front dials it, no client does)
 
 
 @dataclass(frozen=True)
@@ -51,12 +54,23 @@ class FederationObject:
         meta = body["metadata"]
         spec = parse_federation_spec(body.get("spec") or {})
         trainer = spec.split_trainer.image or trainer_image
-        return cls(meta["name"], meta["namespace"], spec, body.get("spec") or {}, spec.image or default_image, trainer)
+        fed = cls(meta["name"], meta["namespace"], spec, body.get("spec") or {}, spec.image or default_image, trainer)
+        _ = fed.config  # FederationConfig's own cross-field rules (psShards with groups, ...): a bad spec now
+        return fed
 
     @property
     def groups(self) -> tuple[str | None, ...]:
         """One entry per PS: the declared group names, or (None,) for the single PS."""
         return tuple(g.name for g in self.spec.groups) or (None,)
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        """Indices of the PS shards (issue 18); empty for a PS that is not sharded (psShards 1)."""
+        return tuple(range(self.spec.ps_shards)) if self.spec.ps_shards > 1 else ()
+
+    def shard_address(self, index: int) -> str:
+        """In-cluster host:port the front dials for one shard (its Service's full DNS name)."""
+        return f"{names.ps_shard_name(self.name, index)}.{self.namespace}.svc:{SHARD_PORT}"
 
     @property
     def split_learning(self) -> bool:
@@ -176,6 +190,7 @@ def tls_names(fed: FederationObject, public_hosts: tuple[str, ...] = ()) -> list
     them, so the certificate must cover them without anyone listing them by hand.
     """
     services = [names.ps_name(fed.name, g) for g in fed.groups]
+    services += [names.ps_shard_name(fed.name, i) for i in fed.shards]  # the shards serve it to the front
     if fed.split_learning:  # the trainer serves the same certificate
         services.append(names.trainer_name(fed.name))
     ns = fed.namespace
@@ -259,18 +274,19 @@ def build_metrics_service(fed: FederationObject, group: str | None = None) -> di
     }
 
 
-def build_pdb(fed: FederationObject, group: str | None = None) -> dict[str, Any]:
-    """Keeps voluntary evictions (node drains) off a healthy PS; an unready one may always be evicted."""
+def disruption_budget(meta: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
+    """Keeps voluntary evictions (node drains) off a healthy pod; an unready one may always be evicted."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(fed, names.ps_name(fed.name, group), "ps", group),
-        "spec": {
-            "minAvailable": 1,
-            "selector": {"matchLabels": selector_labels(fed, group)},
-            "unhealthyPodEvictionPolicy": "AlwaysAllow",
-        },
+        "metadata": meta,
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}, "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     }
+
+
+def build_pdb(fed: FederationObject, group: str | None = None) -> dict[str, Any]:
+    """Keeps node drains off a healthy PS (an unready one may always be evicted)."""
+    return disruption_budget(_meta(fed, names.ps_name(fed.name, group), "ps", group), selector_labels(fed, group))
 
 
 @dataclass(frozen=True)
@@ -309,9 +325,13 @@ def ps_args(fed: FederationObject, group: str | None = None, tls: ServedTLS | No
     else:
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
     if group:
-        args += ["--group", group, "--peer-token-file", f"{PEER_DIR}/{PEER_KEY}"]
+        args += ["--group", group]
+    if fed.shards:  # the front of a sharded PS dials every shard by its Service (issue 18)
+        args += ["--shard-role", "front", "--shard-addresses", ",".join(fed.shard_address(i) for i in fed.shards)]
+    if group or fed.shards:
+        args += ["--peer-token-file", f"{PEER_DIR}/{PEER_KEY}"]
         if fed.tls_secret is not None and (tls is None or tls.has_ca):
-            args += ["--peer-ca", f"{TLS_DIR}/ca.crt"]  # the other PSs serve the same certificate
+            args += ["--peer-ca", f"{TLS_DIR}/ca.crt"]  # the other PSs (or the shards) serve the same certificate
     return args + _server_flags(fed)
 
 
@@ -354,51 +374,53 @@ def _tls_volume(fed: FederationObject) -> dict[str, Any]:
     return {"name": "tls", "secret": secret}
 
 
-def build_ps_deployment(
-    fed: FederationObject, *, config_hash: str, tls: ServedTLS = ServedTLS(), group: str | None = None
-) -> dict[str, Any]:
-    """The PS Deployment: one replica, Recreate, exec probes, non-root, checkpoints on the PVC."""
-    spec = fed.spec
-    probe = {"exec": {"command": probe_command(fed, tls)}, "timeoutSeconds": 5}
-    mounts = [
-        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "admin", "mountPath": ADMIN_DIR, "readOnly": True},
-        {"name": "checkpoints", "mountPath": CHECKPOINT_DIR},
-        {"name": "tmp", "mountPath": "/tmp"},
-    ]
-    volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": names.config_map_name(fed.name)}},
-        {"name": "admin", "secret": {"secretName": names.admin_secret_name(fed.name), "defaultMode": 0o440}},
-        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": names.pvc_name(fed.name, group)}},
+def server_volumes(
+    fed: FederationObject, claim_name: str, *, admin: bool, peer: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts, volumes) of a PS process: its settings, the admin Secret (the public PS only), its
+    checkpoint PVC, a writable /tmp, the served certificate, and the peer secret (PS groups, shards)."""
+    mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    volumes: list[dict[str, Any]] = [{"name": "config", "configMap": {"name": names.config_map_name(fed.name)}}]
+    if admin:
+        mounts.append({"name": "admin", "mountPath": ADMIN_DIR, "readOnly": True})
+        secret = {"secretName": names.admin_secret_name(fed.name), "defaultMode": 0o440}
+        volumes.append({"name": "admin", "secret": secret})
+    mounts += [{"name": "checkpoints", "mountPath": CHECKPOINT_DIR}, {"name": "tmp", "mountPath": "/tmp"}]
+    volumes += [
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim_name}},
         {"name": "tmp", "emptyDir": {}},
     ]
     if fed.tls_secret is not None:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append(_tls_volume(fed))
-    if group:
+    if peer:
         mounts.append(peer_mount())
         volumes.append(peer_volume(fed))
-    container: dict[str, Any] = {
-        "name": "ps",
-        "image": fed.image,
-        "imagePullPolicy": spec.image_pull_policy,
-        "command": ps_args(fed, group, tls),
-        "ports": [
-            {"name": "grpc", "containerPort": spec.service.port, "protocol": "TCP"},
-            {"name": "metrics", "containerPort": spec.service.metrics_port, "protocol": "TCP"},
-        ],
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-        "resources": k8s_dump(spec.resources),
-        "startupProbe": {
-            **probe,
-            "periodSeconds": 5,
-            "failureThreshold": 60,
-        },  # resuming a big model takes ~1 min
+    return mounts, volumes
+
+
+def server_probes(probe: dict[str, Any]) -> dict[str, Any]:
+    """Startup, readiness and liveness probes of a PS process from one check."""
+    return {
+        "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},  # resuming a big model takes ~1 min
         "readinessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 6},
-        "volumeMounts": mounts,
-        "securityContext": read_only_container_security(),
     }
+
+
+def single_replica_deployment(
+    fed: FederationObject,
+    meta: dict[str, Any],
+    selector: dict[str, str],
+    labels: dict[str, str],
+    *,
+    config_hash: str,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One replica with the Recreate strategy (never two pods on one PVC and one copy of the model), non-root,
+    the spec's placement, the config hash on the pod so a settings change rolls it."""
+    spec = fed.spec
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
@@ -410,17 +432,47 @@ def build_ps_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(fed, names.ps_name(fed.name, group), "ps", group),
+        "metadata": meta,
         "spec": {
             "replicas": 1,
-            "strategy": {"type": "Recreate"},  # never two PS pods on one PVC and one global model
-            "selector": {"matchLabels": selector_labels(fed, group)},
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {
-                    "labels": common_labels(fed, "ps", group),
+                    "labels": labels,
                     "annotations": {**spec.pod_annotations, names.ANNOTATION_CONFIG_HASH: config_hash},
                 },
                 "spec": pod_spec,
             },
         },
     }
+
+
+def build_ps_deployment(
+    fed: FederationObject, *, config_hash: str, tls: ServedTLS = ServedTLS(), group: str | None = None
+) -> dict[str, Any]:
+    """The PS Deployment: one replica, Recreate, exec probes, non-root, checkpoints on the PVC."""
+    spec = fed.spec
+    probe = {"exec": {"command": probe_command(fed, tls)}, "timeoutSeconds": 5}
+    claim_name = names.pvc_name(fed.name, group)
+    mounts, volumes = server_volumes(fed, claim_name, admin=True, peer=bool(group or fed.shards))
+    container: dict[str, Any] = {
+        "name": "ps",
+        "image": fed.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ps_args(fed, group, tls),
+        "ports": [
+            {"name": "grpc", "containerPort": spec.service.port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": spec.service.metrics_port, "protocol": "TCP"},
+        ],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "resources": k8s_dump(spec.resources),
+        **server_probes(probe),
+        "volumeMounts": mounts,
+        "securityContext": read_only_container_security(),
+    }
+    meta = _meta(fed, names.ps_name(fed.name, group), "ps", group)
+    return single_replica_deployment(
+        fed, meta, selector_labels(fed, group), common_labels(fed, "ps", group),
+        config_hash=config_hash, container=container, volumes=volumes,
+    )  # fmt: skip

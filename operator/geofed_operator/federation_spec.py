@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, create_model, model_validator
 
-from geofed.config import FederationConfig, ServerConfig
+from geofed.config import SHARDED_PARADIGMS, FederationConfig, ServerConfig
 from geofed_operator.k8s_types import (
     Affinity,
     K8sModel,
@@ -40,6 +40,9 @@ OPERATOR_OWNED_SERVER_FIELDS = frozenset(
         "group",  # one PS per declared group, each started with its own
         "peer_token_file",  # the generated peer-secret Secret
         "peer_ca",  # the served TLS Secret's ca.crt
+        "shard_role",  # psShards > 1: the front Deployment and one Deployment per shard, each with its own
+        "shard_index",
+        "shard_addresses",  # the shard Services' in-cluster DNS names
     }
 )
 
@@ -196,7 +199,28 @@ _RULES: dict[str, list[dict[str, str]]] = {
     "paradigm": [{"rule": "self == oldSelf", "message": "paradigm is immutable"}],
     # Each group's PS has its own Deployment, PVC and model copy; a new or dropped group is a new federation.
     "groups": [{"rule": "self == oldSelf", "message": "groups are immutable: create a new Federation"}],
+    # The shard map (which shard owns which slice) is fixed when the model is installed (issue 18).
+    "ps_shards": [{"rule": "self == oldSelf", "message": "psShards is immutable: create a new Federation"}],
 }
+
+# Cross-field rules of FederationConfig the API server can check itself (a sharded PS, issue 18); the
+# operator still reports any other FederationConfig refusal as InvalidSpec (FederationObject.from_body).
+_SPEC_RULES = [
+    {
+        "rule": "self.psShards == 1 || !has(self.groups) || size(self.groups) == 0",
+        "message": "psShards > 1 cannot be combined with PS groups",
+    },
+    {
+        "rule": "self.psShards == 1 || self.paradigm.name in " + str(list(SHARDED_PARADIGMS)),
+        "message": f"psShards > 1 supports paradigms {', '.join(SHARDED_PARADIGMS)} only",
+    },
+]
+
+
+class _SpecBase(K8sModel):
+    """Carries the spec-wide CEL rules into the CRD's `spec` node."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _SPEC_RULES})
 
 
 def _training_field(name: str) -> tuple[Any, Any]:
@@ -219,7 +243,7 @@ def _check(spec: Any) -> Any:
 
 FederationSpec = create_model(  # type: ignore[call-overload]
     "FederationSpec",
-    __base__=K8sModel,
+    __base__=_SpecBase,
     __doc__="Desired state of a federation: what is trained (geofed.config) and how the PS runs.",
     __validators__={"check": model_validator(mode="after")(_check)},
     **{name: _training_field(name) for name in FederationConfig.model_fields if name != "name"},

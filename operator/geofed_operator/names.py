@@ -22,6 +22,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "geofed-operator"
 
 PS_APP = "geofed-ps"
+PS_SHARD_APP = "geofed-ps-shard"  # not PS_APP: the front's public Service must never pick a shard pod
 TRAINER_APP = "geofed-split-trainer"
 CLIENT_APP = "geofed-client"
 
@@ -30,6 +31,7 @@ LABEL_FEDERATION = f"{GROUP}/federation"
 LABEL_SITECLIENT = f"{GROUP}/siteclient"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_PS_GROUP = f"{GROUP}/ps-group"
+LABEL_PS_SHARD = f"{GROUP}/ps-shard"
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_TLS_NAMES = f"{GROUP}/tls-names"
 ANNOTATION_TOKEN_EXPIRES = f"{GROUP}/token-expires-at"
@@ -83,6 +85,16 @@ def config_map_name(federation: str) -> str:
 def pvc_name(federation: str, group: str | None = None) -> str:
     """PVC holding the PS checkpoints, so a rolled or rescheduled PS keeps the global model (one per group)."""
     return child_name(federation, f"checkpoints-{group}" if group else "checkpoints")
+
+
+def ps_shard_name(federation: str, index: int) -> str:
+    """One PS shard's Deployment and Service (`<federation>-ps-shard-<i>`, the front's default dial name)."""
+    return child_name(federation, f"ps-shard-{index}")
+
+
+def shard_pvc_name(federation: str, index: int) -> str:
+    """PVC holding one PS shard's slice of the model and its staged pushes."""
+    return child_name(federation, f"checkpoints-shard-{index}")
 
 
 def peer_secret_name(federation: str) -> str:

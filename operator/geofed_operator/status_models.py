@@ -73,6 +73,17 @@ class GroupStatus(K8sModel):
     )
 
 
+class ShardStatus(K8sModel):
+    """One shard of a sharded PS (issue 18), as the front's GetStatus reports it."""
+
+    index: int = Field(ge=0, le=63, description="Shard index: it owns the index-th contiguous slice of the model.")
+    address: str = Field("", max_length=261, description="In-cluster host:port the front dials.")
+    up: bool = Field(description="Whether the shard answered the front's last call.")
+    version: int = Field(ge=0, description="Global model version its slice holds.")
+    instance: str = Field("", max_length=253, description="Changes on every start of the shard.")
+    last_error: str = Field("", max_length=4096, description="Why the front's last call to it failed (empty: none).")
+
+
 class FederationStatus(K8sModel):
     """Observed state of a federation, polled from the PS admin API."""
 
@@ -107,6 +118,9 @@ class FederationStatus(K8sModel):
     )
     groups: list[GroupStatus] | None = Field(
         None, max_length=64, description="Per PS group (multi-PS federations): each group's PS status."
+    )
+    shards: list[ShardStatus] | None = Field(
+        None, max_length=64, description="Per PS shard (psShards > 1): each shard as the front sees it."
     )
     group_versions: str | None = Field(
         None,

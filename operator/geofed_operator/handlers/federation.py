@@ -48,6 +48,8 @@ from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, 
 from geofed_operator.kube import Kube, KubeError
 from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.quantity import parse_quantity
+from geofed_operator.shard_builders import build_shard_deployment, build_shard_pdb, build_shard_pvc, build_shard_service
+from geofed_operator.shard_status import federation_status_from_shards
 from geofed_operator.status_models import FederationStatus, status_patch
 from geofed_operator.tls import TLSMaterial, certificate_names, issue_self_signed, renewal_due
 from geofed_operator.trainer_builders import build_trainer_deployment, build_trainer_pvc, build_trainer_service
@@ -194,18 +196,25 @@ class StorageMismatch(Exception):
 
 
 def reconcile_pvc(
-    kube: Kube, fed: FederationObject, owner: Mapping[str, Any], *, may_adopt: bool, group: str | None = None
+    kube: Kube,
+    fed: FederationObject,
+    owner: Mapping[str, Any],
+    *,
+    may_adopt: bool,
+    group: str | None = None,
+    pvc: dict[str, Any] | None = None,
 ) -> None:
     """Create the checkpoint PVC; keep its ownership in line with retainOnDelete; grow it on request.
 
     Only a change handler (`may_adopt`, fresh spec) re-adopts an existing PVC: a timer pass that started
     before `retainOnDelete: true` must never hand the global model back to the garbage collector.
+    `pvc` is another claim of the same storage spec (a PS shard's); the group's PS's when None.
     """
-    pvc = build_pvc(fed, group)
+    pvc = pvc or build_pvc(fed, group)
     if not fed.spec.storage.retain_on_delete:
         kopf.adopt(pvc, owner=owner)
     live = _apply(kube, pvc, create_only=True)  # a bound PVC's spec is immutable except its size
-    name = names.pvc_name(fed.name, group)
+    name = pvc["metadata"]["name"]
     uid = owner["metadata"].get("uid")
     refs = (live.get("metadata") or {}).get("ownerReferences") or []
     ours = [r for r in refs if r.get("uid") == uid]
@@ -243,7 +252,7 @@ def reconcile_children(
     """Create or update every child (re-creating deleted ones); (TLS state, config hash, public address)."""
     kube, owner = deps.kube, body
     ensure_admin_secret(kube, fed, owner)
-    if fed.spec.groups or fed.split_learning:
+    if fed.spec.groups or fed.split_learning or fed.shards:
         ensure_peer_secret(kube, fed, owner)
     services = [kube.get("v1", "Service", fed.namespace, names.ps_name(fed.name, g)) for g in fed.groups]
     if fed.split_learning:
@@ -262,6 +271,12 @@ def reconcile_children(
             children.append(build_pdb(fed, group))
         else:
             kube.delete("policy/v1", "PodDisruptionBudget", fed.namespace, names.ps_name(fed.name, group))
+    for index in fed.shards:  # a sharded PS (issue 18): the PS above is the front, these hold the model
+        children += [build_shard_service(fed, index), build_shard_deployment(fed, index, config_hash=digest)]
+        if fed.spec.pod_disruption_budget:
+            children.append(build_shard_pdb(fed, index))
+        else:
+            kube.delete("policy/v1", "PodDisruptionBudget", fed.namespace, names.ps_shard_name(fed.name, index))
     if fed.split_learning:
         children += [build_trainer_service(fed), build_trainer_deployment(fed, config_hash=digest, tls=tls.served)]
     kopf.adopt(children, owner=owner)
@@ -269,6 +284,8 @@ def reconcile_children(
         _apply(kube, child)
     for group in fed.groups:
         reconcile_pvc(kube, fed, owner, may_adopt=on_change, group=group)
+    for index in fed.shards:
+        reconcile_pvc(kube, fed, owner, may_adopt=on_change, pvc=build_shard_pvc(fed, index))
     if fed.split_learning:
         trainer_pvc = build_trainer_pvc(fed)
         if not fed.spec.storage.retain_on_delete:
@@ -346,6 +363,12 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
         if not ready:
             _write(patch, body, federation_status_not_ready(f"group {group}: {why}" if group else why, **common))
             return
+    for index in fed.shards:  # Ready needs every shard rolled out too: a push waits for all of them
+        deployment = kube.get("apps/v1", "Deployment", fed.namespace, names.ps_shard_name(fed.name, index))
+        ready, why = deployment_ready(deployment)
+        if not ready:
+            _write(patch, body, federation_status_not_ready(f"PS shard {index}: {why}", **common))
+            return
     try:
         credential = read_secret_key(kube, fed.namespace, names.admin_secret_name(fed.name), ADMIN_KEY)
         ca = None
@@ -382,6 +405,8 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
         observed.append((group or "", fed.group_address(group), ps_status, public_address(fed, service)))
     if fed.spec.groups:
         _write(patch, body, federation_status_from_groups(observed, clients=clients, **common))
+    elif fed.shards:
+        _write(patch, body, federation_status_from_shards(observed[0][2], len(fed.shards), clients=clients, **common))
     else:
         _write(patch, body, federation_status_from_ps(observed[0][2], clients=clients, **common))
 
