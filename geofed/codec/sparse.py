@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,12 +146,16 @@ class SparseCodec(Codec):
         *,
         frame_elems: int = DEFAULT_FRAME_ELEMS,
         residual_out: np.ndarray | None = None,
+        cuts: Sequence[int] = (),
     ) -> tuple[bytes, Iterator[bytes]]:
-        """Frames are built at once (they are O(nonzeros) bytes) so the residual is complete on return."""
+        """Frames are built at once (they are O(nonzeros) bytes) so the residual is complete on return.
+
+        A frame ended early by a cut (a sharded PS's shard bound) ends with a short chunk; chunks are counted
+        from each frame's start, so every frame still decodes on its own."""
         check_encode_args(flat, frame_elems, residual_out)
         fe = self.frame_size(int(frame_elems))
         frames = []
-        for a, b in frame_ranges(flat.size, fe):
+        for a, b in frame_ranges(flat.size, fe, cuts):
             body, pos, values = self._encode_frame(flat[a:b])
             if residual_out is not None:
                 residual_out[a:b] = flat[a:b]

@@ -223,3 +223,19 @@ def test_increment_chain_applies_in_order_and_refuses_bad_transfers():
     dense = pack_increment(*make_codec("fp32").encode(held))
     with pytest.raises(CodecError, match="not a sparse codec"):
         apply_chain(held, pack_chain([dense]))
+
+
+def test_frames_cut_at_shard_bounds_decode_alone():
+    x = heavy_tailed(3000, seed=9)
+    c = codec()
+    header, frames = c.encode(x, frame_elems=1024, cuts=(700, 2100))
+    frames = list(frames)
+    spans = [struct.unpack_from("<4xIQI", f)[1:] for f in frames]
+    assert spans == [(0, 700), (700, 324), (1024, 1024), (2048, 52), (2100, 900)]
+    ref = np.concatenate([reference(x[a : a + n], 256, 8, 2) for a, n in spans])  # chunks counted per frame
+    dec = c.frame_decoder(b"")
+    out = np.zeros_like(x)
+    for f, (a, n) in zip(frames, spans, strict=True):
+        pos, vals = dec.decode_sparse(a, n, f[20:])
+        out[pos] = vals
+    np.testing.assert_array_equal(out, ref)
