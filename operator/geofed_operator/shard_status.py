@@ -12,7 +12,11 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from geofed_operator.federation_status import federation_status_degraded, federation_status_from_ps
+from geofed_operator.federation_status import (
+    federation_status_degraded,
+    federation_status_from_ps,
+    federation_status_not_ready,
+)
 from geofed_operator.status_models import FederationStatus, status_patch
 
 
@@ -54,6 +58,7 @@ def down_shards(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 def federation_status_from_shards(
     ps: Mapping[str, Any],
     shard_count: int,
+    rolling: Sequence[str] = (),
     *,
     clients: Sequence[Mapping[str, Any]] | None = None,
     now: dt.datetime,
@@ -64,7 +69,8 @@ def federation_status_from_shards(
 
     The front's own fields are the federation's (version, clients, losses); `shards` holds each shard.
     Degraded names every shard that is down (`ShardDown`: pushes wait until it is back) or that the
-    front does not report (`ShardStatusMissing`: nothing says it is healthy).
+    front does not report (`ShardStatusMissing`: nothing says it is healthy). Otherwise `rolling` (why
+    each shard Deployment that is not rolled out and ready is not) keeps it Progressing, not Ready.
     """
     entries = shard_entries(ps.get("shards"))
     patch = federation_status_from_ps(ps, clients=clients, now=now, generation=generation, conditions=conditions)
@@ -88,4 +94,8 @@ def federation_status_from_shards(
     if problem is not None:
         degraded = federation_status_degraded(*problem, now=now, generation=generation, conditions=patch["conditions"])
         patch.update(phase=degraded["phase"], conditions=degraded["conditions"])
+    elif rolling:
+        waiting = federation_status_not_ready("; ".join(rolling), now=now, generation=generation,
+                                              conditions=patch["conditions"])  # fmt: skip
+        patch.update(phase=waiting["phase"], conditions=waiting["conditions"])
     return {**patch, **extra}

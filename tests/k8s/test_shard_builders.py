@@ -166,6 +166,7 @@ def test_a_long_federation_name_still_gets_resolvable_shard_addresses() -> None:
     [
         ({"psShards": 2, "groups": [{"name": "us-east"}]}, "ps_shards > 1 cannot be combined with PS groups"),
         ({"psShards": 2, "paradigm": {"name": "lora"}}, "ps_shards > 1 supports paradigms pretrain, bitfit"),
+        ({"psShards": 2, "codec": {"name": "sparse"}}, "ps_shards > 1 does not take the sparse codec"),
         ({"psShards": 65}, "less than or equal to 64"),
         ({"psShards": 0}, "greater than or equal to 1"),
     ],
@@ -234,3 +235,17 @@ def test_a_shard_not_called_yet_is_not_down_but_an_unreported_one_is_unknown() -
     assert "shard(s) 1, 2 of 3" in degraded["message"]
     status = federation_status_from_shards(_front(), 2, now=NOW, generation=1, conditions=None)  # no field at all
     assert _condition(status, "Degraded")["reason"] == "ShardStatusMissing"
+
+
+def test_a_shard_deployment_not_ready_keeps_it_progressing_and_a_down_shard_still_shows() -> None:
+    ps = _front(_shard(0, True, 5), _shard(1, True, 5))
+    rolling = ["PS shard 1: waiting for the PS pod: 0/1 ready, 1/1 updated"]
+    status = federation_status_from_shards(ps, 2, rolling, now=NOW, generation=1, conditions=None)
+    ready = _condition(status, "Ready")
+    assert status["phase"] == "Progressing" and ready["status"] == "False" and ready["reason"] == "RollingOut"
+    assert ready["message"] == rolling[0] and _condition(status, "Degraded")["status"] == "False"
+    assert len(status["shards"]) == 2  # the front's view is copied meanwhile
+    # Its pod restarting and the front failing to reach it: ShardDown wins over the roll-out.
+    ps["shards"][1] = _shard(1, False, 5, "connection refused")
+    status = federation_status_from_shards(ps, 2, rolling, now=NOW, generation=1, conditions=None)
+    assert status["phase"] == "Degraded" and _condition(status, "Degraded")["reason"] == "ShardDown"

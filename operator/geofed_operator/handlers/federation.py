@@ -363,12 +363,14 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
         if not ready:
             _write(patch, body, federation_status_not_ready(f"group {group}: {why}" if group else why, **common))
             return
-    for index in fed.shards:  # Ready needs every shard rolled out too: a push waits for all of them
+    # Ready also needs every shard's pod (a push waits for all of them); the front is read all the same, so
+    # a shard it cannot reach shows as ShardDown even while its pod restarts.
+    rolling: list[str] = []
+    for index in fed.shards:
         deployment = kube.get("apps/v1", "Deployment", fed.namespace, names.ps_shard_name(fed.name, index))
         ready, why = deployment_ready(deployment)
         if not ready:
-            _write(patch, body, federation_status_not_ready(f"PS shard {index}: {why}", **common))
-            return
+            rolling.append(f"PS shard {index}: {why}")
     try:
         credential = read_secret_key(kube, fed.namespace, names.admin_secret_name(fed.name), ADMIN_KEY)
         ca = None
@@ -406,7 +408,8 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
     if fed.spec.groups:
         _write(patch, body, federation_status_from_groups(observed, clients=clients, **common))
     elif fed.shards:
-        _write(patch, body, federation_status_from_shards(observed[0][2], len(fed.shards), clients=clients, **common))
+        front = observed[0][2]
+        _write(patch, body, federation_status_from_shards(front, len(fed.shards), rolling, clients=clients, **common))
     else:
         _write(patch, body, federation_status_from_ps(observed[0][2], clients=clients, **common))
 
