@@ -310,7 +310,10 @@ def policy_violation(wire: str, cfg) -> str | None:
     p = parse_sparse_name(wire)
     if p is None:
         return f"this federation runs the sparse codec; a {wire!r} payload is not accepted"
-    allowed_k = k_for(cfg.sparse_density, p.chunk)
+    # At the federation's own chunk size its rounded k is allowed; at another one the density itself is the
+    # bound (rounding up there would let tiny chunks, e.g. 1 of every 16 values, buy a higher density).
+    allowed_k = (k_for(cfg.sparse_density, p.chunk) if p.chunk == cfg.sparse_chunk
+                 else math.floor(cfg.sparse_density * p.chunk + 1e-9))
     if p.k > allowed_k:
         return (f"density {p.k}/{p.chunk} = {p.density:.4g} is above the federation's {cfg.sparse_density:g} "
                 f"(at most {allowed_k} of every {p.chunk} values)")

@@ -195,6 +195,8 @@ def test_federation_policy_density_bits_and_codec():
     assert policy_violation("sparse/c1024k20v2+fixed", cfg) is None  # 2 % at another chunk size
     assert "density" in policy_violation("sparse/c4096k83v2+rice", cfg)
     assert "4-bit" in policy_violation("sparse/c4096k82v4+rice", cfg)
+    assert "density" in policy_violation("sparse/c16k1v2+rice", cfg)  # 1 of 16 is 6 %, not the rounded-up minimum
+    assert "density" in policy_violation("sparse/c1024k21v2+rice", cfg)
     assert "not accepted" in policy_violation("int8+huffman", cfg)
 
 
