@@ -6,6 +6,7 @@ every child with it when deleted.
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
@@ -43,7 +44,12 @@ async def test_a_sharded_federation_gets_its_shards_and_reports_them(api, fake_p
         pvcs = {"demo-checkpoints"} | {f"demo-checkpoints-shard-{i}" for i in range(3)}
         await wait_for(lambda: names_of(api, "v1/persistentvolumeclaims", NAMESPACE) == pvcs, what="PVCs")
         peer = await wait_for(lambda: get(api, "v1/secrets", NAMESPACE, "demo-peer"), what="the peer secret")
-        assert len(base64.b64decode(peer["data"]["token"])) >= 32
+        token = base64.b64decode(peer["data"]["token"]).decode()
+        assert len(token) >= 32
+        # The token is in that Secret only: not in a Deployment, the ConfigMap, or the Federation's status.
+        elsewhere = [get(api, "apps/v1/deployments", NAMESPACE, n) for n in ALL]
+        elsewhere += [get(api, "v1/configmaps", NAMESPACE, "demo-config"), _status(api)]
+        assert token not in json.dumps(elsewhere)
 
         front = _command(api, "demo-ps")
         assert front[front.index("--shard-role") + 1] == "front"
