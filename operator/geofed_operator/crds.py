@@ -29,6 +29,7 @@ FEDERATION_COLUMNS = [
     {"name": "Eval", "type": "number", "jsonPath": ".status.evalLoss", "priority": 1},
     {"name": "Mode", "type": "string", "jsonPath": ".spec.aggregation.mode", "priority": 1},
     {"name": "Address", "type": "string", "jsonPath": ".status.publicAddress", "priority": 1},
+    {"name": "Shards", "type": "string", "jsonPath": ".status.shardsUp", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 SITECLIENT_COLUMNS = [

@@ -74,7 +74,8 @@ def federation_status_from_shards(
     """
     entries = shard_entries(ps.get("shards"))
     patch = federation_status_from_ps(ps, clients=clients, now=now, generation=generation, conditions=conditions)
-    extra = status_patch(FederationStatus, shards=entries)
+    up = sum(1 for e in entries if e["up"])
+    extra = status_patch(FederationStatus, shards=entries, shards_up=f"{up}/{shard_count}")
     missing = sorted(set(range(shard_count)) - {e["index"] for e in entries})
     down = down_shards(entries)
     problem: tuple[str, str] | None = None

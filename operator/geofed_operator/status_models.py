@@ -122,6 +122,11 @@ class FederationStatus(K8sModel):
     shards: list[ShardStatus] | None = Field(
         None, max_length=64, description="Per PS shard (psShards > 1): each shard as the front sees it."
     )
+    shards_up: str | None = Field(
+        None,
+        max_length=16,
+        description="Shards up as the front last saw them, as `up/N` (the Shards column of kubectl get -o wide).",
+    )
     group_versions: str | None = Field(
         None,
         max_length=4096,

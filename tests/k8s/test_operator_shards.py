@@ -80,7 +80,7 @@ async def test_a_sharded_federation_gets_its_shards_and_reports_them(api, fake_p
         await wait_for(lambda: _condition(_status(api), "Degraded").get("reason") == "ShardDown", what="ShardDown")
         degraded = _condition(_status(api), "Degraded")
         assert "PS shard(s) 1 down" in degraded["message"] and "connection refused" in degraded["message"]
-        assert [s["up"] for s in _status(api)["shards"]] == [True, False, True]
+        assert [s["up"] for s in _status(api)["shards"]] == [True, False, True] and _status(api)["shardsUp"] == "2/3"
         fake_ps.status["shards"][1] = _shard(1)
         await wait_for(lambda: _status(api).get("phase") == "Running", what="Running after the shard is back")
 

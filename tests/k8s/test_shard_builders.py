@@ -208,7 +208,7 @@ def test_shard_status_is_copied_and_all_up_is_running() -> None:
         {"index": 1, "address": "demo-ps-shard-1.ml.svc:7443", "up": True, "version": 5, "instance": "i1",
          "lastError": ""},
     ]  # fmt: skip
-    assert _condition(status, "Degraded")["status"] == "False"
+    assert _condition(status, "Degraded")["status"] == "False" and status["shardsUp"] == "2/2"
 
 
 def test_a_down_shard_degrades_the_federation_naming_it() -> None:
@@ -218,7 +218,7 @@ def test_a_down_shard_degrades_the_federation_naming_it() -> None:
     assert status["phase"] == "Degraded" and degraded["status"] == "True" and degraded["reason"] == "ShardDown"
     assert "PS shard(s) 1 down" in degraded["message"] and "connection refused" in degraded["message"]
     assert _condition(status, "Ready")["status"] == "False"
-    assert [s["up"] for s in status["shards"]] == [True, False, True]
+    assert [s["up"] for s in status["shards"]] == [True, False, True] and status["shardsUp"] == "2/3"
     # Back up: healthy again.
     ps["shards"][1] = _shard(1, True, 5)
     again = federation_status_from_shards(ps, 3, now=NOW, generation=1, conditions=status["conditions"])
