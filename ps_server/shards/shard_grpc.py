@@ -172,21 +172,23 @@ class _GrpcStage:
 
         self.future = link.stubs[i].Stage.future(requests(), metadata=link.metadata, timeout=_CALL_S)
 
-    def send(self, frame: bytes) -> None:
+    def _put(self, item) -> bool:
+        """Queue `item` unless the call has ended (refused or gone); waits while the shard catches up."""
         while True:
             try:
-                self.q.put(frame, timeout=1.0)
-                return
+                self.q.put(item, timeout=1.0)
+                return True
             except queue.Full:
-                if self.future.done():  # the shard ended the call (refused or gone): its error says why
-                    self.finish()
-                    raise ShardUnavailable("shard_down", f"PS shard {self.i} ended the push early") from None
+                if self.future.done():
+                    return False
+
+    def send(self, frame: bytes) -> None:
+        if not self._put(frame):  # the shard ended the call early: its error says why
+            self.finish()
+            raise ShardUnavailable("shard_down", f"PS shard {self.i} ended the push early")
 
     def finish(self) -> float:
-        try:
-            self.q.put_nowait(self._END)
-        except queue.Full:
-            pass
+        self._put(self._END)  # never dropped while the call lives: the shard waits for the end of its frames
         try:
             return self.future.result().sq_norm
         except grpc.RpcError as exc:

@@ -239,3 +239,38 @@ def test_shards_disagreeing_on_the_version_are_refused_not_published(tmp_path):
     table = format_status({"has_model": True, "shards": front.agg.shard_status()}, [])
     row = next(line for line in table.splitlines() if line.startswith("1 "))
     assert "shard 1 holds version 1, the federation's committed version is 2" in row  # geofed status says why
+
+
+def test_a_stage_stream_ends_even_when_the_shard_is_behind():
+    """The end of a push's frames reaches the shard when its queue is full (a dropped end hung the shard)."""
+    import queue
+    import threading
+
+    from ps_server.shards.shard_grpc import _GrpcStage
+
+    got: list = []
+
+    class Call:  # the shard's side: consumes slowly until the end marker, then answers
+        def __init__(self, q) -> None:
+            self.q, self.ended = q, threading.Event()
+            threading.Thread(target=self.consume, daemon=True).start()
+
+        def consume(self) -> None:
+            while (item := self.q.get()) is not _GrpcStage._END:
+                got.append(item)
+                threading.Event().wait(0.05)
+            self.ended.set()
+
+        def done(self) -> bool:
+            return self.ended.is_set()
+
+        def result(self):
+            assert self.ended.wait(3), "the shard never saw the end of the push's frames"
+            return type("Reply", (), {"sq_norm": float(len(got))})()
+
+    stage = _GrpcStage.__new__(_GrpcStage)
+    stage.i, stage.q = 0, queue.Queue(maxsize=2)
+    stage.future = Call(stage.q)
+    for k in range(6):
+        stage.send(b"frame%d" % k)
+    assert stage.finish() == 6.0 and got == [b"frame%d" % k for k in range(6)]
