@@ -33,6 +33,11 @@ def local_device() -> torch.device:
     return torch.device("cpu")
 
 
+def comm_device() -> torch.device:
+    """Where tensors must be for the process group's collectives: the GPU under NCCL, else the CPU."""
+    return local_device() if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def init_distributed(backend: str | None = None, timeout_s: float | None = None) -> tuple[int, int]:
     """(rank, world) from torchrun's environment; (0, 1) without initialising anything when run alone.
 
