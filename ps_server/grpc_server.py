@@ -156,6 +156,8 @@ def serve(fed: FederationConfig, cfg: ServerConfig, ready_file: str | None = Non
         raise ConfigError(f"the federation has ps_shards={fed.ps_shards}: run its PS with --shard-role front and "
                           "--shard-role shard processes" if fed.ps_shards > 1 else
                           "--shard-role front/shard needs a federation with ps_shards > 1")
+    if cfg.shard_role != "single" and not cfg.peer_token_file:
+        raise ConfigError("a sharded PS needs --peer-token-file (the secret its front and shards share)")
     if cfg.shard_role == "shard":  # one slice of a sharded PS (issue 18): the internal PsShard service only
         from .shards.shard_grpc import serve_shard
 
