@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -174,6 +175,8 @@ class ClientAgent:
             # A paradigm may stream its own encoding (zo: one scalar per seed); the stream thread decodes it.
             ps.downlink_decoders = client_paradigm(ps.federation.paradigm).downlink_decoders()
             if not master:
+                if resumed is not None:
+                    _hold_base(ps, resumed)
                 ps.start()  # fetch the global model while the model is being built
             return joined, master
 
@@ -288,7 +291,7 @@ class ClientAgent:
         model_flat = paradigm.checkpoint_flat(delta, base.flat)
 
         def save(upload: Upload) -> None:
-            self._checkpoint(ckpts, state, model_flat, base.version, ef, eval_loss, step, paradigm.name, upload)
+            self._checkpoint(ckpts, state, model_flat, base, ef, eval_loss, step, paradigm.name, upload)
 
         outcome = self._push(ps, fed, base, delta, ef, stats, eval_loss, step, numel, save)
         return outcome, self._should_stop(rounds, step, fed)
@@ -413,22 +416,23 @@ class ClientAgent:
         except ManifestMismatch as exc:
             raise ManifestMismatch(f"paradigm {paradigm.name!r}: {exc}") from None
 
-    def _checkpoint(self, ckpts: CheckpointManager, state: dict, model_flat: torch.Tensor, base_version: int,
+    def _checkpoint(self, ckpts: CheckpointManager, state: dict, model_flat: torch.Tensor, base: GlobalVersion,
                     ef: ErrorFeedback | None, eval_loss: float | None, step: int, paradigm: str,
                     upload: Upload) -> None:
         """One atomic file every sync, written just before its push, plus the K lowest-eval-loss ones (§III-B4)."""
         header, payload = upload.saved()
         ckpt = ClientCheckpoint(
             model=model_flat, optimizer=state["optimizer"], step=state["step"],
-            data_position=state["data_position"], base_version=base_version,
+            data_position=state["data_position"], base_version=base.version,
             residual=ef.state_dict() if ef is not None else {}, scaler=state.get("scaler", {}), eval_loss=eval_loss,
             private=state.get("private", {}), paradigm=paradigm,
             manifest=[[t.name, list(t.shape), t.dtype] for t in self.manifest],
             upload={"header": _bytes_tensor(header), "payload": _bytes_tensor(payload)},
+            base_model=_read_only_tensor(base.flat), base_instance=base.instance,
         )
         ckpts.save_latest(ckpt)
         if eval_loss is not None:
-            ckpts.consider(eval_loss, step, dataclasses.replace(ckpt, upload={}))
+            ckpts.consider(eval_loss, step, dataclasses.replace(ckpt, upload={}, base_model=None))
 
     def _should_stop(self, rounds: int, step: int, fed: FederationConfig) -> bool:
         cfg = self.cfg
@@ -455,6 +459,22 @@ def _preload_model_code() -> None:
 
 def _raise_preempted(signum, frame):
     raise Preempted()
+
+
+def _hold_base(ps: PSClient, resumed: ClientCheckpoint) -> None:
+    """Offer the PS client the exact global model the checkpointed round started from (see `PSClient.hold`)."""
+    base = resumed.base_model
+    if base is None or not base.numel():
+        return
+    kept = GlobalVersion(resumed.base_version, base.numpy(), ps.manifest, instance=resumed.base_instance)
+    log.info("event=model_held version=%d use=%s", kept.version, ps.hold(kept))
+
+
+def _read_only_tensor(flat) -> torch.Tensor:
+    """A tensor over a published (read-only) model vector, without a copy; only ever read (by torch.save)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(flat)
 
 
 def _bytes_tensor(data: bytes) -> torch.Tensor:

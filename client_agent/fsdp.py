@@ -177,11 +177,13 @@ def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
 
 def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Restore `full_optimizer_state` output; under FSDP rank 0's copy is broadcast and sharded."""
+    if not is_distributed():  # plain tensors: no warm-up step, no copy (optimizer_state.py, rejoin time)
+        from .optimizer_state import load_named_optimizer_state
+
+        load_named_optimizer_state(model, optimizer, state)
+        return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    if is_distributed():
-        reshard(model)
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    else:
-        options = StateDictOptions()
+    reshard(model)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_optimizer_state_dict(model, optimizer, state, options=options)

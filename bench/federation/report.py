@@ -1,7 +1,8 @@
 """docs/benchmarks.md sections (between `federation` and `ratedist` markers) and their PNGs, from saved runs.
 
-Everything in these sections is computed from `bench/results/<scenario>/*.json` except an optional
-hand-written `NOTES.md` / `NOTES-ratedist.md` next to them, included verbatim (the interpretation).
+Everything in these sections is computed from `bench/results/<scenario>/*.json`, the prose under the tables
+included (`reading.py`), except an optional `NOTES.md` / `NOTES-ratedist.md` next to them, included verbatim:
+dated history tied to named runs, never figures that a re-run would change.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .methods import (
     get_method,
 )
 from .plots import plot_loss, plot_ratedist
+from .reading import reading_section
 from .results import RESULTS_DIR, RunResult, load_all
 from .scenario import Scenario, load_scenario
 from .scenarios import BUILTIN
@@ -229,6 +231,7 @@ def federation_section(
             "counted).",
             "### Noise",
             "\n".join(noise_lines(runs, target)),
+            *([reading] if (reading := reading_section(runs)) else []),
             *([notes] if notes else []),
         ]
     )
