@@ -120,6 +120,10 @@ def _loss_at_tokens(run: RunResult, tokens: int) -> float | None:
     return before[-1].loss if before else None
 
 
+def _trained(run: RunResult) -> bool:
+    return len(run.curve) > 1 and run.tokens > 0
+
+
 def scenario_table(name: str) -> tuple[str, list[str]]:
     """The markdown table of one scenario and its generated summary lines."""
     runs = [r for r in load_all(name, OUT) if r.method in SPARSE_METHODS]
@@ -127,8 +131,12 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
         return "", []
     by = {m: [r for r in runs if r.method == m] for m in SPARSE_METHODS}
     numel = runs[0].numel
-    equal_tokens = min(r.tokens for r in runs if r.curve)
-    ref_final = [r.curve[-1].loss for r in by[REFERENCE] if r.curve]
+    # A run that published no version in its budget (a barrier round slower than the budget on the loaded
+    # machine) has no loss to compare: it is counted in its row and left out of the equal-token point and
+    # the target.
+    trained = [r for r in runs if _trained(r)]
+    equal_tokens = min((r.tokens for r in trained), default=0)
+    ref_final = [r.curve[-1].loss for r in by[REFERENCE] if _trained(r)]
     target = statistics.median(ref_final) if ref_final else None
     head = ("method", "runs", "budget s", "load (1 min)", "delta bytes up / sync", "model bytes down / sync",
             "fp32 ÷ up", "fp32 ÷ down", "versions / transfer", "fp32 ÷ down per version", "wire up / sync",
@@ -144,10 +152,11 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
         per = [_per_sync(r) for r in rs]
         up_ratio = [fp32 / p[0] for p in per if p[0]]
         down_ratio = [fp32 / p[3] for p in per if p[3]]
-        eq = [_loss_at_tokens(r, equal_tokens) for r in rs]
+        eq = [_loss_at_tokens(r, equal_tokens) for r in rs if _trained(r)]
         ttt = [time_to_target(r.curve, target) if target else None for r in rs]
+        idle = sum(not _trained(r) for r in rs)
         rows.append([
-            METHODS[m].label, str(len(rs)), f"{rs[0].budget_s:g}",
+            METHODS[m].label, f"{len(rs)}" + (f" ({idle} with no version)" if idle else ""), f"{rs[0].budget_s:g}",
             ", ".join(f"{r.load_avg_1m:.1f}" for r in rs if r.load_avg_1m is not None),
             _median_range([p[0] for p in per], ",.0f"), _median_range([p[3] for p in per], ",.0f"),
             _median_range(up_ratio, ".0f") + "×", _median_range(down_ratio, ".0f") + "×",
@@ -155,10 +164,10 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
             _median_range([fp32 * p[4] / p[3] for p in per if p[3] and p[4]], ".0f") + "×",
             _median_range([p[1] for p in per], ",.0f"), _median_range([p[2] for p in per], ",.0f"),
             _median_range(ttt, ".0f"), _median_range(eq, ".3f"),
-            _median_range([r.curve[-1].loss if r.curve else None for r in rs], ".3f"),
+            _median_range([r.curve[-1].loss if _trained(r) else None for r in rs], ".3f"),
         ])
         if m != REFERENCE and by[REFERENCE]:
-            ref_eq = statistics.median([x for x in (_loss_at_tokens(r, equal_tokens) for r in by[REFERENCE])
+            ref_eq = statistics.median([x for x in (_loss_at_tokens(r, equal_tokens) for r in by[REFERENCE] if _trained(r))
                                         if x is not None] or [math.nan])
             med_eq = statistics.median([x for x in eq if x is not None] or [math.nan])
             med_up = statistics.median(up_ratio) if up_ratio else math.nan
