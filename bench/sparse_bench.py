@@ -167,8 +167,8 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
             _median_range([r.curve[-1].loss if _trained(r) else None for r in rs], ".3f"),
         ])
         if m != REFERENCE and by[REFERENCE]:
-            ref_eq = statistics.median([x for x in (_loss_at_tokens(r, equal_tokens) for r in by[REFERENCE] if _trained(r))
-                                        if x is not None] or [math.nan])
+            ref = [_loss_at_tokens(r, equal_tokens) for r in by[REFERENCE] if _trained(r)]
+            ref_eq = statistics.median([x for x in ref if x is not None] or [math.nan])
             med_eq = statistics.median([x for x in eq if x is not None] or [math.nan])
             med_up = statistics.median(up_ratio) if up_ratio else math.nan
             med_down = statistics.median(down_ratio) if down_ratio else math.nan
