@@ -172,11 +172,12 @@ def scenario_table(name: str) -> tuple[str, list[str]]:
             med_eq = statistics.median([x for x in eq if x is not None] or [math.nan])
             med_up = statistics.median(up_ratio) if up_ratio else math.nan
             med_down = statistics.median(down_ratio) if down_ratio else math.nan
-            verdict = "meets" if med_up >= 100 and med_down >= 100 and med_eq <= ref_eq else "misses"
+            bytes_ok = "meets" if med_up >= 100 and med_down >= 100 else "misses"
+            loss_ok = "meets" if med_eq <= ref_eq else "misses"
             lines.append(f"- {name}, {METHODS[m].label}: {med_up:.0f}× fewer delta bytes up and {med_down:.0f}× "
                          f"fewer model bytes down than fp32 per sync, loss {med_eq:.3f} vs fp32 DiLoCo's "
-                         f"{ref_eq:.3f} at {equal_tokens / 1e6:.2f} M tokens (medians): {verdict} the goal (≥ 100× "
-                         "both ways, loss no worse).")
+                         f"{ref_eq:.3f} at {equal_tokens / 1e6:.2f} M tokens (medians): {bytes_ok} the bytes goal "
+                         f"(≥ 100× both ways per sync), {loss_ok} the loss goal (no worse at equal tokens).")
     table = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n" + "\n".join(
         "| " + " | ".join(r) + " |" for r in rows)
     return table, lines
