@@ -18,7 +18,9 @@ import torch.distributed as dist
 from torch import nn
 
 from client_agent.flat import Select, flat_numel, selected
+from client_agent.model import hf_config
 from client_agent.precision import Precision
+from geofed.config import ModelConfig
 
 
 def is_distributed() -> bool:
@@ -92,10 +94,25 @@ def shard_model(model: nn.Module, precision: Precision | None = None) -> nn.Modu
     with torch.no_grad():
         for name, param in model.named_parameters():
             full = values.pop(name)
+            if full.is_meta:
+                continue  # built on the meta device (`build_on_meta`): the global model fills the shards
             shard = distribute_tensor(full.to(device), param.device_mesh, param.placements, src_data_rank=None)
             param.to_local().copy_(shard.to_local())
         for name, buf in model.named_buffers():
             buf.copy_(buffers[name])
+    return model
+
+
+def build_on_meta(cfg: ModelConfig) -> nn.Module:
+    """The model's structure on the meta device (issue 18): parameters without storage, buffers built for
+    real (the PS does not send them). `shard_model` then allocates only this rank's shards, so no rank
+    ever holds the whole model; they are filled from the global model (`flat_shards.load_global_slices`)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(hf_config(cfg))
+    model.tie_weights()
     return model
 
 

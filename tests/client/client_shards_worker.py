@@ -158,11 +158,31 @@ def main(out: Path, ckpt: Path) -> None:
     if rank == 0:
         results["after_load"] = after
     results["saved"] = save_checkpoint(ckpt, model, part, rank, world)
+    results.update(meta_build(rank, world))
     if rank == 0:
         torch.save(results, out)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
+
+
+def meta_build(rank: int, world: int) -> dict:
+    """A GPT-2 built on the meta device, sharded, and filled from rank 0's vector slice by slice."""
+    from client_agent.flat import flat_numel
+    from client_agent.fsdp import build_on_meta
+    from geofed.config import ModelConfig
+
+    model = build_on_meta(ModelConfig(family="gpt2", n_layer=2, n_head=2, n_embd=32, block_size=16))
+    if world > 1:
+        shard_model(model)
+    else:
+        model.to_empty(device="cpu")
+    numel = flat_numel(model)
+    flat = torch.randn(numel, generator=torch.Generator().manual_seed(11))
+    held = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
+    load_global_slices(model, FlatPartition.for_codec(numel, world, 4096), flat if rank == 0 else None)
+    back = full_flat_on_rank0(model) if world > 1 else torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return {"meta_flat": flat, "meta_back": back, "meta_held": held, "meta_numel": numel}
 
 
 def gather_residual(ef: ErrorFeedback, part: FlatPartition, what: str) -> torch.Tensor:

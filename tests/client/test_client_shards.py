@@ -86,6 +86,12 @@ def test_each_rank_applies_its_slice_of_the_global_model(two_ranks):
     assert torch.equal(got["after_load"], got["base"])  # gathered back by the old path: every shard written
 
 
+def test_a_model_built_on_the_meta_device_holds_only_its_shards_and_takes_the_global_model(two_ranks):
+    got, _ = two_ranks
+    assert torch.equal(got["meta_back"], got["meta_flat"])
+    assert got["meta_held"] < 0.6 * got["meta_numel"]  # rank 0 allocated about half the model, not all of it
+
+
 def check_restored(saved: dict, restored: dict) -> None:
     assert restored["meta"] == {"step": 2, "base_version": 9}
     assert torch.equal(restored["model"], saved["model"])

@@ -135,6 +135,12 @@ def test_a_non_finite_value_on_one_rank_fails_every_rank_and_none_hangs(delta):
     assert all(isinstance(e, CodecError) and "non-finite" in str(e) for e in errors), errors
 
 
+def test_a_misaligned_slice_on_one_rank_fails_every_rank_and_none_hangs(delta):
+    _, _, _, errors = encode_by_ranks(make_codec("int8"), delta, [0, 4500, 8000, delta.size])
+    assert "frame boundaries" in str(errors[0]) and "frame boundaries" in str(errors[1])
+    assert "another rank's slice" in str(errors[2])
+
+
 @pytest.mark.parametrize(("start", "size", "message"), [
     (500, 1000, "frame boundaries"),  # starts mid-frame: its first frame would straddle two ranks
     (0, 1500, "frame boundaries"),  # ends mid-frame before the end of the vector
