@@ -41,7 +41,7 @@ from ..aggregation.strategies import build_strategy
 from ..aggregation.strategy import Accumulator
 from ..checkpoint import CheckpointStore, PSCheckpoint
 from ..global_model import GlobalModel, Snapshot
-from ..ingest import KEPT_DECODED
+from ..ingest import _Budget  # the ingest's own keep-decoded budget, sized per shard here
 from .errors import ShardRefused
 from .slice_decoder import SliceDecoder
 
@@ -58,12 +58,13 @@ class StagedPush:
     path: Path
     init: bool
     sq_norm: float
-    values: np.ndarray | None = None  # kept decoded while KEPT_DECODED allows
+    values: np.ndarray | None = None  # kept decoded while the shard's budget allows
+    budget: _Budget | None = None
 
     def release(self) -> None:
-        if self.values is not None:
-            KEPT_DECODED.give(self.values.nbytes)
-            self.values = None
+        if self.values is not None and self.budget is not None:
+            self.budget.give(self.values.nbytes)
+        self.values = None
 
 
 @dataclass
@@ -97,6 +98,15 @@ def read_staged(path: Path, lo: int, hi: int, total: int):
         dec.finish()
 
 
+def sq_norm(flat: np.ndarray, step: int = 1 << 22) -> float:
+    """Σ x² in float64, slice by slice (a whole float64 copy would double the shard's peak memory)."""
+    total = 0.0
+    for i in range(0, flat.size, step):
+        wide = flat[i : i + step].astype(np.float64)
+        total += float(np.dot(wide, wide))
+    return total
+
+
 def slice_manifest(manifest: Manifest, lo: int, hi: int) -> Manifest:
     """The tensors that make up [lo, hi); the shard map puts its bounds on tensor boundaries."""
     out, at = [], 0
@@ -128,7 +138,9 @@ class ShardCore:
         self.acc: Accumulator | None = None
         self.folded: list[str] = []  # push ids in the open round, in fold order
         self.prepared: tuple[int, np.ndarray, float] | None = None  # (version, slice, sq_norm)
-        self.previous: Snapshot | None = None  # the version before the committed one, for slow model readers
+        # Decoded pushes kept in RAM (folded without a second decode): one slice's worth, so a shard's memory
+        # stays O(slice) like the single PS's (its budget, ingest.KEPT_DECODED, is about one model).
+        self.kept: _Budget | None = None
 
     # ---- durability -------------------------------------------------------------------------------
 
@@ -188,7 +200,10 @@ class ShardCore:
             total = self.total
         dec = SliceDecoder(codec_header, lo=lo, hi=hi, numel=total)
         path = self.staged_dir / f"{push_id}.bin"
-        values = np.empty(hi - lo, np.float32) if KEPT_DECODED.take(4 * (hi - lo)) else None
+        if self.kept is None:
+            self.kept = _Budget(4 * (hi - lo))
+        kept = self.kept
+        values = np.empty(hi - lo, np.float32) if kept.take(4 * (hi - lo)) else None
         sq = 0.0
         try:
             with open(path, "wb") as f:
@@ -216,9 +231,9 @@ class ShardCore:
         except BaseException:
             path.unlink(missing_ok=True)
             if values is not None:
-                KEPT_DECODED.give(values.nbytes)
+                kept.give(values.nbytes)
             raise
-        staged = StagedPush(push_id, path, init, sq, values)
+        staged = StagedPush(push_id, path, init, sq, values, kept)
         with self.lock:
             old = self.staged.pop(push_id, None)
             if old is not None:
@@ -258,9 +273,14 @@ class ShardCore:
                 raise ShardRefused("version", f"shard {self.index} already holds version {self.model.version}")
             staged = self._staged(push_id)
             part = slice_manifest(manifest, self.lo, self.hi)
-            flat = np.empty(self.hi - self.lo, np.float32)
-            for off, values in FoldedPayload("", 0.0, flat.size, staged, self.lo, self.hi, self.total).iter_values(0):
-                flat[off : off + values.size] = values
+            if staged.values is not None:  # decoded while it arrived: that buffer becomes the slice
+                flat, staged.values = staged.values, None
+                staged.budget.give(flat.nbytes)
+            else:
+                flat = np.empty(self.hi - self.lo, np.float32)
+                for off, values in FoldedPayload("", 0.0, flat.size, staged, self.lo, self.hi,
+                                                 self.total).iter_values(0):
+                    flat[off : off + values.size] = values
             self.strategy.install(flat.size, part)
             self._checkpoint(version, flat, part, self.dir)
             self._delete(self.staged.pop(push_id))
@@ -319,8 +339,7 @@ class ShardCore:
                 self._reload_strategy()
                 return False, f"shard {self.index}: the next model is non-finite", 0.0
             self._checkpoint(version, flat, current.manifest, self.prepared_dir)
-            wide = flat.astype(np.float64)
-            self.prepared = (version, flat, float(np.dot(wide, wide)))
+            self.prepared = (version, flat, sq_norm(flat))
             return True, "", self.prepared[2]
 
     def _reload_strategy(self) -> None:
@@ -345,7 +364,6 @@ class ShardCore:
             flat = self.prepared[1]
             self.prepared = None
             self._close_round()
-            self.previous = current
             return self.model.publish(version, flat, current.manifest)
 
     def _close_round(self) -> None:
@@ -378,8 +396,7 @@ class ShardCore:
                 path = self._prepared_file(version)
                 if self.prepared is None and path.exists():
                     ckpt = CheckpointStore.load(path)
-                    wide = ckpt.flat.astype(np.float64)
-                    self.prepared = (version, ckpt.flat, float(np.dot(wide, wide)))
+                    self.prepared = (version, ckpt.flat, sq_norm(ckpt.flat))
                     if ckpt.aggregator.get("strategy"):
                         self.strategy.load_state_dict(ckpt.aggregator["strategy"])
                 if self.prepared is not None and self.prepared[0] == version:
@@ -401,8 +418,6 @@ class ShardCore:
 
     def read(self, version: int) -> Snapshot:
         snap = self.model.current()
-        if self.previous is not None and self.previous.version == version:
-            return self.previous
         if snap is None or snap.version != version:
             raise ShardRefused("version", f"shard {self.index} holds version {self.model.version}, not {version}")
         return snap
