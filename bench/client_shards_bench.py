@@ -57,6 +57,7 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
         full_flat_on_rank0,
         full_optimizer_state,
         init_distributed,
+        materialise,
         shard_model,
     )
     from client_agent.model import build_model_shell
@@ -83,7 +84,7 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
     if world > 1:
         shard_model(model)
     elif path == "shard":
-        model.to_empty(device="cpu")  # one rank owns everything: its "shard" is the whole model
+        materialise(model)  # one rank owns everything: its "shard" is the whole model
     numel = sum(p.numel() for p in model.parameters())
     lap("build")
     # The global model as the PS streamed it: on rank 0 only, in both paths (it has the one connection).
@@ -131,6 +132,7 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
                 ef.commit()
         spool.close()
         lap("push")
+        before_checkpoint = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         ckpt = Path(tmp) / "ckpt"
         if path == "shard":
             save_sharded(ckpt, 1, model, optimizer, part, ef, {"step": 1})
@@ -145,7 +147,8 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out.with_name(f"{out.stem}.rank{rank}.json").write_text(json.dumps({
         "path": path, "world": world, "rank": rank, "numel": numel, "peak_rss_mib": round(peak, 1),
-        "baseline_rss_mib": round(baseline, 1), "seconds": times, "loadavg": os.getloadavg(),
+        "peak_before_checkpoint_mib": round(before_checkpoint, 1), "baseline_rss_mib": round(baseline, 1),
+        "seconds": times, "loadavg": os.getloadavg(),
     }))
     del np
     if world > 1:
@@ -168,6 +171,7 @@ def launch(path: str, world: int, run: int, n_embd: int, n_layer: int) -> list[d
     ranks = [json.loads((RESULTS / f"{name}.rank{r}.json").read_text()) for r in range(world)]
     for r in ranks:
         r["loadavg_at_start"] = load
+    (RESULTS / f"{name}.rank0.json").write_text(json.dumps(ranks[0]))  # with the load at launch
     return ranks
 
 
@@ -181,19 +185,22 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
     lines = [
         f"Command: `{cmd}` · GPT-2 built from a config, {numel / 1e6:.0f}M parameters, synthetic values, "
         "int8+Huffman with error feedback, gloo ranks on this 2-core CPU machine (no GPU). Peak RSS in GiB "
-        "(`ru_maxrss`), median (min–max) over runs; the RSS after imports is included in every figure.",
+        "(`ru_maxrss`), median (min–max) over runs; the RSS after imports is included in every figure. In both "
+        "paths rank 0 also holds the global model as the PS streamed it (one fp32 copy, as `PSClient` does); "
+        "AdamW's state is real (one step on a synthetic gradient), training itself is not run.",
         "",
         "| path | ranks | runs | rank 0 peak GiB | other ranks' peak GiB (largest) "
-        "| rank 0 over baseline, bytes/param |",
-        "|---|---|---|---|---|---|",
+        "| rank 0 over baseline, bytes/param | rank 0 peak before the checkpoint GiB |",
+        "|---|---|---|---|---|---|---|",
     ]
     prose = []
     for (path, world), runs in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         leader = [r[0]["peak_rss_mib"] for r in runs]
         others = [max(x["peak_rss_mib"] for x in r[1:]) for r in runs] if world > 1 else []
         over = statistics.median(r[0]["peak_rss_mib"] - r[0]["baseline_rss_mib"] for r in runs) * 2**20 / numel
+        before = [r[0]["peak_before_checkpoint_mib"] for r in runs]
         lines.append(f"| {path} | {world} | {len(runs)} | {cell(leader)} | {cell(others) if others else '–'} | "
-                     f"{over:.1f} |")
+                     f"{over:.1f} | {cell(before)} |")
     for world in sorted({w for _, w in rows}):
         if ("gather", world) in rows and ("shard", world) in rows:
             g = statistics.median(r[0]["peak_rss_mib"] for r in rows[("gather", world)])
@@ -207,6 +214,20 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
     return "\n".join(lines) + "\n\n" + " ".join(prose) + "\n\nRaw output: `bench/results/client-shards/`.\n"
 
 
+def read_raw() -> dict[tuple[str, int], list[list[dict]]]:
+    """Every run's per-rank files under RESULTS, grouped by (path, ranks)."""
+    rows: dict[tuple[str, int], list[list[dict]]] = {}
+    for first in sorted(RESULTS.glob("*-run*.rank0.json")):
+        stem = first.name.removesuffix(".rank0.json")
+        ranks = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"{stem}.rank*.json"),
+                                                             key=lambda p: int(p.suffixes[-2][5:]))]
+        load = json.loads(first.read_text()).get("loadavg_at_start") or ranks[0]["loadavg"]
+        for r in ranks:
+            r.setdefault("loadavg_at_start", load)
+        rows.setdefault((ranks[0]["path"], ranks[0]["world"]), []).append(ranks)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", choices=PATHS)
@@ -217,6 +238,7 @@ def main() -> None:
     ap.add_argument("--n-embd", type=int, default=768)
     ap.add_argument("--n-layer", type=int, default=12)
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--report", action="store_true", help="rebuild the table from the raw files, run nothing")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.n_embd, args.n_layer, args.out)
@@ -224,7 +246,13 @@ def main() -> None:
         os._exit(0)  # gloo's threads can abort in static destructors at exit, after all work is done
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows: dict[tuple[str, int], list[list[dict]]] = {}
-    for run in range(args.runs):
+    if args.report:
+        rows = read_raw()
+        cmd = (RESULTS / "command.txt").read_text().strip()
+    else:
+        cmd = " ".join(["python -m bench.client_shards_bench", *sys.argv[1:]])
+        (RESULTS / "command.txt").write_text(cmd + "\n")
+    for run in range(0 if args.report else args.runs):
         for world in args.ranks:
             for path in args.paths:
                 ranks = launch(path, world, run, args.n_embd, args.n_layer)
@@ -232,7 +260,6 @@ def main() -> None:
                 print(json.dumps({"path": path, "world": world, "run": run,
                                   "peak_rss_mib": [r["peak_rss_mib"] for r in ranks],
                                   "seconds": ranks[0]["seconds"], "load": ranks[0]["loadavg_at_start"]}), flush=True)
-    cmd = " ".join(["python -m bench.client_shards_bench", *sys.argv[1:]])
     body = table(rows, cmd)
     (RESULTS / "table.md").write_text(body)
     print(body)

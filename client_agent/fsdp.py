@@ -116,6 +116,17 @@ def build_on_meta(cfg: ModelConfig) -> nn.Module:
     return model
 
 
+def materialise(model: nn.Module, device: torch.device | str = "cpu") -> nn.Module:
+    """Allocate a `build_on_meta` model whole on `device` (a single rank owns everything), uninitialised.
+
+    `to_empty` gives tied parameters (GPT-2's embedding and head) separate new objects: tie them again,
+    or the model would grow a second vocabulary-sized matrix and no longer match the manifest."""
+    model.to_empty(device=device)
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    return model
+
+
 def reshard(model: nn.Module) -> None:
     """Return every FSDP unit to its sharded parameters.
 

@@ -168,21 +168,24 @@ def main(out: Path, ckpt: Path) -> None:
 
 def meta_build(rank: int, world: int) -> dict:
     """A GPT-2 built on the meta device, sharded, and filled from rank 0's vector slice by slice."""
-    from client_agent.flat import flat_numel
-    from client_agent.fsdp import build_on_meta
+    from client_agent.flat import flat_numel, manifest
+    from client_agent.fsdp import build_on_meta, materialise
+    from client_agent.model import build_model
     from geofed.config import ModelConfig
 
-    model = build_on_meta(ModelConfig(family="gpt2", n_layer=2, n_head=2, n_embd=32, block_size=16))
+    cfg = ModelConfig(family="gpt2", n_layer=2, n_head=2, n_embd=32, block_size=16)
+    model = build_on_meta(cfg)
     if world > 1:
         shard_model(model)
     else:
-        model.to_empty(device="cpu")
+        materialise(model)
+    same_layout = manifest(model) == manifest(build_model(cfg))  # tied embeddings stay tied
     numel = flat_numel(model)
     flat = torch.randn(numel, generator=torch.Generator().manual_seed(11))
     held = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
     load_global_slices(model, FlatPartition.for_codec(numel, world, 4096), flat if rank == 0 else None)
     back = full_flat_on_rank0(model) if world > 1 else torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    return {"meta_flat": flat, "meta_back": back, "meta_held": held, "meta_numel": numel}
+    return {"meta_flat": flat, "meta_back": back, "meta_held": held, "meta_numel": numel, "meta_layout": same_layout}
 
 
 def gather_residual(ef: ErrorFeedback, part: FlatPartition, what: str) -> torch.Tensor:

@@ -88,6 +88,7 @@ def test_each_rank_applies_its_slice_of_the_global_model(two_ranks):
 
 def test_a_model_built_on_the_meta_device_holds_only_its_shards_and_takes_the_global_model(two_ranks):
     got, _ = two_ranks
+    assert got["meta_layout"]  # the manifest of the same config built the ordinary way
     assert torch.equal(got["meta_back"], got["meta_flat"])
     assert got["meta_held"] < 0.6 * got["meta_numel"]  # rank 0 allocated about half the model, not all of it
 
@@ -104,6 +105,12 @@ def check_restored(saved: dict, restored: dict) -> None:
         for key, value in state.items():
             assert torch.equal(torch.as_tensor(restored["optimizer"][name][key]), torch.as_tensor(value)), (name, key)
     assert saved["optimizer"]["emb"]["exp_avg"].abs().max() > 0  # AdamW really has state to lose
+
+
+def test_a_meta_built_model_on_one_rank_keeps_its_tied_embeddings(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    got = worker.meta_build(0, 1)
+    assert got["meta_layout"] and torch.equal(got["meta_back"], got["meta_flat"])
 
 
 def test_checkpoint_of_two_ranks_restores_on_one(two_ranks, tmp_path, monkeypatch):
