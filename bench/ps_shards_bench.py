@@ -9,8 +9,9 @@ Memory is each process's peak RSS (VmHWM); pushes/s is pushes over the wall time
 shards, shard 0 is then SIGKILLed mid-round (one delta accepted), restarted on its checkpoint directory,
 and the next push timed: restore = spawn to listening (checkpoint loaded), replay = that push's time.
 
-Usage: .venv/bin/python bench/ps_shards_bench.py [--numel 268435456] [--shards 1 2 4] [--runs 3]
+Usage: .venv/bin/python -m bench.ps_shards_bench [--numel 268435456] [--shards 1 2 4] [--runs 3]
        [--write docs/benchmarks.md]    (raw JSON per run in bench/results/ps-shards/)
+       .venv/bin/python -m bench.ps_shards_bench --report-only --write docs/benchmarks.md   (table from them)
 """
 
 from __future__ import annotations
@@ -169,13 +170,17 @@ def section(records: list[dict], command: str) -> str:
         f"Synthetic federation (random Θ0 and int8+Huffman deltas, no training): {numel / 1e6:.0f}M parameters "
         f"({fp32_mb:.0f} MiB fp32) in {TENSORS} equal tensors, {records[0]['clients']} clients pushing one "
         f"delta each per round, concurrently, {records[0]['rounds']} rounds (async, one version per round). "
-        "Peak RSS (VmHWM) per process; pushes/s over the rounds' wall time. Median (min–max) of "
+        "Peak RSS (VmHWM) per process; pushes/s over the rounds' wall time. Restore: SIGKILL shard 0 with one "
+        "delta of the open round folded, restart it on its checkpoint directory, seconds from spawn to listening "
+        "(Python start and loading its slice); the next push includes the front replaying the open round on it. "
+        "Median (min–max) of "
         f"{min(len(v) for v in by.values())} runs, fresh processes each. Command: `{command}`; raw JSON in "
         "`bench/results/ps-shards/`.",
         "",
         "| PS shards | front peak RSS (MiB) | largest shard peak RSS (MiB) | shard RSS / fp32 model | pushes/s | "
-        "restore a killed shard (s) | next push after restore (s) | load avg (1 min, start–end) |",
-        "|---|---|---|---|---|---|---|---|",
+        "restore a killed shard (s) | next push after restore (s) | a push before the kill (s) | "
+        "load avg (1 min, start–end) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in sorted(by):
         rs = by[s]
@@ -189,10 +194,11 @@ def section(records: list[dict], command: str) -> str:
         pps = [r["pushes_per_s"] for r in rs]
         restore = _med([r["restore_s"] for r in rs]) if s > 1 else "–"
         after = _med([r["push_after_restore_s"] for r in rs]) if s > 1 else "–"
+        before = _med([r["push_before_kill_s"] for r in rs]) if s > 1 else "–"
         loads = f"{min(r['loadavg'][0][0] for r in rs):.1f}–{max(r['loadavg'][-1][0] for r in rs):.1f}"
         label = "1 (single PS)" if s == 1 else str(s)
         lines.append(f"| {label} | {_med(front) if s > 1 else '(the PS)'} | {_med(shard)} | {_med(ratio)} | "
-                     f"{_med(pps)} | {restore} | {after} | {loads} |")
+                     f"{_med(pps)} | {restore} | {after} | {before} | {loads} |")
     single = statistics.median(r["peak_rss_mb"]["ps"] for r in by.get(1, [])) if 1 in by else None
     lines.append("")
     notes = []
@@ -201,6 +207,12 @@ def section(records: list[dict], command: str) -> str:
             big = statistics.median(max(v for k, v in r["peak_rss_mb"].items() if k.startswith("shard"))
                                     for r in by[s])
             notes.append(f"with {s} shards the largest shard peaks at {big / single:.2f}× the single PS's RSS")
+    if single:
+        per_model = single / fp32_mb
+        notes.append(f"the single PS peaks at {per_model:.1f}× its fp32 model, so the issue's 1B-parameter row alone "
+                     f"would need ~{per_model * 4:.0f} GiB (plus the load generator's copies of Θ0 and the delta) "
+                     "on this 24 GiB machine shared with other work: the largest size run here is "
+                     f"{numel / 1e6:.0f}M")
     if notes:
         lines.append("Read from the table: " + "; ".join(notes) + ". " + (
             f"This machine has {records[0]['cpu_count']} cores shared with other work (load above), so shard "
