@@ -25,6 +25,7 @@ class FakePS:
 
     link_bytes_per_s = None
     bytes_sent = 0
+    shard_cuts = ()  # a single PS: frames need not end at shard bounds (PSClient learns them at Join)
 
     def __init__(self, events: list[str], refuse: bool) -> None:
         self.events, self.refuse, self.report = events, refuse, {}
