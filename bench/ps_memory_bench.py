@@ -6,6 +6,9 @@ Usage: .venv/bin/python bench/ps_memory_bench.py [--numel 124000000] [--clients 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -87,9 +90,23 @@ def run(numel: int, clients: int, mode: str) -> dict:
         ps.kill()
 
 
-def table(rows: list[dict], command: str) -> str:
+def _commit() -> str:
+    """The checkout's commit, with '+uncommitted' when tracked files differ from it."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=here).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here).stdout.strip()
+        return head + ("+uncommitted" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def table(rows: list[dict], command: str, raw: str | None = None) -> str:
     out = [
-        "## PS memory under concurrent pushes", "", f"Command: `{command}`", "",
+        "## PS memory under concurrent pushes", "", f"Command: `{command}`"
+        + (f"; raw output `{raw}` (one JSON line per row, with the load average and commit)" if raw else ""), "",
         "| model params | clients | aggregation | model (fp32) | one encoded delta | PS RSS idle | PS peak RSS "
         "(VmHWM) | peak / model | (peak − idle) / model | 8 pushes took |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -113,12 +130,20 @@ def main() -> int:
     p.add_argument("--numel", type=int, default=124_000_000)
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--write", help="update this markdown file between <!-- psmem:begin/end --> markers")
+    p.add_argument("--out", type=Path, help="write each row as a JSON line here (the raw output to keep)")
     args = p.parse_args()
-    rows = [run(args.numel, args.clients, mode) for mode in ("apply-each", "buffer-all")]
+    rows = []
+    for mode in ("apply-each", "buffer-all"):
+        load = os.getloadavg()
+        rows.append({**run(args.numel, args.clients, mode), "loadavg_at_start": load, "commit": _commit(),
+                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     for r in rows:
         print(r)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     command = "python bench/ps_memory_bench.py " + " ".join(sys.argv[1:])
-    text = table(rows, command.strip())
+    text = table(rows, command.strip(), str(args.out) if args.out else None)
     print(text)
     if args.write:
         from bench_markers import replace_section
