@@ -313,7 +313,8 @@ class FederationConfig(_Section):
         if self.ps_shards > 1 and self.groups:
             raise ValueError("ps_shards > 1 cannot be combined with PS groups")
         if self.ps_shards > 1 and self.codec.name == "sparse":
-            raise ValueError("ps_shards > 1 does not take the sparse codec (its frames are not cut at shard bounds)")
+            raise ValueError("ps_shards > 1 does not take the sparse codec (its PS strategy and model stream are not "
+                             "sharded)")
         if self.ps_shards > 1 and self.paradigm.name not in SHARDED_PARADIGMS:
             raise ValueError(f"ps_shards > 1 supports paradigms {', '.join(SHARDED_PARADIGMS)}, not "
                              f"{self.paradigm.name!r}")
