@@ -10,6 +10,7 @@ import base64
 import datetime as dt
 import logging
 import secrets
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -417,14 +418,26 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
 def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
     """Attach the Federation handlers to `registry`."""
 
+    # kopf runs the timer next to the change handlers, in other threads: without a lock, a timer that read the
+    # old spec could re-apply the old ConfigMap and Deployment just after an update applied the new ones,
+    # rolling the PS back and forth. The timer's body is live, so under the lock it reads the newest spec.
+    locks: dict[str, threading.Lock] = {}  # one small lock per Federation uid the operator has seen
+    guard = threading.Lock()
+
+    def lock_of(body: kopf.Body) -> threading.Lock:
+        with guard:
+            return locks.setdefault(body["metadata"]["uid"], threading.Lock())
+
     @kopf.on.resume(*RESOURCE, registry=registry)
     @kopf.on.create(*RESOURCE, registry=registry)
     @kopf.on.update(*RESOURCE, registry=registry)
     def reconcile(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:
-        reconcile_federation(deps, body, patch, logger)
+        with lock_of(body):
+            reconcile_federation(deps, body, patch, logger)
 
     @kopf.timer(*RESOURCE, interval=deps.settings.status_interval_s, registry=registry)
     def poll(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:
         # Level-triggered: re-create deleted children, roll a renewed certificate, then read the PS.
-        if reconcile_federation(deps, body, patch, logger, on_change=False):
-            poll_federation(deps, body, patch, logger)
+        with lock_of(body):
+            if reconcile_federation(deps, body, patch, logger, on_change=False):
+                poll_federation(deps, body, patch, logger)
