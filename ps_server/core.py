@@ -94,6 +94,9 @@ class ParameterServerCore:
         self.model = GlobalModel()
         self.clients: dict[str, ClientState] = {}
         self._clients_lock = threading.Lock()
+        # Joins and admin calls persist the registry from several gRPC threads: one writer at a time, and the
+        # state taken under the same lock, so an older snapshot never replaces a newer one on disk.
+        self._registry_write_lock = threading.Lock()
         self.store = CheckpointStore(server.checkpoint_dir, keep=server.keep_checkpoints)
         self.group = build_group(fed, server, peers, self.model)  # multi-PS: ring all-reduce with the others
         self.aggregator = Aggregator(
@@ -206,7 +209,8 @@ class ParameterServerCore:
     def persist_registry(self) -> None:
         """Write the credential registry now; a failure is logged and counted, never fatal."""
         try:
-            self.store.save_registry(self.registry.state_dict())
+            with self._registry_write_lock:
+                self.store.save_registry(self.registry.state_dict())
         except OSError as exc:
             self.metrics.checkpoint_failures.inc()
             log.error("event=registry_save_failed error=%s", exc)

@@ -1,0 +1,38 @@
+"""The credential registry on disk under concurrent Joins and admin calls (several gRPC threads at once)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from geofed.config import FederationConfig, ServerConfig
+from ps_server.core import ParameterServerCore
+
+
+def test_concurrent_token_mints_all_reach_the_registry_file(tmp_path) -> None:
+    """16 threads mint tokens at once: no write fails, and the file on disk holds every token.
+
+    With one fixed temporary file and no lock, concurrent writers truncated and renamed each other's file
+    (`registry_save_failed ... .registry.json.tmp`), and a slow writer could replace a newer registry with
+    an older snapshot: a token minted then would be unknown to a restarted PS.
+    """
+    server = ServerConfig(checkpoint_dir=str(tmp_path / "ckpt"))
+    core = ParameterServerCore(FederationConfig(), server, admin_credential="x" * 32)
+    admin = core.registry.authenticate_admin("x" * 32)
+    failures_before = core.metrics.checkpoint_failures._value.get()
+    start = threading.Barrier(16)
+
+    def mint(i: int) -> None:
+        start.wait()
+        for j in range(5):
+            core.mint_token(admin, f"client-{i}-{j}", "site", 600.0, master=False)
+
+    threads = [threading.Thread(target=mint, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert core.metrics.checkpoint_failures._value.get() == failures_before
+    on_disk = json.loads((tmp_path / "ckpt" / "registry.json").read_text())
+    assert on_disk == json.loads(json.dumps(core.registry.state_dict()))
+    assert sum(1 for _ in (tmp_path / "ckpt").glob(".registry*")) == 0  # no temporary file left behind
