@@ -91,12 +91,14 @@ def push(codec_name: str, block: int, model: nn.Module, base_slice: torch.Tensor
     ef.residual[:] = np.linspace(-1e-3, 1e-3, b - a, dtype=np.float32)  # a residual from an earlier round
     header, frames = encode_slice(make_codec(codec_name, "huffman", block), delta, part, rank, ef, FRAME)
     relayed = frames_to_leader(frames, rank, part.world)
-    most_numpy = largest_numpy_block()
+    most_numpy = largest_numpy_block()  # the residual, its staged successor and δ + residual are alive now
     if relayed is not None:
         spool.write(len(header).to_bytes(4, "little") + header)
-        for frame in relayed:
+        own = -(-(b - a) // FRAME)
+        for i, frame in enumerate(relayed):
             spool.write(frame)
-            most_numpy = max(most_numpy, largest_numpy_block())
+            if i in (0, own):  # while encoding its own frames, and once relaying another rank's
+                most_numpy = max(most_numpy, largest_numpy_block())
     return ef, most_numpy
 
 
@@ -151,8 +153,8 @@ def main(out: Path, ckpt: Path) -> None:
         ef_full = ErrorFeedback(numel)
         _, frames = ef_full.encode(make_codec("int8"), (after - base).numpy(), frame_elems=FRAME)
         most = largest_numpy_block()
-        for _ in frames:
-            most = max(most, largest_numpy_block())
+        next(frames)
+        most = max(most, largest_numpy_block())
         tracemalloc.stop()
         results["gather_path_numpy"] = most
     if rank == 0:
