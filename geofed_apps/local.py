@@ -299,10 +299,10 @@ def _watch(clients, tails, admin, opts, latest, evaluator: GlobalEvaluator, t0: 
                                 "elapsed_s": time.monotonic() - t0})
                 try:
                     status = admin.status()
-                    connected = status["connected_clients"]
+                    active = status["active_clients"]
                 except Exception:  # progress display only; the PS may be busy
-                    connected = "?"
-                _say(f"== global v{ckpt.version}: eval loss {loss:.3f}, {connected} clients connected")
+                    active = "?"
+                _say(f"== global v{ckpt.version}: eval loss {loss:.3f}, {active} clients active")
         if all(p.poll() is not None for p in clients):
             for tail in tails:
                 records.extend(tail.new())

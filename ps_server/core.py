@@ -372,6 +372,7 @@ class ParameterServerCore:
         return {
             "version": self.model.version,
             "connected_clients": self.connected_count(),
+            "active_clients": self.active_client_count(),
             "known_clients": len(self.clients),
             "mode": self.fed.aggregation.mode,
             "buffered_deltas": self.aggregator.buffered,

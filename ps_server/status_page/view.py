@@ -120,7 +120,7 @@ def build_view(core: ParameterServerCore, site: str | None, since: int = 0) -> d
         "time": time.time(),
         "federation": federation_settings(core),
         "server": {k: status.get(k) for k in ("version", "has_model", "num_parameters", "connected_clients",
-                                              "known_clients", "buffered_deltas", "server_instance", "group")},
+                                              "active_clients", "known_clients", "buffered_deltas", "server_instance", "group")},
         "history": [list(p) for p in core.history.since(since)],
         "clients": rows,
         "sites": site_summary(rows),

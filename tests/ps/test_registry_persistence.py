@@ -1,4 +1,4 @@
-"""The credential registry on disk under concurrent Joins and admin calls (several gRPC threads at once)."""
+"""The PS core under concurrent Joins and admin calls: the registry on disk, and who counts as active."""
 
 from __future__ import annotations
 
@@ -36,3 +36,18 @@ def test_concurrent_token_mints_all_reach_the_registry_file(tmp_path) -> None:
     on_disk = json.loads((tmp_path / "ckpt" / "registry.json").read_text())
     assert on_disk == json.loads(json.dumps(core.registry.state_dict()))
     assert sum(1 for _ in (tmp_path / "ckpt").glob(".registry*")) == 0  # no temporary file left behind
+
+
+def test_status_counts_clients_with_a_live_session_as_active_without_an_open_stream(tmp_path) -> None:
+    """Clients fetch the model on demand, so between syncs none holds a stream: `active_clients` counts live
+    sessions seen within client_timeout_s; a revoked client drops out of it at once."""
+    server = ServerConfig(checkpoint_dir=str(tmp_path / "ckpt"), client_timeout_s=60.0)
+    core = ParameterServerCore(FederationConfig(), server, admin_credential="x" * 32)
+    admin = core.registry.authenticate_admin("x" * 32)
+    for name in ("a", "b", "c"):
+        token, _ = core.mint_token(admin, name, "site", 600.0, master=False)
+        core.join(token, name)
+    status = core.status()
+    assert (status["active_clients"], status["connected_clients"], status["known_clients"]) == (3, 0, 3)
+    core.registry.revoke_client(admin, "b")
+    assert core.status()["active_clients"] == 2

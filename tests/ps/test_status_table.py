@@ -5,7 +5,8 @@ from __future__ import annotations
 from geofed.contribution_summary import from_client_list, site_summary
 from ps_server.status_table import format_status
 
-STATUS = {"federation": "demo", "version": 42, "mode": "async", "connected_clients": 2, "known_clients": 3,
+STATUS = {"federation": "demo", "version": 42, "mode": "async", "connected_clients": 1, "active_clients": 2,
+          "known_clients": 3,
           "buffered_deltas": 1, "last_train_loss": 2.5, "last_eval_loss": 2.75, "has_model": True}
 CLIENTS = [
     {"client_id": "west.b", "site": "west", "state": "gone", "pushes": 1, "bytes_in": 2_000, "bytes_out": 0,
@@ -33,7 +34,7 @@ def test_the_table_has_a_row_per_client_sorted_and_a_row_per_site():
     text = format_status(STATUS, CLIENTS)
     lines = text.splitlines()
 
-    assert lines[0].startswith("federation demo  version 42  mode async  clients 2 connected / 3 known")
+    assert lines[0].startswith("federation demo  version 42  mode async  clients 2 active / 1 streaming / 3 known")
     assert lines[2].split()[:3] == ["CLIENT", "SITE", "STATE"]
     assert [line.split()[0] for line in lines[3:6]] == ["east.a", "west.a", "west.b"]
     east = lines[3].split()

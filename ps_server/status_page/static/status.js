@@ -107,7 +107,7 @@ function drawPlot() {
 function render(s) {
   text($("federation"), s.federation.name);
   text($("version"), s.server.version);
-  text($("connected"), s.server.connected_clients);
+  text($("active"), s.server.active_clients);
   text($("known"), s.server.known_clients);
   text($("buffered"), s.server.buffered_deltas);
   text($("scope"), s.scope === "admin" ? "" : `(${s.scope})`);
