@@ -42,7 +42,8 @@ def format_status(status: Mapping[str, Any], clients: Sequence[Mapping[str, Any]
     """The human-readable `geofed status`."""
     head = (f"federation {status.get('federation', '?')}  version {status.get('version', 0)}  "
             f"mode {status.get('mode', '?')}  clients {status.get('active_clients', 0)} active / "
-            f"{status.get('connected_clients', 0)} streaming / {status.get('known_clients', 0)} known  buffered deltas {status.get('buffered_deltas', 0)}  "
+            f"{status.get('connected_clients', 0)} streaming / {status.get('known_clients', 0)} known  "
+            f"buffered deltas {status.get('buffered_deltas', 0)}  "
             f"loss train {_loss(status.get('last_train_loss'))} eval {_loss(status.get('last_eval_loss'))}")
     if not status.get("has_model"):
         head += "  (waiting for the master client's initial model)"
