@@ -6,7 +6,7 @@ load DCP reads each rank's new shards from whichever files hold them, so a check
 restores on M. The residual lives in the push's frame-aligned `FlatPartition`, which depends on the
 rank count, so it is saved as a 1-D `Shard(0)` DTensor (torch.chunk's split, which DCP reshards) and
 moved between the two layouts with one all-to-all. The rest (step, data position, scaler, base
-version) is JSON written by rank 0. A save goes to its own `step-<n>` directory; `latest.json`, replaced
+version) is JSON written by rank 0. A save goes to its own `step-<n>-<serial>` directory; `latest.json`, replaced
 atomically once every rank has finished, names the complete one, so a crash mid-save leaves the
 previous checkpoint in force. DCP's own metadata file is pickled by torch: it is written and read only
 by this site's ranks, never received from a peer.
@@ -91,12 +91,16 @@ def _state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]
 
 def save_sharded(directory: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                  part: FlatPartition, ef: ErrorFeedback | None, meta: dict[str, Any]) -> Path:
-    """Write this rank's shards of the model, optimizer and residual under `directory/step-<step>`; collective.
+    """Write this rank's shards of the model, optimizer and residual under `directory/step-<step>-<serial>`;
+    collective.
 
     `meta` (JSON-able: step, data position, scaler, base version...) is written by rank 0 alone."""
     directory = Path(directory)
     rank, world = _world()
-    target = directory / f"step-{step}"
+    # A fresh directory name every save, even for a step saved before (a round retried after a refusal):
+    # the one the pointer names is never written over. Every rank reads the same pointer (shared storage).
+    previous = read_pointer(directory)
+    target = directory / f"step-{step}-{previous['serial'] + 1 if previous else 0}"
     state = _state(model, optimizer)
     residual = {}
     if ef is not None:
@@ -112,7 +116,8 @@ def save_sharded(directory: str | Path, step: int, model: nn.Module, optimizer: 
     if world > 1:
         dist.barrier()  # every rank's files are complete before the pointer names them
     if rank == 0:
-        body = {"format": FORMAT, "dir": target.name, "world": world, "numel": part.numel,
+        body = {"format": FORMAT, "dir": target.name, "serial": previous["serial"] + 1 if previous else 0,
+                "world": world, "numel": part.numel,
                 "residual": sorted(residual), "meta": meta}
         atomic_write(directory / POINTER, lambda f: f.write(json.dumps(body).encode()))
         for old in directory.glob("step-*"):
@@ -133,6 +138,8 @@ def read_pointer(directory: str | Path) -> dict[str, Any] | None:
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise CheckpointError(f"{path}: format {body.get('format') if isinstance(body, dict) else body!r} "
                               f"is not {FORMAT}")
+    if not isinstance(body.get("serial"), int) or not isinstance(body.get("dir"), str) or "/" in body["dir"]:
+        raise CheckpointError(f"{path}: malformed pointer (serial {body.get('serial')!r}, dir {body.get('dir')!r})")
     return body
 
 
@@ -147,6 +154,8 @@ def load_sharded(directory: str | Path, model: nn.Module, optimizer: torch.optim
     body = read_pointer(directory)
     if body is None:
         return None
+    if not (directory / body["dir"]).is_dir():
+        raise CheckpointError(f"{directory / POINTER} names {body['dir']!r}, which is not there")
     if body["numel"] != part.numel:
         raise CheckpointError(f"{directory}: the checkpoint's flat vector has {body['numel']} elements, "
                               f"this model's {part.numel}")
