@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from geofed.codec import ErrorFeedback, choose_codec, make_codec
+from geofed.codec import ErrorFeedback, make_codec
+from geofed.codec.policy import codec_choice
 from geofed.codec.sparse import sparse_params
 from geofed.config import ClientConfig, FederationConfig
 from geofed.manifest import TensorEntry
@@ -119,6 +120,7 @@ class ClientAgent:
         self.t_start = time.monotonic()
         self.metrics_path = self.work / "metrics.jsonl"
         self.first_step_at: float | None = None
+        self._auto_codec: str | None = None  # the last 'auto' codec choice, logged when it changes
 
     def _ps_client(self) -> PSClient:
         cfg = self.cfg
@@ -398,14 +400,18 @@ class ClientAgent:
         latest = ps.latest()
         return latest if latest is not None and latest.version >= current.version else current
 
-    @staticmethod
-    def _codec_name(fed: FederationConfig, ps: PSClient, numel: int) -> str:
-        """'auto' picks int16 when the measured link allows it within the per-sync budget, else int8 (§III-B3)."""
+    def _codec_name(self, fed: FederationConfig, ps: PSClient, numel: int) -> str:
+        """'auto' picks int16 when the measured link allows it within the per-sync budget, else int8 (§III-B3).
+
+        Each change of the choice is logged with its reason (issue 14: every tuned setting says why).
+        """
         if fed.codec.name != "auto":
             return fed.codec.name
-        if ps.link_bytes_per_s is None:
-            return "int8"
-        return choose_codec(ps.link_bytes_per_s, numel, fed.codec.sync_time_budget_s)
+        name, reason = codec_choice(ps.link_bytes_per_s, numel, fed.codec.sync_time_budget_s)
+        if name != self._auto_codec:
+            self._auto_codec = name
+            log.info("event=autotune client=%s knob=codec value=%s reason=%r", self.cfg.client_id, name, reason)
+        return name
 
     def _check_layout(self, ps: PSClient, paradigm: ClientParadigm, model: torch.nn.Module, ranks: Ranks) -> None:
         """The PS announced its layout at Join: a model that exchanges something else must stop here, clearly."""

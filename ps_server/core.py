@@ -24,7 +24,7 @@ from .errors import ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
 from .group import GroupTransport, build_group
 from .ingest import PushHeader, PushReceiver, ReceivedPush
-from .metrics import PSMetrics
+from .metrics import PSMetrics, value_bits
 from .registry import AuthError, Principal, Registry, Session
 from .status_page.history import LossHistory
 
@@ -336,6 +336,8 @@ class ParameterServerCore:
             push.close()
         self._count_stale(client.client_id, outcome)
         self.metrics.compression_ratio.labels(client.client_id).set(push.header.payload_bytes / max(1, 4 * push.numel))
+        if (bits := value_bits(push.codec_name)) is not None:
+            self.metrics.delta_bits.labels(client.client_id).set(bits)
         client.push_done(push.header.payload_bytes / max(1, 4 * push.numel))
         log.info(
             "event=push client=%s upload=%s status=%s version=%d staleness=%d bytes=%d codec=%s",

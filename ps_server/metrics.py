@@ -6,6 +6,13 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+_VALUE_BITS = {"int8": 8, "int16": 16, "bf16": 16, "fp32": 32}
+
+
+def value_bits(codec_name: str) -> int | None:
+    """Bits per value of a codec by its header name ('int8+huffman/b4096' -> 8); None for other codecs."""
+    return _VALUE_BITS.get(codec_name.split("+", 1)[0].split("/", 1)[0])
+
 # Contributions.report() key -> (metric name suffix, help)
 CONTRIBUTION_METRICS = {
     "tokens": ("tokens_trained", "Server-vouched tokens behind applied deltas"),
@@ -27,6 +34,10 @@ class PSMetrics:
         self.compression_ratio = Gauge(
             "geofed_compression_ratio", "Encoded bytes / fp32 bytes of the client's last delta", ["client"], registry=r
         )
+        # The bit width the client chose for its last delta (8/16/32; 'auto' picks it from the measured link):
+        # what the client's tuning decided, next to what it cost (compression_ratio).
+        self.delta_bits = Gauge("geofed_client_delta_bits", "Bit width of the client's last delta codec", ["client"],
+                                registry=r)
         self.push_seconds = Histogram(
             "geofed_push_seconds", "Wall time of one PushDelta (a sync's RTT)", ["client"], registry=r,
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),

@@ -25,3 +25,17 @@ def choose_codec(link_bytes_per_s: float, numel: int, budget_s: float) -> str:
         raise CodecError(f"budget_s must be positive, got {budget_s}")
     seconds = numel * INT16_HUFFMAN_BYTES_PER_PARAM / link_bytes_per_s
     return "int16" if seconds <= budget_s else "int8"
+
+
+def codec_choice(link_bytes_per_s: float | None, numel: int, budget_s: float) -> tuple[str, str]:
+    """`choose_codec`'s answer and its reason in words (the client logs it whenever its choice changes).
+
+    Before any upload has been timed there is no rate to plan with: int8, the smallest, until one is.
+    """
+    if link_bytes_per_s is None:
+        return "int8", "no upload timed yet: int8 until one is"
+    name = choose_codec(link_bytes_per_s, numel, budget_s)
+    seconds = numel * INT16_HUFFMAN_BYTES_PER_PARAM / link_bytes_per_s
+    verdict = "within" if name == "int16" else "over"
+    return name, (f"an int16+huffman push of {numel} values would take ~{seconds:.3g} s at the measured "
+                  f"{link_bytes_per_s / 1e6:.3g} MB/s, {verdict} sync_time_budget_s={budget_s:g}")

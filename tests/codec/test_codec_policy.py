@@ -40,3 +40,13 @@ def test_threshold_is_the_estimated_push_time() -> None:
 def test_invalid_inputs(args: tuple, message: str) -> None:
     with pytest.raises(CodecError, match=message):
         choose_codec(*args)
+
+
+def test_the_auto_choice_comes_with_its_reason() -> None:
+    from geofed.codec.policy import codec_choice
+
+    assert codec_choice(None, 1000, 1.0) == ("int8", "no upload timed yet: int8 until one is")
+    name, reason = codec_choice(1e6, 1_000_000, 10.0)  # 1.3 MB at 1 MB/s: 1.3 s, within 10 s
+    assert name == "int16" and "~1.3 s" in reason and "1 MB/s" in reason and "within" in reason
+    name, reason = codec_choice(1e5, 1_000_000, 10.0)  # 13 s, over 10 s
+    assert name == "int8" and "~13 s" in reason and "over sync_time_budget_s=10" in reason
