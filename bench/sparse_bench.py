@@ -194,7 +194,10 @@ def report() -> str:
         "chunks, Rice-coded indices, client error feedback β = 1, sparse sum and server-side re-sparsification). "
         "Model: the bench's 2×128 GPT-2 (446k parameters), data: the Python standard library split by module "
         "(real text, not synthetic). Budgets are half the scenarios' usual ones (stated per row), on a shared "
-        "2-core machine (load column: 1-minute load average when each run started).",
+        "2-core machine (load column: 1-minute load average when each run started). hetero-wan's DiLoCo row "
+        "has two more runs, `python -m bench.sparse_bench --runs 5 --first-run 4 --scenarios hetero-wan --methods "
+        "diloco`, made once the machine was quieter: at load 11–12 its barrier round did not finish within the "
+        "70-s budget (runs 2 and 3, kept in the row).",
         "",
         "Columns: bytes per client sync, median (range) over the runs. *Delta bytes up*: the encoded delta (the "
         "codec's output). *Model bytes down*: the model transfers a client received after its first (whole fp32) "
