@@ -1,0 +1,59 @@
+"""The sync path a site takes (issue 18): shard-wise only where it fits, otherwise today's path, with a reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client_agent.shard_route import shard_route
+from geofed.codec import CodecError, make_codec
+from geofed.codec.sharded import SliceCodec
+from geofed.codec.sparse import SparseParams
+from geofed.config import CodecConfig
+
+
+class _Alone:
+    def max(self, values):
+        return values
+
+    def sum(self, values):
+        return values
+
+
+def _codec(name: str):
+    return make_codec(name, sparse=SparseParams(16, 3, 2, "fixed") if name == "sparse" else None)
+
+
+@pytest.mark.parametrize("name", [n for n in CodecConfig.model_fields["name"].annotation.__args__ if n != "auto"])
+def test_route_matches_what_the_slice_encoder_can_do(name):
+    """The reference is the encoder itself: where the route says shard-wise, a whole-vector slice encodes to
+    the one-rank stream byte for byte; where it says no, `SliceCodec` refuses the codec."""
+    route = shard_route(2, "pretrain", name, ps_sharded=False)
+    codec = _codec(name)
+    if not route.shard_wise:
+        assert name in route.reason and "no shard-wise encoder" in route.reason
+        with pytest.raises(CodecError, match="no shard-wise encoder"):
+            SliceCodec(codec, 0, 10, _Alone())
+        return
+    x = np.random.default_rng(0).standard_normal(3000).astype(np.float32)
+    h1, f1 = codec.encode(x, frame_elems=1000)
+    h2, f2 = SliceCodec(codec, 0, x.size, _Alone()).encode(x, frame_elems=1000)
+    assert (h2, list(f2)) == (h1, list(f1))
+
+
+def test_sparse_falls_back_and_auto_goes_shard_wise():
+    assert not shard_route(4, "pretrain", "sparse", ps_sharded=False).shard_wise
+    assert shard_route(4, "bitfit", "auto", ps_sharded=False).shard_wise
+
+
+@pytest.mark.parametrize("paradigm", ["lora", "zo", "fsl-sage"])
+def test_small_vector_paradigms_keep_todays_path(paradigm):
+    route = shard_route(2, paradigm, "int8", ps_sharded=False)
+    assert not route.shard_wise and repr(paradigm) in route.reason
+
+
+def test_one_rank_and_sharded_ps_keep_todays_path():
+    one = shard_route(1, "pretrain", "int8", ps_sharded=False)
+    assert not one.shard_wise and "one rank" in one.reason
+    sharded = shard_route(2, "pretrain", "int8", ps_sharded=True)
+    assert not sharded.shard_wise and "sharded" in sharded.reason
