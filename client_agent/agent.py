@@ -153,6 +153,8 @@ class ClientAgent:
         cfg = self.cfg
         ranks = Ranks(cfg.process_group_timeout_s)
         # Data first: a bad data directory must fail before the one-time token is spent.
+        if cfg.tokenizer is not None:
+            self._preload.join()  # AutoTokenizer imports transformers too: never two threads in its lazy modules
         tokenizer = load_tokenizer(cfg.tokenizer)
         tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=self.work / "tokens.npy")
         if report.skipped:
