@@ -112,6 +112,18 @@ class ReceivedPush:
             self.values = None
 
 
+def check_envelope(header: PushHeader, second: bool, max_upload_bytes: int) -> None:
+    """What every receiver of a push checks first (one PS or a sharded PS's front): one header, an upload id
+    of sane length, a declared size under the cap."""
+    if second:
+        raise InvalidPush("protocol", "a second header arrived in one push")
+    if not header.upload_id or len(header.upload_id) > 128:
+        raise InvalidPush("protocol", "upload_id must be 1..128 characters")
+    if header.payload_bytes > max_upload_bytes:
+        raise PushTooLarge("oversized", f"payload of {header.payload_bytes} bytes exceeds the cap of "
+                           f"{max_upload_bytes} bytes")
+
+
 class PushReceiver:
     """Validates one push as its parts arrive; raises PushRejected on the first problem."""
 
@@ -131,14 +143,7 @@ class PushReceiver:
         self._values: np.ndarray | None = None
 
     def on_header(self, header: PushHeader) -> None:
-        if self.header is not None:
-            raise InvalidPush("protocol", "a second header arrived in one push")
-        if not header.upload_id or len(header.upload_id) > 128:
-            raise InvalidPush("protocol", "upload_id must be 1..128 characters")
-        if header.payload_bytes > self.max_upload_bytes:
-            raise PushTooLarge("oversized",
-                f"payload of {header.payload_bytes} bytes exceeds the cap of {self.max_upload_bytes} bytes",
-            )
+        check_envelope(header, self.header is not None, self.max_upload_bytes)
         if header.init:
             try:
                 expected = validate_manifest(header.manifest, max_numel=self.max_init_numel)

@@ -38,9 +38,9 @@ from geofed.shard_map import ShardMap, ShardMapError, split_manifest
 from ..aggregation.aggregator import Aggregator, ClientLedger, PushOutcome
 from ..aggregation.guard import DeltaGuard
 from ..aggregation.norm_bound import adamw_ceiling
-from ..errors import AlreadySent, CorruptPayload, InvalidPush, NotReady, PushTooLarge, StaleDelta
+from ..errors import AlreadySent, CorruptPayload, InvalidPush, NotReady, StaleDelta
 from ..global_model import GlobalModel, Snapshot
-from ..ingest import PushHeader
+from ..ingest import PushHeader, check_envelope
 from .errors import ShardRefused, ShardUnavailable
 from .link import ShardLink, StageCall
 from .router import FrameRouter
@@ -140,13 +140,7 @@ class ShardedReceiver:
         self._touched: set[int] = set()
 
     def on_header(self, header: PushHeader) -> None:
-        if self.header is not None:
-            raise InvalidPush("protocol", "a second header arrived in one push")
-        if not header.upload_id or len(header.upload_id) > 128:
-            raise InvalidPush("protocol", "upload_id must be 1..128 characters")
-        if header.payload_bytes > self.max_upload_bytes:
-            raise PushTooLarge("oversized", f"payload of {header.payload_bytes} bytes exceeds the cap of "
-                               f"{self.max_upload_bytes} bytes")
+        check_envelope(header, self.header is not None, self.max_upload_bytes)
         if header.init:
             try:
                 validate_manifest(header.manifest, max_numel=self.max_init_numel)
