@@ -187,7 +187,10 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
         "int8+Huffman with error feedback, gloo ranks on this 2-core CPU machine (no GPU). Peak RSS in GiB "
         "(`ru_maxrss`), median (min–max) over runs; the RSS after imports is included in every figure. In both "
         "paths rank 0 also holds the global model as the PS streamed it (one fp32 copy, as `PSClient` does); "
-        "AdamW's state is real (one step on a synthetic gradient), training itself is not run."
+        "AdamW's state is real (one step on a synthetic gradient), training itself is not run. The bench calls "
+        "the shard-wise library directly (`client_agent/flat_shards.py`, `shard_push.py`, `shard_checkpoint.py`): "
+        "the client agent's multi-rank loop does not take that path yet (issue 18 open), so a site running "
+        "`geofed client` today has the gather path's figures."
         + (" Scaled down from the issue's few hundred million parameters: at ~32 bytes per parameter the one-rank "
            "gather path of a 350M model needs ~11 GiB, more than this shared 24 GiB machine had free (~10–12 GiB)."
            if numel < 2e8 else ""),
