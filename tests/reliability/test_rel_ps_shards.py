@@ -67,6 +67,9 @@ def test_shard_sigkilled_mid_round_loses_nothing_and_publishes_no_mix(tmp_path, 
     header, frames = make_codec("fp32").encode(theta, frame_elems=512)  # Θ0: the front cuts its fp32 frames
     assert master.push(base_version=0, codec_header=header, frames=frames, init=True,
                        manifest=MANIFEST).version == 1
+    # The master joined before there was a model, so it learns the shard map with version 1 on its model
+    # stream; pushing before that arrives is (rightly) STALE, so wait for it as the agent does.
+    assert master.wait_for_version(0, timeout=60) is not None and master.shard_cuts == (1000,)
     other = client(ps, tmp_path, "s.other")
     reaper.add(other.close)
     assert other.shard_cuts == (1000,) and len(other.shard_map) == 16  # learnt at Join: a | b, c, d
