@@ -59,6 +59,19 @@ def load_admin_credential(path: str | None) -> str:
     return credential
 
 
+
+def listen(server: grpc.Server, cfg: ServerConfig, credentials: grpc.ServerCredentials | None
+           ) -> tuple[int, health.HealthServicer]:
+    """Add the health service and bind `cfg.host:cfg.port` (TLS when `credentials`): the port and the
+    health servicer, to set SERVING once the server has started. Shared by the PS, the front and shards."""
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"{cfg.host}:{cfg.port}"
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    if port == 0:
+        raise ConfigError(f"cannot bind {address}")
+    return port, health_servicer
+
 def server_credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:
     """TLS (mTLS when a client CA is set) or None for --insecure."""
     if cfg.insecure:
@@ -125,12 +138,7 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
         peers.bind(core.model)
     if secret:
         pb_grpc.add_PeerServicer_to_server(PeerServicer(core, secret), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    address = f"{cfg.host}:{cfg.port}"
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    if port == 0:
-        raise ConfigError(f"cannot bind {address}")
+    port, health_servicer = listen(server, cfg, credentials)
     try:
         page = start_status_page(core, cfg)
     except OSError as exc:

@@ -17,7 +17,7 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from geofed.config import FederationConfig, ServerConfig
 from geofed.protocol import geofed_pb2 as pb
@@ -26,7 +26,7 @@ from geofed.protocol.auth import AUTH_KEY, credential_from
 from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto
 
-from ..grpc_server import SERVER_OPTIONS
+from ..grpc_server import SERVER_OPTIONS, listen
 from .errors import ShardRefused, ShardUnavailable
 from .shard import ShardCore
 
@@ -278,12 +278,7 @@ def serve_shard(fed: FederationConfig, cfg: ServerConfig, secret: str, credentia
     core.resume()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=_SERVER_OPTIONS)
     pb_grpc.add_PsShardServicer_to_server(ShardServicer(core, secret), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    address = f"{cfg.host}:{cfg.port}"
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    if port == 0:
-        raise ValueError(f"cannot bind {address}")
+    port, health_servicer = listen(server, cfg, credentials)
     server.start()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_servicer.set("geofed.v1.PsShard", health_pb2.HealthCheckResponse.SERVING)
