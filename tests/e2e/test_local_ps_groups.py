@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from geofed_testing.local_run import run_local
 from ps_server.checkpoint import CheckpointStore
-
-GEOFED = str(Path(sys.executable).with_name("geofed"))
 
 
 @pytest.mark.slow  # ~75 s on 2 cores; tests/ps/test_ps_groups_e2e.py covers the ring in the default suite
 def test_two_ps_groups_learn_and_end_with_the_same_model(tmp_path):
     """The model learns, the summary names the rings, and both PSs' final checkpoints are bit-identical."""
     # Execute
-    out = subprocess.run(
-        [GEOFED, "local", "--clients", "2", "--ps-groups", "2", "--duration", "30", "--run-dir", str(tmp_path),
-         "--quiet"],
-        capture_output=True, text=True, timeout=400,
-    )
+    out = run_local(tmp_path, "--clients", "2", "--ps-groups", "2", "--duration", "30")
     # Assert
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    loss = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.MULTILINE)
-    rings = re.search(r"^ring all-reduces: (\d+) \(2 PS groups\)$", out.stdout, re.MULTILINE)
-    assert loss and rings, out.stdout[-2000:]
-    assert float(loss.group(1)) - float(loss.group(2)) > 1.0
+    rings = out.line(r"^ring all-reduces: (\d+) \(2 PS groups\)$")
+    assert out.first_loss is not None and rings, out.stdout[-2000:]
+    assert out.first_loss - out.last_loss > 1.0
     assert int(rings.group(1)) >= 2
-    run = Path(re.search(r"^run directory: (.+)$", out.stdout, re.MULTILINE).group(1))
+    run = out.run_dir
     g0, g1 = (CheckpointStore(run / "ps" / g / "ckpt").load_latest() for g in ("g0", "g1"))
     assert g0.version == g1.version >= 3
     assert np.array_equal(g0.flat, g1.flat)

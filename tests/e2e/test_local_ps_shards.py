@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from geofed_apps.shards import newest_sharded
+from geofed_testing.local_run import run_local
 from ps_server.checkpoint import CheckpointStore
-
-GEOFED = str(Path(sys.executable).with_name("geofed"))
 
 
 @pytest.mark.slow  # ~60 s on 2 cores; tests/reliability/test_rel_ps_shards.py covers the wire in the default suite
 def test_two_ps_shards_learn_and_hold_one_slice_each(tmp_path):
-    out = subprocess.run(
-        [GEOFED, "local", "--clients", "2", "--ps-shards", "2", "--duration", "30", "--run-dir", str(tmp_path),
-         "--quiet"],
-        capture_output=True, text=True, timeout=400,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    loss = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.MULTILINE)
-    assert loss, out.stdout[-2000:]
-    assert float(loss.group(1)) - float(loss.group(2)) > 1.0
-    run = Path(re.search(r"^run directory: (.+)$", out.stdout, re.MULTILINE).group(1))
+    out = run_local(tmp_path, "--clients", "2", "--ps-shards", "2", "--duration", "30")
+    assert out.first_loss is not None, out.stdout[-2000:]
+    assert out.first_loss - out.last_loss > 1.0
+    run = out.run_dir
     shards = [CheckpointStore(run / "ps" / f"shard-{i}" / "ckpt").load_latest() for i in range(2)]
     assert shards[0].version == shards[1].version >= 3  # the same committed version on both
     assert shards[0].aggregator["hi"] == shards[1].aggregator["lo"]  # adjacent slices ...

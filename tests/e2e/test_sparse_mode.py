@@ -8,7 +8,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,22 +16,16 @@ import pytest
 from client_agent.checkpoint import CheckpointManager
 from client_agent.corpus import stdlib_split, write_file_list
 from geofed_apps.launch import start_client, stop, wait_until
+from geofed_testing.local_run import run_local
 from geofed_testing.procs import PSNode
-
-GEOFED = str(Path(sys.executable).with_name("geofed"))
 
 
 @pytest.mark.slow
 def test_geofed_local_sparse_runs_end_to_end(tmp_path):
-    out = subprocess.run(
-        [GEOFED, "local", "--clients", "2", "--duration", "180", "--run-dir", str(tmp_path), "--quiet",
-         "--set", "codec.name=sparse", "--set", "training.local_steps=20", "--set", "training.max_steps=60"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    m = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.MULTILINE)
-    assert m and float(m.group(2)) < float(m.group(1)) - 0.25, out.stdout[-2000:]  # it learns in 3 syncs
-    run = Path(re.search(r"^run directory: (.+)$", out.stdout, re.MULTILINE).group(1))
+    out = run_local(tmp_path, "--clients", "2", "--duration", "180", "--set", "codec.name=sparse",
+                    "--set", "training.local_steps=20", "--set", "training.max_steps=60", timeout=300)
+    assert out.first_loss is not None and out.last_loss < out.first_loss - 0.25, out.stdout[-2000:]  # 3 syncs
+    run = out.run_dir
     for i in range(2):
         log = (run / "logs" / f"client-{i}.log").read_text()
         received = re.findall(r"event=model_received version=(\d+) encoding=(\S+) bytes=(\d+)", log)

@@ -7,6 +7,7 @@ operator mint tokens with that site credential (paper §III-B4, Fig. 1 steps 5-6
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import grpc
 import pytest
@@ -35,25 +36,33 @@ def _join(address: str, token: str, client_id: str) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
-async def test_relaunch_token_is_accepted_and_the_consumed_one_refused(api, real_ps) -> None:
+def _site_operator() -> KopfRunner:
+    """The site operator with the real AdminClient (no fake PS)."""
+    registry = build_registry("site", Deps(settings=OperatorSettings(site_interval_s=0.3, admin_timeout_s=5)))
+    return KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30)
+
+
+async def _site_client(api, real_ps: tuple[str, str], name: str, **spec: Any) -> None:
+    """Site `uw`'s credential (minted by the real PS) in a Secret, and SiteClient `name` using it."""
     address, admin_credential = real_ps
     with AdminClient(address, admin_credential, insecure=True) as admin:
         site_credential = admin.create_site_credential("uw")
-    settings = OperatorSettings(site_interval_s=0.3, admin_timeout_s=5)
-    registry = build_registry("site", Deps(settings=settings))  # the real AdminClient
-    async with operator_running(KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30)) as runner:
-        await watches_open(api, {"siteclients"})
-        await create(api, {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "uw-credential", "namespace": NAMESPACE},
-            "data": {"credential": base64.b64encode(site_credential.encode()).decode()},
-        })  # fmt: skip
-        await create(api, {
-            "apiVersion": "geofed.io/v1alpha1", "kind": "SiteClient",
-            "metadata": {"name": "gpu0", "namespace": NAMESPACE},
-            "spec": {"federation": "demo", "site": "uw", "psAddress": address, "insecure": True,
-                     "credentialSecretRef": {"name": "uw-credential"}, "data": {"hostPath": {"path": "/data"}},
-                     "backoff": {"initialSeconds": 0}},
-        })  # fmt: skip
+    await watches_open(api, {"siteclients"})
+    await create(api, {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "uw-credential", "namespace": NAMESPACE},
+        "data": {"credential": base64.b64encode(site_credential.encode()).decode()},
+    })  # fmt: skip
+    await create(api, {
+        "apiVersion": "geofed.io/v1alpha1", "kind": "SiteClient", "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"federation": "demo", "site": "uw", "psAddress": address, "insecure": True,
+                 "credentialSecretRef": {"name": "uw-credential"}, "data": {"hostPath": {"path": "/data"}}, **spec},
+    })  # fmt: skip
+
+
+async def test_relaunch_token_is_accepted_and_the_consumed_one_refused(api, real_ps) -> None:
+    address, _ = real_ps
+    async with operator_running(_site_operator()) as runner:
+        await _site_client(api, real_ps, "gpu0", backoff={"initialSeconds": 0})
 
         def token(attempt: int) -> str | None:
             secret = get(api, "v1/secrets", NAMESPACE, f"gpu0-token-{attempt}")
@@ -90,23 +99,9 @@ async def test_relaunch_token_is_accepted_and_the_consumed_one_refused(api, real
 
 async def test_deleting_a_siteclient_revokes_its_unused_token_at_the_ps(api, real_ps) -> None:
     """A deleted SiteClient's minted-but-unused token must not stay valid until its TTL (issue 10)."""
-    address, admin_credential = real_ps
-    with AdminClient(address, admin_credential, insecure=True) as admin:
-        site_credential = admin.create_site_credential("uw")
-    settings = OperatorSettings(site_interval_s=0.3, admin_timeout_s=5)
-    registry = build_registry("site", Deps(settings=settings))
-    async with operator_running(KopfRunner(["run", "--standalone", "-A"], registry=registry, timeout=30)) as runner:
-        await watches_open(api, {"siteclients"})
-        await create(api, {
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "uw-credential", "namespace": NAMESPACE},
-            "data": {"credential": base64.b64encode(site_credential.encode()).decode()},
-        })  # fmt: skip
-        await create(api, {
-            "apiVersion": "geofed.io/v1alpha1", "kind": "SiteClient",
-            "metadata": {"name": "gpu1", "namespace": NAMESPACE},
-            "spec": {"federation": "demo", "site": "uw", "psAddress": address, "insecure": True,
-                     "credentialSecretRef": {"name": "uw-credential"}, "data": {"hostPath": {"path": "/data"}}},
-        })  # fmt: skip
+    address, _ = real_ps
+    async with operator_running(_site_operator()) as runner:
+        await _site_client(api, real_ps, "gpu1")
 
         def token() -> str | None:
             secret = get(api, "v1/secrets", NAMESPACE, "gpu1-token-1")
