@@ -6,12 +6,12 @@ Each configuration is one `torchrun` launch of N gloo ranks on this CPU machine 
 site's sync: adopt the global model rank 0 received, one AdamW step (a synthetic gradient stands in for
 local training), δ = θ_local − θ_base with error feedback, int8+Huffman encoding, the frames spooled to
 a file as `PSClient.prepare` does, and the client checkpoint.
-  gather: today's code: model built as a CPU shell and sharded, the global model broadcast parameter by
+  gather: the gather path: model built as a CPU shell and sharded, the global model broadcast parameter by
           parameter, the model gathered on rank 0 (`full_flat_on_rank0`), delta, residual and encoding
           there, AdamW's state gathered to rank 0 and `latest.pt` written by rank 0.
-  shard:  the model built on the meta device and sharded, each rank receiving its slice of the global
-          model, computing its slice of δ and its own residual, encoding it at its flat offsets (rank 0
-          relays the frames), and a sharded DCP checkpoint.
+  shard:  the agent's `ShardSync`: the model built on the meta device and sharded, each rank receiving
+          its slice of the global model, computing its slice of δ and its own residual, encoding it at its
+          flat offsets (rank 0 relays the frames), and a sharded DCP checkpoint.
 Every rank reports its RSS high-water mark (`ru_maxrss`) and its RSS after imports. The model is a
 GPT-2 built from a config (no weights are downloaded); values are synthetic. Raw output per run goes to
 bench/results/client-shards/, the table to docs/benchmarks.md (section `client-shards`).
@@ -50,7 +50,6 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
     import torch
 
     from client_agent.checkpoint import ClientCheckpoint, save_checkpoint
-    from client_agent.flat_shards import FlatPartition, gather_slice, load_global_slices
     from client_agent.fsdp import (
         broadcast_flat_from_rank0,
         build_on_meta,
@@ -61,10 +60,8 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
         shard_model,
     )
     from client_agent.model import build_model_shell
-    from client_agent.shard_checkpoint import save_sharded
-    from client_agent.shard_push import encode_slice, frames_to_leader
+    from client_agent.shard_sync import ShardSync
     from geofed.codec import ErrorFeedback, make_codec
-    from geofed.codec.base import DEFAULT_FRAME_ELEMS
     from geofed.config import ModelConfig
 
     rank, world = init_distributed()
@@ -89,9 +86,10 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
     lap("build")
     # The global model as the PS streamed it: on rank 0 only, in both paths (it has the one connection).
     glob = torch.empty(numel).normal_(0, 0.02) if rank == 0 else None
-    part = FlatPartition.for_codec(numel, world, DEFAULT_FRAME_ELEMS)
-    if path == "shard":
-        base = load_global_slices(model, part, glob)
+    # The shard-wise path is the client agent's own (`ShardSync`, what `geofed client` runs on a multi-rank site).
+    shards = ShardSync(Path(tempfile.mkdtemp()), rank, world, numel, None) if path == "shard" else None
+    if shards is not None:
+        shards.adopt(model, glob.numpy() if glob is not None else None)
     elif world > 1:
         broadcast_flat_from_rank0(model, glob)
     else:
@@ -108,16 +106,14 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
     codec = make_codec("int8", "huffman", 0)
     with tempfile.TemporaryDirectory() as tmp:
         spool = open(Path(tmp) / "upload", "wb")  # noqa: SIM115 - closed below
-        if path == "shard":
-            delta = gather_slice(model, part).sub_(base)
-            ef = ErrorFeedback(delta.numel())
-            header, frames = encode_slice(codec, delta, part, rank, ef)
-            relayed = frames_to_leader(frames, rank, world)
-            if relayed is not None:
+        if shards is not None:
+            def write(header: bytes, frames) -> None:
                 spool.write(header)
-                for frame in relayed:
+                for frame in frames:
                     spool.write(frame)
-            ef.commit()
+
+            shards.encode(codec, shards.delta(model), write if rank == 0 else None)
+            shards.settle(True)
         else:
             full = full_flat_on_rank0(model) if world > 1 else torch.cat([p.detach().reshape(-1) for p in
                                                                          model.parameters()])
@@ -134,8 +130,9 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
         lap("push")
         before_checkpoint = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         ckpt = Path(tmp) / "ckpt"
-        if path == "shard":
-            save_sharded(ckpt, 1, model, optimizer, part, ef, {"step": 1})
+        if shards is not None:
+            shards.directory = ckpt
+            shards.save(1, model, optimizer, {"step": 1}, None)
         else:
             state = full_optimizer_state(model, optimizer)
             if rank == 0:
@@ -187,10 +184,11 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
         "int8+Huffman with error feedback, gloo ranks on this 2-core CPU machine (no GPU). Peak RSS in GiB "
         "(`ru_maxrss`), median (min–max) over runs; the RSS after imports is included in every figure. In both "
         "paths rank 0 also holds the global model as the PS streamed it (one fp32 copy, as `PSClient` does); "
-        "AdamW's state is real (one step on a synthetic gradient), training itself is not run. The bench calls "
-        "the shard-wise library directly (`client_agent/flat_shards.py`, `shard_push.py`, `shard_checkpoint.py`): "
-        "the client agent's multi-rank loop does not take that path yet (issue 18 open), so a site running "
-        "`geofed client` today has the gather path's figures."
+        "AdamW's state is real (one step on a synthetic gradient), training itself is not run. The shard-wise "
+        "rows run the client agent's own `ShardSync` (`client_agent/shard_sync.py`: adopt, delta, encode and "
+        "relay, settle, sharded checkpoint), the path `geofed client` takes on a multi-rank site; the gather rows "
+        "run the calls the agent makes on its gather path (one rank, a sharded PS, or the paradigms and codecs "
+        "`client_agent/shard_route.py` keeps there)."
         + (" Scaled down from the issue's few hundred million parameters: at ~32 bytes per parameter the one-rank "
            "gather path of a 350M model needs ~11 GiB, more than this shared 24 GiB machine had free (~10–12 GiB)."
            if numel < 2e8 else ""),

@@ -158,14 +158,15 @@ def _med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
 
 
-def section(records: list[dict], command: str) -> str:
+def section(records: list[dict], command: str, raw: str = "bench/results/ps-shards/") -> str:
     by = {}
     for r in records:
         by.setdefault(r["shards"], []).append(r)
     numel = records[0]["numel"]
     fp32_mb = 4 * numel / 2**20
     lines = [
-        "### Sharded PS: memory per process and pushes per second against shard count (issue 18)",
+        f"### Sharded PS at {records[0]['numel'] / 1e6:.0f}M parameters: memory per process and pushes per second "
+        "against shard count (issue 18)",
         "",
         f"Synthetic federation (random Θ0 and int8+Huffman deltas, no training): {numel / 1e6:.0f}M parameters "
         f"({fp32_mb:.0f} MiB fp32) in {TENSORS} equal tensors, {records[0]['clients']} clients pushing one "
@@ -175,7 +176,7 @@ def section(records: list[dict], command: str) -> str:
         "(Python start and loading its slice); the next push includes the front replaying the open round on it. "
         "Median (min–max) of "
         f"{min(len(v) for v in by.values())} runs, fresh processes each. Command: `{command}`; raw JSON in "
-        "`bench/results/ps-shards/`.",
+        f"`{raw}`.",
         "",
         "| PS shards | front peak RSS (MiB) | largest shard peak RSS (MiB) | shard RSS / fp32 model | pushes/s | "
         "restore a killed shard (s) | next push after restore (s) | a push before the kill (s) | "
@@ -207,7 +208,7 @@ def section(records: list[dict], command: str) -> str:
             big = statistics.median(max(v for k, v in r["peak_rss_mb"].items() if k.startswith("shard"))
                                     for r in by[s])
             notes.append(f"with {s} shards the largest shard peaks at {big / single:.2f}× the single PS's RSS")
-    if single:
+    if single and numel < 1e9:
         per_model = single / fp32_mb
         notes.append(f"the single PS peaks at {per_model:.1f}× its fp32 model, so the issue's 1B-parameter row alone "
                      f"would need ~{per_model * 4:.0f} GiB (plus the load generator's copies of Θ0 and the delta) "
@@ -230,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "ps-shards")
     ap.add_argument("--write", type=Path, help="update this markdown file's ps-shards section")
+    ap.add_argument("--section", default="ps-shards", help="the docs section (markers) to write")
     ap.add_argument("--report-only", action="store_true", help="no runs: the table from the saved results")
     args = ap.parse_args(argv)
     command = ".venv/bin/python bench/ps_shards_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -242,12 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         command = (args.out / "command.txt").read_text().strip()
     records = [json.loads(p.read_text()) for p in sorted(args.out.glob("shards*-run*.json"))]
-    text = section(records, command)
+    raw = args.out.resolve()
+    raw_text = f"{raw.relative_to(BENCH.parent)}/" if raw.is_relative_to(BENCH.parent) else str(raw)
+    text = section(records, command, raw_text)
     print(text)
     if args.write:
         from bench.bench_markers import replace_section
 
-        replace_section(args.write, "ps-shards", text)
+        replace_section(args.write, args.section, text)
     return 0
 
 

@@ -33,11 +33,13 @@ from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
 from .data import TokenStream, load_tokens
 from .flat import ManifestMismatch, check_manifest
-from .fsdp import shard_model
+from .fsdp import build_on_meta, shard_model
 from .paradigms import ClientParadigm, client_paradigm
 from .precision import pick_precision
 from .ps_client import GlobalVersion, JoinError, PSClient, PushError, StaleDeltaError, Upload
 from .ranks import Ranks
+from .shard_route import Route, shard_route
+from .shard_sync import ShardSync, sharded_meta
 from .tokenizer import check_vocab, load_tokenizer
 from .trainer import LocalTrainer, NonFiniteLossError
 
@@ -162,11 +164,14 @@ class ClientAgent:
         # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
         resumed = ranks.share_resume(CheckpointManager(self.work / "checkpoints").load_latest() if ranks.leader
                                      else None)
+        # A site that ran shard-wise has a sharded checkpoint instead (every rank wrote its own shards).
+        shard_meta = sharded_meta(self.work) if ranks.leader else None
+        declared = _newest_declaration(resumed, shard_meta)
 
         def join() -> tuple[str, bool]:
-            if resumed is not None:  # declare what we ran: a federation that changed refuses us at Join
-                ps.paradigm = resumed.paradigm
-                ps.declared_manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in resumed.manifest)
+            if declared is not None:  # declare what we ran: a federation that changed refuses us at Join
+                ps.paradigm = declared[0]
+                ps.declared_manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in declared[1])
             # A tokenizer the model cannot embed: refuse before a token is spent when the federation is known,
             # else right after Join (the saved rejoin token serves the corrected relaunch).
             if (vocab := _cached_vocab(self.work / FEDERATION_CACHE)) is not None:
@@ -194,7 +199,11 @@ class ClientAgent:
         paradigm.bind_ps(ps)
         # Only the master's Θ0 needs a random init when everything is exchanged; a paradigm that keeps a
         # frozen part builds it on every client (`shell_ok`).
-        model = paradigm.prepare(paradigm.build(fed, initialise=bootstrap))
+        route = self._route(ranks, fed, paradigm, shard_meta is not None)
+        if route.shard_wise and ranks.distributed and not bootstrap and paradigm.shell_ok and not fed.model.path:
+            model = paradigm.prepare(build_on_meta(fed.model))  # only this rank's shards are ever allocated
+        else:
+            model = paradigm.prepare(paradigm.build(fed, initialise=bootstrap))
         self._check_layout(ps, paradigm, model, ranks)
         if resumed is not None and resumed.private:
             paradigm.load_private_state(model, resumed.private)  # before sharding: full tensors here
@@ -211,10 +220,21 @@ class ClientAgent:
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
         self.manifest = paradigm.manifest(model)
         numel = paradigm.payload_numel(sum(t.numel for t in self.manifest))
-        ef = ErrorFeedback(numel, fed.codec.error_feedback_decay) if fed.codec.error_feedback and ranks.leader else None
+        shards = self._shard_sync(ranks, fed, paradigm, numel) if route.shard_wise else None
+        ef = (ErrorFeedback(numel, fed.codec.error_feedback_decay)
+              if fed.codec.error_feedback and ranks.leader and shards is None else None)
         saved_upload: tuple[bytes, bytes] | None = None
-        if resumed is not None:
+        if shards is not None and ranks.bcast_flag(shard_meta is not None):
+            meta = shards.load(model, trainer.optimizer)  # every rank its own shards, on any rank count
+            if resumed is None or resumed.step <= meta["step"]:  # else the whole-vector one is newer: it wins
+                trainer.load_progress(meta)
+                saved_upload = shards.saved_upload(meta) if ranks.leader else None
+                resumed = _ShardResume(meta["base_version"])
+        if isinstance(resumed, ClientCheckpoint):
             trainer.load_state_dict(resumed.trainer_state())
+            if shards is not None:
+                log.info("event=error_feedback_not_carried client=%s reason=%r", cfg.client_id,
+                         "a whole-vector checkpoint resumed shard-wise: the residual starts at zero")
             if ef is not None and resumed.residual:
                 ef.load_state_dict(resumed.residual)
                 log.info("event=error_feedback_restored client=%s residual_sha256=%s staged=%s", cfg.client_id,
@@ -223,12 +243,19 @@ class ClientAgent:
                 saved_upload = tuple(bytes(resumed.upload[k].numpy()) for k in ("header", "payload"))
             log.info("event=resumed client=%s rank=%d step=%d base_version=%d", cfg.client_id, ranks.rank,
                      resumed.step, resumed.base_version)
-        if bootstrap:
+        if bootstrap and shards is not None:
+            self._bootstrap_shards(ps, ranks, shards, paradigm, model, resumed)
+        elif bootstrap:
             self._bootstrap(ps, ranks, paradigm, model, resumed)
         resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
 
-        delta = torch.empty(numel, dtype=torch.float32) if ranks.leader else None
+        delta = torch.empty(numel, dtype=torch.float32) if ranks.leader and shards is None else None
         rounds = bad_rounds = 0
+
+        if shards is not None and ranks.bcast_flag(saved_upload is not None):
+            status = ranks.lead(partial(self._resend, ps, saved_upload, None))
+            shards.settle(ranks.bcast_flag(status in TAKEN))
+            saved_upload = None
 
         def first_model() -> GlobalVersion:
             if saved_upload is not None:
@@ -237,7 +264,10 @@ class ClientAgent:
 
         global_model = ranks.lead(first_model)
         while True:
-            paradigm.adopt(ranks, trainer.model, global_model.flat if global_model else None)
+            if shards is not None:
+                shards.adopt(trainer.model, global_model.flat if global_model else None)
+            else:
+                paradigm.adopt(ranks, trainer.model, global_model.flat if global_model else None)
             if not fed.training.keep_optimizer_state and rounds:
                 trainer.reset_optimizer()  # FedAvg-style: every round starts AdamW afresh on the new model
             if self.first_step_at is None:
@@ -260,14 +290,18 @@ class ClientAgent:
             eval_loss = None
             if trainer.step // fed.training.eval_every != (trainer.step - stats.steps) // fed.training.eval_every:
                 eval_loss = trainer.evaluate(fed.training.eval_batches)
-            paradigm.delta(ranks, delta, trainer.model, global_model.flat if global_model else None)
-            state = trainer.state_dict()  # collective under FSDP: gathers optimizer state to rank 0
-            state["private"] = paradigm.private_state(trainer.model)
             rounds += 1
-            # Rank 0 checkpoints and pushes while the other ranks wait in short polls (`Ranks.lead`).
-            outcome, done = ranks.lead(partial(
-                self._sync, ps, fed, ckpts, global_model, delta, ef, stats, eval_loss, state, trainer.step, numel,
-                rounds, paradigm)) or (None, False)
+            if shards is not None:
+                outcome, done = self._sync_shards(ps, fed, ranks, shards, trainer, global_model, stats, eval_loss,
+                                                  numel, rounds, paradigm.name)
+            else:
+                paradigm.delta(ranks, delta, trainer.model, global_model.flat if global_model else None)
+                state = trainer.state_dict()  # collective under FSDP: gathers optimizer state to rank 0
+                state["private"] = paradigm.private_state(trainer.model)
+                # Rank 0 checkpoints and pushes while the other ranks wait in short polls (`Ranks.lead`).
+                outcome, done = ranks.lead(partial(
+                    self._sync, ps, fed, ckpts, global_model, delta, ef, stats, eval_loss, state, trainer.step,
+                    numel, rounds, paradigm)) or (None, False)
             done = ranks.bcast_flag(done)
             if not ranks.leader:
                 if done:
@@ -319,19 +353,90 @@ class ClientAgent:
         upload = ps.prepare(base_version=base.version, codec_header=header, frames=frames, num_tokens=stats.tokens,
                             num_samples=stats.samples, local_steps=max(1, stats.steps))
         save(upload)
+        outcome = self._send(ps, upload, base, codec.name)
+        if ef is not None:
+            # A stale delta was not applied at all: its quantisation error must not carry over.
+            ef.discard() if outcome.status == "STALE" else ef.commit()
+        return outcome
+
+    def _send(self, ps: PSClient, upload: Upload, base: GlobalVersion, codec: str) -> PushOutcome:
+        """Send a prepared upload; a stale one comes back as the STALE outcome (the caller resyncs)."""
         try:
             r = ps.send(upload)
         except StaleDeltaError as exc:
-            if ef is not None:
-                ef.discard()  # nothing of this delta was applied: its quantisation error must not carry over
             log.warning("event=delta_stale client=%s detail=%r", self.cfg.client_id, str(exc))
             latest = ps.latest()
-            return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec.name)
-        if ef is not None:
-            ef.commit()
-        return PushOutcome(r.status, r.version, r.staleness, r.payload_bytes, r.seconds, codec.name)
+            return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec)
+        return PushOutcome(r.status, r.version, r.staleness, r.payload_bytes, r.seconds, codec)
 
-    def _resend(self, ps: PSClient, saved: tuple[bytes, bytes], ef: ErrorFeedback | None) -> None:
+    def _route(self, ranks: Ranks, fed: FederationConfig, paradigm: ClientParadigm,
+               sharded_checkpoint: bool) -> Route:
+        """Shard-wise or gather-on-rank-0 (`shard_route`), the same on every rank; the reason is logged."""
+        route = shard_route(ranks.world, paradigm.name, fed.codec.name,
+                            ranks.bcast_flag(sharded_checkpoint if ranks.leader else None))
+        if ranks.leader:
+            log.info("event=sync_path client=%s shard_wise=%s ranks=%d reason=%r", self.cfg.client_id,
+                     route.shard_wise, ranks.world, route.reason)
+        return route
+
+    def _shard_sync(self, ranks: Ranks, fed: FederationConfig, paradigm: ClientParadigm, numel: int) -> ShardSync:
+        """This rank's shard-wise sync state: its range of the flat vector, its residual, its checkpoint."""
+        block = getattr(make_codec(fed.codec.name if fed.codec.name != "auto" else "int8", fed.codec.entropy,
+                                   fed.codec.block_scales), "block", 0)
+        return ShardSync(self.work, ranks.rank, ranks.world, numel, paradigm.exchanged, block=block,
+                         error_feedback=fed.codec.error_feedback, decay=fed.codec.error_feedback_decay)
+
+    def _sync_shards(self, ps: PSClient, fed: FederationConfig, ranks: Ranks, shards: ShardSync,
+                     trainer: LocalTrainer, base: GlobalVersion | None, stats, eval_loss: float | None, numel: int,
+                     rounds: int, paradigm: str) -> tuple[PushOutcome | None, bool]:
+        """Every rank's part of a shard-wise sync: diff, encode and relay its slice, checkpoint its shards;
+        rank 0 then pushes (in `Ranks.lead`) and every rank settles its residual by the outcome."""
+        values = shards.delta(trainer.model)
+        name = ranks.bcast_text(self._codec_name(fed, ps, numel) if ranks.leader else None)
+        codec = make_codec(name, fed.codec.entropy, fed.codec.block_scales)
+        version = ranks.bcast_text(str(base.version) if ranks.leader else None)
+        # A sharded PS's bounds, as rank 0 last learnt them (Join, or a model transfer after a STALE push).
+        shards.cuts = tuple(json.loads(ranks.bcast_text(json.dumps(list(ps.shard_cuts)) if ranks.leader else None)))
+
+        def spool(header: bytes, frames) -> Upload:
+            ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
+                         "tokens_per_s": stats.tokens_per_s, "bytes_sent": ps.bytes_sent, "step": trainer.step}
+            return ps.prepare(base_version=base.version, codec_header=header, frames=frames, num_tokens=stats.tokens,
+                              num_samples=stats.samples, local_steps=max(1, stats.steps))
+
+        upload = shards.encode(codec, values, spool if ranks.leader else None)
+        del values
+        meta = {"step": trainer.step, "data_position": trainer.stream.state_dict(),
+                "scaler": trainer.scaler.state_dict(), "base_version": int(version), "eval_loss": eval_loss,
+                "paradigm": paradigm, "manifest": [[t.name, list(t.shape), t.dtype] for t in self.manifest]}
+        shards.save(trainer.step, trainer.model, trainer.optimizer, meta, upload)  # before the push, as `_push`
+        outcome = ranks.lead(partial(self._send, ps, upload, base, name))
+        shards.settle(ranks.bcast_flag(outcome is not None and outcome.status != "STALE"))
+        return outcome, bool(ranks.leader and self._should_stop(rounds, trainer.step, fed))
+
+    def _bootstrap_shards(self, ps: PSClient, ranks: Ranks, shards: ShardSync, paradigm: ClientParadigm,
+                          model: torch.nn.Module, resumed) -> None:
+        """Θ0 (or a re-seed from the sharded checkpoint, §III-B4) pushed slice by slice, never gathered."""
+        base = resumed.base_version if resumed is not None else 0
+        if isinstance(resumed, ClientCheckpoint):  # a whole-vector checkpoint (written on one rank): its model
+            shards.adopt(model, resumed.model.numpy() if ranks.leader else None)
+        values = shards.current(model)
+
+        def spool(header: bytes, frames) -> Upload:
+            ps.start()
+            return ps.prepare(base_version=base, codec_header=header, frames=frames, init=True,
+                              manifest=paradigm.manifest(model))
+
+        upload = shards.encode(make_codec("fp32"), values, spool if ranks.leader else None, delta=False)
+
+        def send() -> None:
+            receipt = ps.send(upload)
+            log.info("event=bootstrapped client=%s version=%d reseed=%s shard_wise=True", self.cfg.client_id,
+                     receipt.version, base > 0)
+
+        ranks.lead(send)
+
+    def _resend(self, ps: PSClient, saved: tuple[bytes, bytes], ef: ErrorFeedback | None) -> str:
         """Relaunched after a preemption mid-push: send that upload again under its own id."""
         upload = Upload.restored(*saved)
         try:
@@ -342,6 +447,7 @@ class ClientAgent:
         if ef is not None:
             ef.commit() if status in TAKEN else ef.discard()
         log.info("event=upload_resent upload=%s status=%s", upload.upload_id, status)
+        return status
 
     def _bootstrap(self, ps: PSClient, ranks: Ranks, paradigm: ClientParadigm, model: torch.nn.Module,
                    resumed: ClientCheckpoint | None) -> None:
@@ -457,6 +563,20 @@ class ClientAgent:
         log.info("event=sync client=%s round=%d step=%d version=%d status=%s loss=%.4f bytes=%d ratio=%.3f",
                  rec.client, rec.round, rec.step, rec.version, rec.status, rec.train_loss, rec.payload_bytes,
                  rec.ratio)
+
+
+@dataclass(frozen=True)
+class _ShardResume:
+    """What a sharded checkpoint tells the bootstrap (a re-seed after total PS loss starts at its version)."""
+
+    base_version: int
+
+
+def _newest_declaration(resumed: ClientCheckpoint | None, meta: dict | None) -> tuple[str, list] | None:
+    """(paradigm, manifest) of the newer of the two checkpoints a site may have, declared at Join."""
+    if meta is not None and (resumed is None or meta["step"] >= resumed.step):
+        return meta["paradigm"], meta["manifest"]
+    return (resumed.paradigm, resumed.manifest) if resumed is not None else None
 
 
 def _preload_model_code() -> None:

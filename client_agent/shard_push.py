@@ -10,7 +10,7 @@ rank holds more than its slice and one frame in flight; rank 0 never holds the w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -52,14 +52,17 @@ class _Alone:
 
 
 def encode_slice(codec: Codec, delta: torch.Tensor, part: FlatPartition, rank: int, ef: ErrorFeedback | None,
-                 frame_elems: int = DEFAULT_FRAME_ELEMS) -> tuple[bytes, Iterator[bytes]]:
-    """This rank's slice of δ (+ its residual, staged in `ef`) as the stream header and its frames; collective."""
+                 frame_elems: int = DEFAULT_FRAME_ELEMS, cuts: Sequence[int] = ()) -> tuple[bytes, Iterator[bytes]]:
+    """This rank's slice of δ (+ its residual, staged in `ef`) as the stream header and its frames; collective.
+
+    `cuts`: a sharded PS's shard bounds (global offsets), where frames must also end."""
     start, _ = part.range(rank)
     sliced = SliceCodec(codec, start, part.numel, DistAgreement() if part.world > 1 else _Alone())
     values = delta.numpy()
+    cut = {"cuts": tuple(cuts)} if cuts else {}
     if ef is not None:
-        return ef.encode(sliced, values, frame_elems=frame_elems)
-    return sliced.encode(values, frame_elems=frame_elems)
+        return ef.encode(sliced, values, frame_elems=frame_elems, **cut)
+    return sliced.encode(values, frame_elems=frame_elems, **cut)
 
 
 def frames_to_leader(frames: Iterator[bytes], rank: int, world: int) -> Iterator[bytes] | None:

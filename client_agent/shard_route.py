@@ -3,12 +3,13 @@
 Shard-wise (`flat_shards`, `shard_push`, `shard_checkpoint`) keeps every rank at O(model / ranks): each
 rank diffs, error-corrects and encodes its own slice, and rank 0 relays the frames (paper §III: the site
 is an FSDP worker group behind one connection). It only pays, and only fits, when
-- the site has more than one rank (one rank would hold the whole vector either way);
+- the site has more than one rank (one rank would hold the whole vector either way), or its checkpoint
+  was written shard-wise (a site relaunched on one rank restores it, as on any other rank count);
 - the paradigm exchanges the model itself (pretrain, bitfit): the others exchange small vectors
   (adapters, seeds, cut-layer tensors) through their own `delta`/`adopt`, which the slices do not model;
 - the codec has a shard-wise encoder (`SliceCodec`: fp32, bf16, int8, int16; 'auto' picks among them);
-- the PS is not sharded: a sharded PS needs frames cut at its shard bounds, which `encode_slice` does
-  not take (the rank partition would have to align with the cuts as well).
+A sharded PS is served too: each rank's frames also end at the PS's shard bounds inside its slice
+(`SliceCodec` with `cuts`; a slice starts on the frame grid, so the frames are the one-rank stream's).
 Anything else keeps today's path, which works for all of them; the reason is logged, never silent.
 """
 
@@ -52,16 +53,18 @@ def _shard_wise_codec(name: str) -> str | None:
     return None
 
 
-def shard_route(world: int, paradigm: str, codec: str, ps_sharded: bool) -> Route:
-    """The path for a site of `world` ranks running `paradigm` with the federation's `codec` name."""
-    if world <= 1:
+def shard_route(world: int, paradigm: str, codec: str, sharded_checkpoint: bool = False) -> Route:
+    """The path for a site of `world` ranks running `paradigm` with the federation's `codec` name.
+
+    `sharded_checkpoint`: the site's newest checkpoint was written shard-wise (it ran on several ranks); a
+    single rank then keeps the shard-wise path too, which on one rank is the whole vector and reads it."""
+    if world <= 1 and not sharded_checkpoint:
         return Route(False, "one rank: it holds the whole vector either way")
     if paradigm not in SHARD_WISE_PARADIGMS:
         return Route(False, f"paradigm {paradigm!r} exchanges its own small vector; shard-wise covers "
                             f"{', '.join(SHARD_WISE_PARADIGMS)}")
     if (why := _shard_wise_codec(codec)) is not None:
         return Route(False, why)
-    if ps_sharded:
-        return Route(False, "the PS is sharded: frames must end at its shard bounds, which the shard-wise "
-                            "encoder does not cut")
+    if world <= 1:
+        return Route(True, "one rank resuming a sharded checkpoint (written on several ranks)")
     return Route(True, f"{world} ranks each encode their slice")

@@ -321,6 +321,11 @@ class LocalTrainer:
         """Restore what `state_dict` saved; under FSDP every rank passes the same checkpoint (rank 0's
         optimizer state is the one broadcast)."""
         load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
+        self.load_progress(state)
+
+    def load_progress(self, state: dict) -> None:
+        """Step, data position and scaler of `state_dict` (the optimizer restored elsewhere: a sharded
+        checkpoint's moments are loaded by every rank for its own shards, `client_agent.shard_sync`)."""
         self.step = int(state["step"])
         self.stream.load_state_dict(state["data_position"])
         if state.get("scaler"):

@@ -14,7 +14,7 @@ Per-block ranges travel inside the frames; a slice aligned to whole blocks needs
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -70,16 +70,21 @@ class SliceCodec(Codec):
         return None
 
     def encode(self, flat: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS,
-               residual_out: np.ndarray | None = None) -> tuple[bytes, Iterator[bytes]]:
+               residual_out: np.ndarray | None = None, cuts: Sequence[int] = ()) -> tuple[bytes, Iterator[bytes]]:
+        """`cuts`: global offsets where a frame must also end (a sharded PS's shard bounds, as for the whole
+        vector); a slice starts on the frame grid, so its own grid and the cuts inside it give the frames the
+        one-rank stream has there."""
         check_encode_args(flat, frame_elems, residual_out)
         frame_elems = int(frame_elems)
         problem = self._slice_problem(flat.size, frame_elems)
+        local = tuple(c - self.start for c in cuts if self.start < c < self.start + flat.size)
         if isinstance(self.codec, QuantizedCodec):
-            params, frames = self._quantized(flat, frame_elems, residual_out, problem)
+            params, frames = self._quantized(flat, frame_elems, residual_out, problem, local)
         elif problem:
             raise CodecError(problem)
         else:
-            _, frames = self.codec.encode(flat, frame_elems=frame_elems, residual_out=residual_out)
+            _, frames = self.codec.encode(flat, frame_elems=frame_elems, residual_out=residual_out,
+                                          **({"cuts": local} if local else {}))
             params = b""
         header = pack_header(StreamHeader(self.codec.name, self.numel, frame_elems, params))
         return header, _shifted(frames, self.start)
@@ -115,15 +120,15 @@ class SliceCodec(Codec):
         return _Ranges(c.bits, 0, np.array([lo_g], np.float32), np.array([hi_g], np.float32))
 
     def _quantized(self, flat: np.ndarray, frame_elems: int, residual_out: np.ndarray | None,
-                   problem: str | None) -> tuple[bytes, Iterator[bytes]]:
+                   problem: str | None, cuts: Sequence[int] = ()) -> tuple[bytes, Iterator[bytes]]:
         c = self.codec
         ranges = self._ranges(flat, problem)
-        counts = c._histogram_pass(flat, ranges, frame_elems, residual_out)
+        counts = c._histogram_pass(flat, ranges, frame_elems, residual_out, cuts)
         if NEEDS_HISTOGRAM[c.entropy]:
             counts = self.agree.sum(counts.astype(np.int64)).astype(np.int64)
         stage = build_stage(c.entropy, c.bits, counts, frame_elems)
         glob = struct.pack("<ff", ranges.lo[0], ranges.hi[0]) if not c.block else b""
-        return glob + stage.params(), c._frames(flat, ranges, stage, frame_elems)
+        return glob + stage.params(), c._frames(flat, ranges, stage, frame_elems, cuts)
 
 
 def _shifted(frames: Iterator[bytes], start: int) -> Iterator[bytes]:

@@ -28,7 +28,7 @@ def _codec(name: str):
 def test_route_matches_what_the_slice_encoder_can_do(name):
     """The reference is the encoder itself: where the route says shard-wise, a whole-vector slice encodes to
     the one-rank stream byte for byte; where it says no, `SliceCodec` refuses the codec."""
-    route = shard_route(2, "pretrain", name, ps_sharded=False)
+    route = shard_route(2, "pretrain", name)
     codec = _codec(name)
     if not route.shard_wise:
         assert name in route.reason and "no shard-wise encoder" in route.reason
@@ -42,18 +42,19 @@ def test_route_matches_what_the_slice_encoder_can_do(name):
 
 
 def test_sparse_falls_back_and_auto_goes_shard_wise():
-    assert not shard_route(4, "pretrain", "sparse", ps_sharded=False).shard_wise
-    assert shard_route(4, "bitfit", "auto", ps_sharded=False).shard_wise
+    assert not shard_route(4, "pretrain", "sparse").shard_wise
+    assert shard_route(4, "bitfit", "auto").shard_wise
 
 
 @pytest.mark.parametrize("paradigm", ["lora", "zo", "fsl-sage"])
 def test_small_vector_paradigms_keep_todays_path(paradigm):
-    route = shard_route(2, paradigm, "int8", ps_sharded=False)
+    route = shard_route(2, paradigm, "int8")
     assert not route.shard_wise and repr(paradigm) in route.reason
 
 
-def test_one_rank_and_sharded_ps_keep_todays_path():
-    one = shard_route(1, "pretrain", "int8", ps_sharded=False)
+def test_one_rank_keeps_todays_path_unless_it_resumes_a_sharded_checkpoint():
+    one = shard_route(1, "pretrain", "int8")
     assert not one.shard_wise and "one rank" in one.reason
-    sharded = shard_route(2, "pretrain", "int8", ps_sharded=True)
-    assert not sharded.shard_wise and "sharded" in sharded.reason
+    resuming = shard_route(1, "pretrain", "int8", sharded_checkpoint=True)
+    assert resuming.shard_wise and "sharded checkpoint" in resuming.reason
+    assert not shard_route(1, "lora", "int8", sharded_checkpoint=True).shard_wise

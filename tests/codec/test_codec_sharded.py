@@ -167,3 +167,30 @@ def test_a_codec_without_a_shard_wise_encoder_is_refused():
 
     with pytest.raises(CodecError, match="no shard-wise encoder"):
         SliceCodec(Other(), 0, 10, ThreadAgreement(1))
+
+
+@pytest.mark.parametrize("name", ["int8", "int16", "fp32", "bf16"])
+def test_slices_cut_at_a_sharded_ps_bounds_give_the_one_rank_stream(name):
+    """A sharded PS needs frames to end at its shard bounds too (`cuts`): ranks whose slices start on the frame
+    grid, cut at the bounds inside them, must give the whole vector's stream cut the same way, byte for byte."""
+    flat = np.random.default_rng(3).standard_normal(4 * FRAME + 321).astype(np.float32)
+    bounds = [1500, 2999, 4100]  # inside rank slices and off the frame grid, as tensor boundaries fall
+    codec = make_codec(name)
+    want_header, want = codec.encode(flat, frame_elems=FRAME, cuts=bounds)
+    want = list(want)
+    agree = ThreadAgreement(2)
+    out: list = [None, None]
+
+    def rank(r: int, a: int, b: int) -> None:
+        header, frames = SliceCodec(codec, a, flat.size, agree).encode(flat[a:b], frame_elems=FRAME, cuts=bounds)
+        out[r] = (header, list(frames))
+
+    threads = [threading.Thread(target=rank, args=(0, 0, 2 * FRAME)),
+               threading.Thread(target=rank, args=(1, 2 * FRAME, flat.size))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert out[0][0] == out[1][0] == want_header
+    assert out[0][1] + out[1][1] == want
+    assert len(want) == 5 + len(bounds)  # the grid's frames, each bound adding one
