@@ -21,7 +21,7 @@ DUPLICATE: PushStatus
 STALE: PushStatus
 
 class ShardRequest(_message.Message):
-    __slots__ = ("federation", "version", "push_ids", "offset", "lo", "hi", "manifest", "folded")
+    __slots__ = ("federation", "version", "push_ids", "offset", "lo", "hi", "manifest", "folded", "keep", "keep_only")
     FEDERATION_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PUSH_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,8 @@ class ShardRequest(_message.Message):
     HI_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     FOLDED_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ONLY_FIELD_NUMBER: _ClassVar[int]
     federation: str
     version: int
     push_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -38,7 +40,9 @@ class ShardRequest(_message.Message):
     hi: int
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     folded: int
-    def __init__(self, federation: _Optional[str] = ..., version: _Optional[int] = ..., push_ids: _Optional[_Iterable[str]] = ..., offset: _Optional[int] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., folded: _Optional[int] = ...) -> None: ...
+    keep: _containers.RepeatedScalarFieldContainer[str]
+    keep_only: bool
+    def __init__(self, federation: _Optional[str] = ..., version: _Optional[int] = ..., push_ids: _Optional[_Iterable[str]] = ..., offset: _Optional[int] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., folded: _Optional[int] = ..., keep: _Optional[_Iterable[str]] = ..., keep_only: _Optional[bool] = ...) -> None: ...
 
 class ShardState(_message.Message):
     __slots__ = ("index", "version", "prepared", "lo", "hi", "instance", "sq_norm", "ok", "message", "folded", "sha256")

@@ -26,6 +26,8 @@ import logging
 import math
 import os
 import secrets
+import threading
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -138,6 +140,8 @@ class ShardedReceiver:
         self._shard = -1
         self._sq: dict[int, float] = {}
         self._touched: set[int] = set()
+        with front.receivers_lock:
+            front.receivers.add(self)
 
     def on_header(self, header: PushHeader) -> None:
         check_envelope(header, self.header is not None, self.max_upload_bytes)
@@ -225,6 +229,9 @@ class ShardedAggregator(Aggregator):
         self.state_path = Path(state_dir) / _STATE_FILE
         self.unpublished: int = 0  # a version committed (recorded) but not yet held by every shard
         self.committed_round: list[str] = []  # push ids of the last committed round (a restarted shard drops them)
+        # Pushes being received (alive while their RPC runs): a shard synced meanwhile keeps their staged files.
+        self.receivers: weakref.WeakSet[ShardedReceiver] = weakref.WeakSet()
+        self.receivers_lock = threading.Lock()
 
     # ---- shards -----------------------------------------------------------------------------------
 
@@ -257,8 +264,11 @@ class ShardedAggregator(Aggregator):
         if view.synced and state["instance"] == view.instance:
             return
         version = self.unpublished or self.model.version
+        # What the shard must keep: the open round's pushes (replayed below) and those being received now.
+        with self.receivers_lock:
+            keep = [f.push_id for f in self.folds] + [r.push_id for r in self.receivers]
         try:
-            state = self.call(self.link.sync, i, version, list(self.committed_round))
+            state = self.call(self.link.sync, i, version, list(self.committed_round), keep)
         except ShardRefused as exc:
             view.last_error = exc.message
             raise ShardUnavailable("shard_version", exc.message) from None

@@ -48,7 +48,7 @@ class ShardLink(Protocol):
 
     def abort(self, i: int, version: int) -> None: ...
 
-    def sync(self, i: int, version: int, drop: list[str]) -> dict: ...
+    def sync(self, i: int, version: int, drop: list[str], keep: list[str] | None = None) -> dict: ...
 
     def read(self, i: int, version: int, offset: int) -> Iterator[bytes]: ...
 
@@ -111,8 +111,8 @@ class LocalLink:
     def abort(self, i, version) -> None:
         self._core(i).abort(version)
 
-    def sync(self, i, version, drop) -> dict:
-        self._core(i).sync(version, drop)
+    def sync(self, i, version, drop, keep=None) -> dict:
+        self._core(i).sync(version, drop, keep)
         return self._core(i).state()
 
     def read(self, i, version, offset):

@@ -382,11 +382,14 @@ class ShardCore:
                 self._reload_strategy()
             self._close_round()
 
-    def sync(self, version: int, drop: list[str]) -> None:
+    def sync(self, version: int, drop: list[str], keep: list[str] | None = None) -> None:
         """Come to the front's committed `version`: promote a prepared slice of it, drop any open round.
 
         Staged pushes in `drop` are deleted (those of the committed round: a shard restarted between prepare
-        and commit no longer knows which they were); the others stay, the front folds them again.
+        and commit no longer knows which they were); the others stay, the front folds them again. With
+        `keep`, every staged push not in it is deleted too: the front names what it still folds or is
+        receiving, so a round a restarted front forgot, or a push it refused while this shard was down,
+        leaves no file behind.
 
         Refused (ShardRefused "version") when this shard holds neither: the shards disagree and no version
         is published until it is restored from the right checkpoint directory.
@@ -411,10 +414,13 @@ class ShardCore:
             self.folded, self.acc = [], None  # the front replays the open round's folds
             for p in self.prepared_dir.glob("*.safetensors"):
                 p.unlink(missing_ok=True)
-            for push_id in drop:
+            gone = set(drop) | (set(self.staged) - set(keep) if keep is not None else set())
+            for push_id in sorted(gone):
                 staged = self.staged.pop(push_id, None)
                 if staged is not None:
                     self._delete(staged)
+            if keep is not None and gone:
+                log.info("event=shard_staged_dropped index=%d pushes=%d", self.index, len(gone))
 
     def read(self, version: int) -> Snapshot:
         snap = self.model.current()

@@ -133,7 +133,7 @@ class ShardServicer(pb_grpc.PsShardServicer):
 
     def Sync(self, r, context):
         self._check(context, r.federation)
-        self._run(context, lambda: self.core.sync(r.version, list(r.push_ids)))
+        self._run(context, lambda: self.core.sync(r.version, list(r.push_ids), list(r.keep) if r.keep_only else None))
         return _state(self.core)
 
     def ReadSlice(self, r, context):
@@ -260,8 +260,9 @@ class GrpcLink:
     def abort(self, i, version) -> None:
         self._unary(i, "Abort", version=version)
 
-    def sync(self, i, version, drop) -> dict:
-        return self._dict(self._unary(i, "Sync", version=version, push_ids=drop))
+    def sync(self, i, version, drop, keep=None) -> dict:
+        return self._dict(self._unary(i, "Sync", version=version, push_ids=drop, keep=keep or [],
+                                      keep_only=keep is not None))
 
     def read(self, i, version, offset):
         request = pb.ShardRequest(federation=self.fed.name, version=version, offset=offset)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch
 import yaml
 
 from client_agent.corpus import stdlib_split, write_file_list
@@ -115,3 +117,39 @@ def test_a_shard_wise_site_pushes_to_a_sharded_ps(tmp_path):
     finally:
         for p in ps.all:
             p.kill()
+
+
+def test_an_empty_ps_is_reseeded_from_the_sites_sharded_checkpoint(tmp_path):
+    """Total PS loss (paper §III-B4): the master site, relaunched against a new empty PS, streams the model of
+    its sharded checkpoint slice by slice, at that checkpoint's base version. The reference is read from the
+    checkpoint with torch's own DCP reader, not with the agent's code."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from ps_server.checkpoint import CheckpointStore
+
+    ps1 = PSNode(tmp_path / "ps1", FED).start()
+    try:
+        with ps1.admin() as admin:
+            write_token(tmp_path / "token", admin.create_token("site.shards", master=True)[0])
+        _site(ps1, tmp_path, 2, rounds=2)
+    finally:
+        ps1.kill()
+    pointer = json.loads((tmp_path / "work" / "checkpoints-sharded" / "latest.json").read_text())
+    dcp_to_torch_save(tmp_path / "work" / "checkpoints-sharded" / pointer["dir"], tmp_path / "saved.pt")
+    saved = torch.load(tmp_path / "saved.pt", weights_only=True)["model"]
+
+    ps2 = PSNode(tmp_path / "ps2", FED).start()
+    try:
+        with ps2.admin() as admin:
+            write_token(tmp_path / "token", admin.create_token("site.shards", master=True)[0])
+        out = _site(ps2, tmp_path, 2, rounds=1)
+        assert "reseed=True shard_wise=True" in out.stderr
+        files = CheckpointStore(ps2.ckpt_dir, keep=1000).files()  # newest first: the last is the re-seed
+        first = CheckpointStore.load(files[-1])
+        assert first.version == pointer["meta"]["base_version"] == 2  # round 2 trained from v2 (its push made v3)
+        want = np.concatenate([saved[t.name].reshape(-1).numpy() for t in first.manifest])
+        np.testing.assert_array_equal(first.flat, want)
+        with ps2.admin() as admin:
+            assert admin.status()["version"] == 3  # and the federation trained on from it
+    finally:
+        ps2.kill()

@@ -274,3 +274,24 @@ def test_a_stage_stream_ends_even_when_the_shard_is_behind():
     for k in range(6):
         stage.send(b"frame%d" % k)
     assert stage.finish() == 6.0 and got == [b"frame%d" % k for k in range(6)]
+
+
+def test_a_restarted_front_leaves_no_staged_push_behind(tmp_path):
+    """A front restart forgets its open round (clients resend what was accepted but not applied); the
+    shards' staged files of that round must go at the next sync, and the push being received then stays."""
+    rng = np.random.default_rng(4)
+    theta0 = rng.standard_normal(NUMEL).astype(np.float32)
+    d1, d2 = [(rng.standard_normal(NUMEL) * 1e-3).astype(np.float32) for _ in range(2)]
+    front = Front(tmp_path, fed(), 2)
+    front.push("m", theta0, base=0, init=True)
+    assert front.push("c0", d1, base=1).status == "ACCEPTED"
+    staged = [sorted((tmp_path / f"shard{i}" / "staged").glob("*.bin")) for i in range(2)]
+    assert all(len(files) == 1 for files in staged)  # c0's slice on each shard, folded into the open round
+
+    front.agg = ShardedAggregator(front.cfg, FrontModel(), front.link, tmp_path)  # the front restarts
+    assert front.agg.load_state()
+    assert front.push("c1", d2, base=1).status == "ACCEPTED"  # a new round: c0's fold is gone with the old front
+    after = [sorted((tmp_path / f"shard{i}" / "staged").glob("*.bin")) for i in range(2)]
+    assert all(len(files) == 1 for files in after)
+    assert all(a[0] != b[0] for a, b in zip(staged, after, strict=True))  # c0's files deleted, c1's kept
+    assert all(json_sidecar.exists() for files in after for json_sidecar in [files[0].with_suffix(".json")])
