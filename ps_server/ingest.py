@@ -52,7 +52,8 @@ class _Budget:
             self.free += nbytes
 
 
-KEPT_DECODED = _Budget(1 << 30)
+KEPT_DECODED_BYTES = 1 << 30
+KEPT_DECODED = _Budget(KEPT_DECODED_BYTES)
 
 
 @dataclass

@@ -41,7 +41,7 @@ from ..aggregation.strategies import build_strategy
 from ..aggregation.strategy import Accumulator
 from ..checkpoint import CheckpointStore, PSCheckpoint
 from ..global_model import GlobalModel, Snapshot
-from ..ingest import _Budget  # the ingest's own keep-decoded budget, sized per shard here
+from ..ingest import KEPT_DECODED_BYTES, _Budget  # the ingest's own keep-decoded budget, split among shards here
 from .errors import ShardRefused
 from .slice_decoder import SliceDecoder
 
@@ -138,8 +138,9 @@ class ShardCore:
         self.acc: Accumulator | None = None
         self.folded: list[str] = []  # push ids in the open round, in fold order
         self.prepared: tuple[int, np.ndarray, float] | None = None  # (version, slice, sq_norm)
-        # Decoded pushes kept in RAM (folded without a second decode): one slice's worth, so a shard's memory
-        # stays O(slice) like the single PS's (its budget, ingest.KEPT_DECODED, is about one model).
+        # Decoded pushes kept in RAM (folded without a second decode): the single PS's budget
+        # (ingest.KEPT_DECODED) in proportion to this shard's part of the model, and at most one slice, so the
+        # shards together keep what one PS keeps and a shard's memory is the single PS's divided by N.
         self.kept: _Budget | None = None
 
     # ---- durability -------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ class ShardCore:
         dec = SliceDecoder(codec_header, lo=lo, hi=hi, numel=total)
         path = self.staged_dir / f"{push_id}.bin"
         if self.kept is None:
-            self.kept = _Budget(4 * (hi - lo))
+            self.kept = _Budget(min(4 * (hi - lo), KEPT_DECODED_BYTES * (hi - lo) // max(1, total)))
         kept = self.kept
         values = np.empty(hi - lo, np.float32) if kept.take(4 * (hi - lo)) else None
         sq = 0.0
