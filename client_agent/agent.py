@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 
 from geofed.codec import ErrorFeedback, make_codec
-from geofed.codec.policy import codec_choice
+from geofed.codec.policy import BF16_BYTES_PER_PARAM, codec_choice, delta_range_to_rms
 from geofed.codec.sparse import sparse_params
 from geofed.config import ClientConfig, FederationConfig
 from geofed.manifest import TensorEntry
+from geofed.tuning import Interval, LinkMeasurements, interval_choice
 
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
@@ -123,6 +124,8 @@ class ClientAgent:
         self.metrics_path = self.work / "metrics.jsonl"
         self.first_step_at: float | None = None
         self._auto_codec: str | None = None  # the last 'auto' codec choice, logged when it changes
+        self._tuned_interval: tuple[float, int] | None = None  # the last autotune.interval choice (T, H)
+        self._step_s: float | None = None  # seconds per local step in the last round (the interval tuner's input)
 
     def _ps_client(self) -> PSClient:
         cfg = self.cfg
@@ -273,13 +276,15 @@ class ClientAgent:
             if self.first_step_at is None:
                 self.first_step_at = time.monotonic() - self.t_start
                 log.info("event=first_step client=%s seconds_since_start=%.2f", cfg.client_id, self.first_step_at)
-            deadline = time.monotonic() + fed.training.sync_interval_s
+            interval_s, local_steps = self._interval(fed, ps, ranks, numel)
+            deadline = time.monotonic() + interval_s
             if cfg.duration_s:
                 deadline = min(deadline, self.t_start + cfg.duration_s)
-            remaining = fed.training.max_steps - trainer.step if fed.training.max_steps else fed.training.local_steps
+            remaining = fed.training.max_steps - trainer.step if fed.training.max_steps else local_steps
             try:
-                stats = paradigm.local_update(trainer, min(fed.training.local_steps, remaining), deadline,
+                stats = paradigm.local_update(trainer, min(local_steps, remaining), deadline,
                                               global_model.version if global_model else 0)
+                self._step_s = stats.step_s or self._step_s
             except NonFiniteLossError as exc:  # every rank raises it: the skip decision is global
                 bad_rounds += 1
                 log.warning("event=non_finite_round client=%s step=%d detail=%r", cfg.client_id, trainer.step, str(exc))
@@ -343,9 +348,9 @@ class ClientAgent:
         mid-push resends that upload when relaunched (DUPLICATE if it had landed) instead of training again.
         The error-feedback residual moves on only when the PS took the delta.
         """
-        codec = make_codec(self._codec_name(fed, ps, numel), fed.codec.entropy, fed.codec.block_scales,
-                           sparse=sparse_params(fed.codec))
         values = delta.numpy()
+        codec = make_codec(self._codec_name(fed, ps, numel, values), fed.codec.entropy, fed.codec.block_scales,
+                           sparse=sparse_params(fed.codec))
         cut = {"cuts": ps.shard_cuts} if ps.shard_cuts else {}  # a sharded PS: frames end at its shard bounds
         header, frames = ef.encode(codec, values, **cut) if ef is not None else codec.encode(values, **cut)
         ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
@@ -508,14 +513,43 @@ class ClientAgent:
         latest = ps.latest()
         return latest if latest is not None and latest.version >= current.version else current
 
-    def _codec_name(self, fed: FederationConfig, ps: PSClient, numel: int) -> str:
-        """'auto' picks int16 when the measured link allows it within the per-sync budget, else int8 (§III-B3).
+    def _interval(self, fed: FederationConfig, ps: PSClient, ranks: Ranks, numel: int) -> tuple[float, int]:
+        """T and H of the next round: the configured ones, or (autotune.interval) rank 0's choice from its
+        measured rates, RTT and step time (`geofed.tuning.interval_choice`), the same on every rank.
+
+        Each change is logged with its reason; the PS exports the H of each push (geofed_client_local_steps).
+        """
+        t, a = fed.training, fed.autotune
+        if not a.interval:
+            return t.sync_interval_s, t.local_steps
+        text = None
+        if ranks.leader:
+            choice = interval_choice(
+                LinkMeasurements(ps.link_bytes_per_s, ps.down_bytes_per_s, ps.rtt_s, self._step_s),
+                push_bytes=ps.last_push_bytes or 0, model_bytes=ps.last_model_bytes or 4 * numel,
+                comm_fraction=a.comm_fraction, min_s=a.interval_min_s, max_s=a.interval_max_s,
+                fallback=Interval(t.sync_interval_s, t.local_steps, ""))
+            if (choice.seconds, choice.steps) != self._tuned_interval:
+                self._tuned_interval = (choice.seconds, choice.steps)
+                log.info("event=autotune client=%s knob=sync_interval value=%g steps=%d reason=%r",
+                         self.cfg.client_id, choice.seconds, choice.steps, choice.reason)
+            text = json.dumps([choice.seconds, choice.steps])
+        seconds, steps = json.loads(ranks.bcast_text(text))
+        return float(seconds), int(steps)
+
+    def _codec_name(self, fed: FederationConfig, ps: PSClient, numel: int, values=None) -> str:
+        """'auto' picks int16 when the measured link allows it within the per-sync budget, else int8 (§III-B3);
+        bf16 when 2 bytes/param fit and `values` (the delta, when given) has outliers enough for bf16 to err less.
 
         Each change of the choice is logged with its reason (issue 14: every tuned setting says why).
         """
         if fed.codec.name != "auto":
             return fed.codec.name
-        name, reason = codec_choice(ps.link_bytes_per_s, numel, fed.codec.sync_time_budget_s)
+        spread = None
+        rate, budget = ps.link_bytes_per_s, fed.codec.sync_time_budget_s
+        if values is not None and rate is not None and numel * BF16_BYTES_PER_PARAM / rate <= budget:
+            spread = delta_range_to_rms(values)  # one pass over the delta, only when bf16 would fit the link
+        name, reason = codec_choice(rate, numel, budget, spread)
         if name != self._auto_codec:
             self._auto_codec = name
             log.info("event=autotune client=%s knob=codec value=%s reason=%r", self.cfg.client_id, name, reason)

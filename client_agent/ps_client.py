@@ -115,6 +115,11 @@ class PushReceipt:
     attempts: int
 
 
+def blend(previous: float | None, sample: float) -> float:
+    """A measured rate or time, smoothed: the mean of the previous estimate and the new sample."""
+    return sample if previous is None else 0.5 * (previous + sample)
+
+
 class PSClient:
     """Connection to one PS for one client id; thread-safe for one pusher + background threads."""
 
@@ -164,6 +169,13 @@ class PSClient:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.link_bytes_per_s: float | None = None  # measured upload throughput (for codec choice)
+        # Measured for the sync-interval tuner (geofed.tuning): download throughput of the model stream, the
+        # heartbeat's round trip, and the bytes of the last push and model transfer (what the next will cost).
+        self.down_bytes_per_s: float | None = None
+        self.rtt_s: float | None = None
+        self.last_push_bytes: int | None = None
+        self.last_model_bytes: int | None = None
+        self._first_chunk: tuple[int, float, int] | None = None  # (version, arrival, bytes) of a transfer's start
         self.model_resumes = 0
         self._call = None
         # On demand (federation.downlink.prefetch off): the stream is open only while someone waits for a
@@ -389,11 +401,14 @@ class PSClient:
         """Feed one chunk to the assembler; publish the vector when a transfer completes and verifies (True)."""
         self._learn_shard_map(chunk)
         self.bytes_received += len(chunk.data)
+        if chunk.offset == 0:
+            self._first_chunk = (chunk.version, time.monotonic(), len(chunk.data))
         held = self._latest or self._held
         got = assembler.take(chunk, (held.version, held.flat) if held is not None else None)
         if got is None:
             return False
         self._held = None
+        self._time_download(got.version, got.nbytes)
         gv = GlobalVersion(got.version, got.flat, got.manifest or self.manifest, seconds=got.seconds,
                            instance=self.server_instance)
         if got.manifest:
@@ -407,6 +422,21 @@ class PSClient:
         log.info("event=model_received version=%d encoding=%s bytes=%d seconds=%.2f", got.version, got.encoding,
                  got.nbytes, got.seconds)
         return True
+
+    def _time_download(self, version: int, nbytes: int) -> None:
+        """Download rate of a finished transfer: the bytes after its first chunk over the time since it arrived.
+
+        The first chunk's own time is unknown (it includes the PS's wait for the version and its encoding), so
+        it is left out; a one-chunk or small transfer says too little about the link and is not counted.
+        """
+        self.last_model_bytes = nbytes
+        first = self._first_chunk
+        self._first_chunk = None
+        if first is None or first[0] != version:
+            return
+        rest, elapsed = nbytes - first[2], time.monotonic() - first[1]
+        if rest > (256 << 10) and elapsed > 0:
+            self.down_bytes_per_s = blend(self.down_bytes_per_s, rest / elapsed)
 
     def _heartbeat_interval(self) -> float:
         """A third of the session's life; every 2 s while an ACCEPTED delta waits to be folded in.
@@ -425,8 +455,11 @@ class PSClient:
                 continue
             last = time.monotonic()
             try:
+                t_call = time.monotonic()
                 self.stub.Heartbeat(pb.HeartbeatRequest(report=report_to_proto(self.report)),
                                     metadata=self._metadata(), timeout=self.rpc_timeout_s)
+                # A small unary RPC: its wall time is the round trip (plus the PS's bookkeeping, negligible).
+                self.rtt_s = blend(self.rtt_s, time.monotonic() - t_call)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                     try:
@@ -509,10 +542,9 @@ class PSClient:
                 size = upload.header.payload_bytes
                 elapsed = time.monotonic() - t_send
                 self.bytes_sent += size
+                self.last_push_bytes = size
                 if size > (256 << 10) and elapsed > 0:
-                    rate = size / elapsed
-                    prev = self.link_bytes_per_s
-                    self.link_bytes_per_s = rate if prev is None else 0.5 * (prev + rate)
+                    self.link_bytes_per_s = blend(self.link_bytes_per_s, size / elapsed)
                 return PushReceipt(pb.PushStatus.Name(result.status), result.version, result.staleness,
                                    result.weight, size, time.monotonic() - t0, attempt)
 

@@ -48,6 +48,11 @@ class TrainStats:
     grad_norm: float
     skipped_steps: int = 0  # steps whose gradient was not finite: data consumed, parameters left as they were
 
+    @property
+    def step_s(self) -> float | None:
+        """Wall seconds per local step this round (slowdown included: it stands for a slower GPU); None: no step."""
+        return self.seconds / self.steps if self.steps and self.seconds > 0 else None
+
 
 def warmup_lr(step: int, base_lr: float, warmup_steps: int) -> float:
     """Linear warm-up over the first `warmup_steps` steps, then constant (rounds have no known end)."""

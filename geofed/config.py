@@ -49,7 +49,8 @@ class CodecConfig(_Section):
 
     name: Literal["fp32", "bf16", "int8", "int16", "auto", "sparse"] = Field(
         "auto",
-        description="Delta codec; 'auto' picks int8 or int16 from the measured link rate and sync_time_budget_s; "
+        description="Delta codec; 'auto' picks int8 or int16 from the measured link rate and sync_time_budget_s "
+        "(bf16 when 2 bytes/param fit and the delta's range/rms makes it finer than int16); "
         "'sparse' sends chunk-wise top-k with low-bit values (SparseLoCo) and the PS sums and publishes sparsely.",
     )
     entropy: Literal["huffman", "ans", "none"] = Field(
@@ -269,6 +270,64 @@ class TrainingConfig(_Section):
         return self
 
 
+class AutotuneConfig(_Section):
+    """Settings chosen from live measurements (issue 14); every choice is logged with its reason. The codec's
+    bit-width tuner is switched on by codec.name 'auto'."""
+
+    interval: bool = Field(
+        False,
+        description="Each client picks its own sync interval T (and H = T / its step time) from its measured "
+        "upload and download rates, RTT and step time, so that at most comm_fraction of a round is spent "
+        "communicating; training.sync_interval_s and local_steps stand until all are measured.",
+    )
+    comm_fraction: float = Field(
+        0.2, gt=0, lt=1, description="interval: the largest share of a round (train + push + model download) "
+        "spent communicating.",
+    )
+    interval_min_s: float = Field(5.0, gt=0, le=86400, description="interval: the shortest T chosen, in seconds.")
+    interval_max_s: float = Field(600.0, gt=0, le=86400, description="interval: the longest T chosen, in seconds.")
+    straggler_timeout: bool = Field(
+        False,
+        description="sync mode: the PS sets the straggler timeout from its measured client round times "
+        "(straggler_margin × their straggler_quantile, less the fastest's), in place of "
+        "aggregation.straggler_timeout_s once a round has been timed.",
+    )
+    straggler_quantile: float = Field(
+        0.9, gt=0, le=1, description="straggler_timeout: the client round time (nearest rank) a round waits for."
+    )
+    straggler_margin: float = Field(
+        1.5, ge=1, le=10, description="straggler_timeout: multiple of that round time allowed (jitter headroom)."
+    )
+    straggler_min_s: float = Field(5.0, gt=0, le=86400, description="straggler_timeout: the shortest timeout set.")
+    straggler_max_s: float = Field(600.0, gt=0, le=86400, description="straggler_timeout: the longest timeout set.")
+    round_window: int = Field(
+        8, ge=1, le=1000, description="Recent round times per client the PS keeps (their median is the "
+        "client's round time).",
+    )
+    async_above: float = Field(
+        2.0, gt=1, le=1000,
+        description="Mode advice: the PS recommends async once the slowest/fastest client round time passes this "
+        "(logged and exported; the running mode is not switched).",
+    )
+    sync_below: float = Field(
+        1.5, ge=1, le=1000,
+        description="Mode advice: back to sync only below this ratio (hysteresis; must be below async_above).",
+    )
+
+    @model_validator(mode="after")
+    def _ranges(self) -> AutotuneConfig:
+        if self.interval_min_s > self.interval_max_s:
+            raise ValueError(f"autotune.interval_min_s ({self.interval_min_s:g}) must not exceed interval_max_s "
+                             f"({self.interval_max_s:g})")
+        if self.straggler_min_s > self.straggler_max_s:
+            raise ValueError(f"autotune.straggler_min_s ({self.straggler_min_s:g}) must not exceed straggler_max_s "
+                             f"({self.straggler_max_s:g})")
+        if self.sync_below >= self.async_above:
+            raise ValueError(f"autotune.sync_below ({self.sync_below:g}) must be below async_above "
+                             f"({self.async_above:g}), else the mode advice has no hysteresis")
+        return self
+
+
 SHARDED_PARADIGMS = ("pretrain", "bitfit")
 """Paradigms a sharded PS runs: the exchanged vector is plain parameters, folded element-wise."""
 
@@ -282,6 +341,9 @@ class FederationConfig(_Section):
     codec: CodecConfig = Field(default_factory=CodecConfig, description="Delta compression.")
     downlink: DownlinkConfig = Field(default_factory=DownlinkConfig, description="Model stream to clients.")
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Client training.")
+    autotune: AutotuneConfig = Field(
+        default_factory=AutotuneConfig, description="Settings tuned from live measurements (issue 14)."
+    )
     paradigm: ParadigmConfig = Field(
         default_factory=PretrainSettings,
         description="Which parameters are trained and exchanged and how the PS folds them back (Algorithm 1, "

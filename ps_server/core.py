@@ -187,6 +187,8 @@ class ParameterServerCore:
             self.metrics.contribution.labels(client_id).set(ledger.contribution)
         self.history.record(snap.version, self.clients)
         self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
+        with self.aggregator.lock:
+            self.metrics.set_tuning(self.aggregator.round_times)
 
     # ---- clients ----------------------------------------------------------------------------------
 
@@ -338,6 +340,7 @@ class ParameterServerCore:
         self.metrics.compression_ratio.labels(client.client_id).set(push.header.payload_bytes / max(1, 4 * push.numel))
         if (bits := value_bits(push.codec_name)) is not None:
             self.metrics.delta_bits.labels(client.client_id).set(bits)
+        self.metrics.local_steps.labels(client.client_id).set(push.header.local_steps)
         client.push_done(push.header.payload_bytes / max(1, 4 * push.numel))
         log.info(
             "event=push client=%s upload=%s status=%s version=%d staleness=%d bytes=%d codec=%s",

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from .aggregation.round_times import RoundTimes
+
 _VALUE_BITS = {"int8": 8, "int16": 16, "bf16": 16, "fp32": 32}
 
 
@@ -61,6 +63,17 @@ class PSMetrics:
         self.contribution = Gauge(
             "geofed_client_contribution", "Summed weight of the client's applied deltas", ["client"], registry=r
         )
+        # Auto-tuning (issue 14): what the PS measured and chose, and the H of each client's last delta.
+        self.local_steps = Gauge("geofed_client_local_steps", "Local steps (H) behind the client's last delta "
+                                 "(autotune.interval chooses it per client)", ["client"], registry=r)
+        self.round_seconds = Gauge("geofed_client_round_seconds", "Client's median recent round time measured at "
+                                   "the PS (download + training + upload)", ["client"], registry=r)
+        self.speed_spread = Gauge("geofed_client_speed_spread", "Slowest / fastest client round time", registry=r)
+        self.straggler_timeout = Gauge("geofed_straggler_timeout_seconds", "Sync straggler timeout in force "
+                                       "(autotune.straggler_timeout tunes it)", registry=r)
+        self.mode_advice = Gauge("geofed_aggregation_mode_advice", "1 for the aggregation mode the PS advises from "
+                                 "the client speed spread (advice only: the running mode is not switched)", ["mode"],
+                                 registry=r)
         self.checkpoint_failures = Counter("geofed_checkpoint_failures", "Failed PS checkpoints", registry=r)
         # Contribution accounting (issue 15; ps_server/aggregation/contributions.py), per client and per site.
         self.contrib = {
@@ -81,6 +94,15 @@ class PSMetrics:
         for site, totals in sites.items():
             for key, (_, per_site) in self.contrib.items():
                 per_site.labels(site).set(totals[key])
+
+    def set_tuning(self, round_times: RoundTimes) -> None:
+        """Publish the PS's measured round times and tuned settings (call under the aggregator's lock)."""
+        for client_id, seconds in round_times.per_client().items():
+            self.round_seconds.labels(client_id).set(seconds)
+        self.speed_spread.set(round_times.spread)
+        self.straggler_timeout.set(round_times.straggler_timeout_s)
+        for mode in ("sync", "async"):
+            self.mode_advice.labels(mode).set(1.0 if round_times.mode_advice == mode else 0.0)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Expose /metrics over HTTP on its own port."""

@@ -27,6 +27,7 @@ from .contributions import Contributions
 from .downlink import Downlink
 from .guard import DeltaGuard, all_finite
 from .reducer import LocalReducer, ReduceFailed, Reducer, empty_round
+from .round_times import RoundTimes
 from .rounds import admit, should_close
 from .strategies import build_strategy
 from .strategy import Accumulator, Strategy
@@ -90,6 +91,7 @@ class Aggregator:
         self.on_reject = on_reject  # counts a refusal the aggregator makes on its own (a dropped round)
         self.guard = DeltaGuard(fed)  # vouched weights, one delta per base/round, the norm bound
         self.clock = clock
+        self.round_times = RoundTimes(fed, clock)  # client round times: the tuned straggler timeout, mode advice
         self.lock = threading.RLock()
         self.acc: Accumulator | None = None
         self.first_at: float | None = None
@@ -169,6 +171,7 @@ class Aggregator:
             self.strategy.install(push.numel, header.manifest)
             self.acc = None
             snap = self.model.publish(version, flat, header.manifest)
+            self.round_times.published(version)
             outcome = PushOutcome("APPLIED", version, message="initial model installed")
             self._remember(push.client_id, header.upload_id, outcome)
             log.info("event=init client=%s version=%d numel=%d", push.client_id, version, push.numel)
@@ -225,6 +228,7 @@ class Aggregator:
                                   tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
         if self.first_at is None:
             self.first_at = self.clock()
+        self.round_times.arrived(client_id, header.base_version)
         ledger = self.ledger.setdefault(client_id, ClientLedger())
         ledger.pushes += 1
         ledger.last_staleness = adm.staleness
@@ -246,7 +250,7 @@ class Aggregator:
             return False
         return should_close(
             self.cfg, buffered=acc.count, clients_in_round=len(acc.clients), active_clients=self.active_clients(),
-            first_at=self.first_at, now=self.clock(),
+            first_at=self.first_at, now=self.clock(), straggler_timeout_s=self.round_times.straggler_timeout_s,
         )
 
     def tick(self) -> Snapshot | None:
@@ -291,7 +295,10 @@ class Aggregator:
         )
         self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
         self.guard.round_closed(applied=True)
-        return self.model.publish(new_version, flat, current.manifest)
+        snap = self.model.publish(new_version, flat, current.manifest)
+        self.round_times.published(new_version)
+        self.round_times.retune()
+        return snap
 
     def _drop_round(self, deltas: int, why: str, reason: str = "nonfinite_round") -> None:
         log.error("event=round_dropped version=%d deltas=%d reason=%r", self.model.version, deltas, why)
@@ -354,6 +361,7 @@ class Aggregator:
                 self.strategy.stream.load_state_dict(state.get("downlink", {}))
             self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
             self.model.publish(snapshot_version, flat, manifest)
+            self.round_times.published(snapshot_version)
 
     def adopt(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, strategy_state: dict) -> Snapshot:
         """Take another PS's model and strategy state (a multi-PS group member rejoining its ring).
@@ -372,6 +380,7 @@ class Aggregator:
                 self.contributions.dropped()
             self.acc, self.first_at, self._pending, self._round_uploads = acc, first_at, pending, uploads
             snap = self.model.publish(snapshot_version, flat, manifest)
+            self.round_times.published(snapshot_version)
             log.info("event=adopt version=%d numel=%d", snapshot_version, flat.size)
         if self.on_apply:
             self.on_apply(snap)

@@ -42,12 +42,16 @@ def admit(cfg: AggregationConfig, base_version: int, current_version: int) -> Ad
 
 def should_close(
     cfg: AggregationConfig, *, buffered: int, clients_in_round: int, active_clients: int, first_at: float | None,
-    now: float,
+    now: float, straggler_timeout_s: float | None = None,
 ) -> bool:
-    """True when the buffered deltas should become a new global version."""
+    """True when the buffered deltas should become a new global version.
+
+    `straggler_timeout_s`: the tuned timeout (autotune.straggler_timeout) in place of the configured one.
+    """
     if buffered == 0 or first_at is None:
         return False
     if cfg.mode == "async":
         return buffered >= cfg.buffer_size or now - first_at >= cfg.buffer_timeout_s
     needed = max(1, math.ceil(cfg.quorum * max(1, active_clients)))
-    return clients_in_round >= needed or now - first_at >= cfg.straggler_timeout_s
+    timeout = cfg.straggler_timeout_s if straggler_timeout_s is None else straggler_timeout_s
+    return clients_in_round >= needed or now - first_at >= timeout

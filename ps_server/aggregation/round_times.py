@@ -1,0 +1,83 @@
+"""The PS's measured client round times, and the settings tuned from them (issue 14, item 2).
+
+A client's round time is measured at the PS, from the later of the publication of the version its delta was
+trained on and the arrival of its previous delta, to the arrival of this one: download + local training +
+upload, without the time it waited for a sync round to close. From these the PS sets the sync straggler
+timeout (autotune.straggler_timeout) and advises sync or async (logged and exported only: switching the
+mode of a live PS, with a round open and clients waiting on it, is not done).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from geofed.config import FederationConfig
+from geofed.tuning import mode_advice, straggler_timeout_choice
+
+log = logging.getLogger("geofed.ps")
+
+_VERSIONS_KEPT = 256  # publication times remembered (a delta more versions behind than this is not timed)
+_SILENT_ROUNDS = 3  # a client silent for this many of its own round times drops out of the spread
+
+
+class RoundTimes:
+    """Per-client round times and what the PS tunes from them; called under the aggregator's lock."""
+
+    def __init__(self, fed: FederationConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.fed, self.cfg, self.clock = fed, fed.autotune, clock
+        self._published: OrderedDict[int, float] = OrderedDict()
+        self._last: dict[str, float] = {}  # client -> arrival of its last delta
+        self._rounds: dict[str, deque[float]] = {}
+        self.straggler_timeout_s = fed.aggregation.straggler_timeout_s
+        self.straggler_reason = "configured aggregation.straggler_timeout_s"
+        self.mode_advice: str = fed.aggregation.mode
+        self.mode_reason = "the configured mode (no spread measured yet)"
+        self.spread = 0.0  # slowest / fastest client round time (0 until two clients are timed)
+
+    def published(self, version: int) -> None:
+        self._published[version] = self.clock()
+        while len(self._published) > _VERSIONS_KEPT:
+            self._published.popitem(last=False)
+
+    def arrived(self, client_id: str, base_version: int) -> None:
+        """A delta trained on `base_version` arrived: time the client's round when its start is known."""
+        now = self.clock()
+        starts = [t for t in (self._published.get(base_version), self._last.get(client_id)) if t is not None]
+        self._last[client_id] = now
+        if starts:
+            window = self._rounds.setdefault(client_id, deque(maxlen=self.cfg.round_window))
+            window.append(now - max(starts))
+
+    def per_client(self) -> dict[str, float]:
+        """Each recently heard client's median round time (a client silent for 3 of its rounds is left out)."""
+        now, out = self.clock(), {}
+        for client, window in self._rounds.items():
+            median = statistics.median(window)
+            if now - self._last[client] <= _SILENT_ROUNDS * median:
+                out[client] = median
+        return out
+
+    def retune(self) -> None:
+        """After a round closes: the next round's straggler timeout, and the mode advice; changes are logged."""
+        rounds = self.per_client()
+        positive = {c: s for c, s in rounds.items() if s > 0}
+        if len(positive) >= 2:
+            self.spread = max(positive.values()) / min(positive.values())
+        if self.cfg.straggler_timeout and self.fed.aggregation.mode == "sync":
+            value, reason = straggler_timeout_choice(
+                rounds, q=self.cfg.straggler_quantile, margin=self.cfg.straggler_margin,
+                min_s=self.cfg.straggler_min_s, max_s=self.cfg.straggler_max_s,
+                fallback_s=self.fed.aggregation.straggler_timeout_s)
+            if value != self.straggler_timeout_s:
+                log.info("event=autotune knob=straggler_timeout value=%g reason=%r", value, reason)
+            self.straggler_timeout_s, self.straggler_reason = value, reason
+        mode, reason = mode_advice(positive, self.mode_advice, async_above=self.cfg.async_above,  # type: ignore[arg-type]
+                                   sync_below=self.cfg.sync_below)
+        if mode != self.mode_advice:
+            log.info("event=autotune knob=aggregation_mode value=%s running=%s applied=false reason=%r", mode,
+                     self.fed.aggregation.mode, reason)
+        self.mode_advice, self.mode_reason = mode, reason

@@ -1,0 +1,129 @@
+"""What the interval tuner measures on the client: download rate, RTT, step time; and the loop's choice of T/H."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import types
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+
+from client_agent import ps_client as ps_client_module
+from client_agent.agent import ClientAgent
+from client_agent.model_transfer import ModelAssembler
+from client_agent.ps_client import PSClient, blend
+from client_agent.trainer import TrainStats
+from geofed.config import ClientConfig, FederationConfig
+from geofed.protocol import geofed_pb2 as pb
+from geofed.protocol.messages import manifest_to_proto
+
+CHUNK = 512 << 10
+
+
+def _client() -> PSClient:
+    client = PSClient("127.0.0.1:1", "t.a", lambda: "", insecure=True)
+    client.session = "session"
+    return client
+
+
+def _fp32_chunks(version: int, flat: np.ndarray) -> list[pb.ModelChunk]:
+    data = flat.tobytes()
+    out = []
+    for off in range(0, len(data), CHUNK):
+        piece = data[off : off + CHUNK]
+        chunk = pb.ModelChunk(version=version, offset=off, total_bytes=len(data), data=piece, encoding="fp32",
+                              crc32=zlib.crc32(piece))
+        if off == 0:
+            chunk.manifest.extend(manifest_to_proto([("w", (flat.size,), "float32")]))
+        if off + CHUNK >= len(data):
+            chunk.sha256 = hashlib.sha256(data).digest()
+        out.append(chunk)
+    return out
+
+
+def test_blend_is_the_mean_of_the_estimate_and_the_sample():
+    assert blend(None, 4.0) == 4.0
+    assert blend(4.0, 2.0) == 3.0
+
+
+def test_download_rate_leaves_out_the_first_chunk(monkeypatch):
+    # Prepare: a 2 MiB fp32 transfer in 4 chunks of 512 KiB; the first arrives at t = 100, the last at t = 101.5
+    clock = {"t": 100.0}
+    monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
+                                                                        sleep=time.sleep))
+    client = _client()
+    flat = np.arange(CHUNK // 4 * 4, dtype=np.float32)
+    chunks = _fp32_chunks(1, flat)
+    assembler = ModelAssembler()
+
+    # Execute
+    for i, chunk in enumerate(chunks):
+        clock["t"] = 100.0 + 0.5 * i
+        client._take_chunk(assembler, chunk)
+
+    # Assert: 3 chunks (1.5 MiB) after the first, in 1.5 s: 1 MiB/s
+    assert client.latest().version == 1
+    assert client.down_bytes_per_s == (3 * CHUNK) / 1.5
+    assert client.last_model_bytes == flat.nbytes
+    client.close()
+
+
+def test_a_one_chunk_transfer_is_not_timed():
+    client = _client()
+    flat = np.ones(1000, dtype=np.float32)
+    client._take_chunk(ModelAssembler(), _fp32_chunks(1, flat)[0])
+    assert client.down_bytes_per_s is None and client.last_model_bytes == 4000
+    client.close()
+
+
+def test_the_heartbeat_times_its_round_trip():
+    client = _client()
+    client.session_ttl_s = 3.0  # a heartbeat every second
+
+    class Stub:
+        def Heartbeat(self, request, metadata=None, timeout=None):  # noqa: N802 - the gRPC method name
+            time.sleep(0.05)
+            client._stop.set()
+
+    client.stub = Stub()
+    client._heartbeat_loop()
+    assert 0.05 <= client.rtt_s < 1.0
+    client.close()
+
+
+def test_step_time_of_a_round():
+    stats = TrainStats(steps=4, tokens=0, samples=0, mean_loss=0.0, tokens_per_s=0.0, seconds=2.0,
+                       stopped_by="steps", lr=0.0, grad_norm=0.0)
+    assert stats.step_s == 0.5
+    assert TrainStats(0, 0, 0, 0.0, 0.0, 0.0, "deadline", 0.0, 0.0).step_s is None
+
+
+def test_the_loop_takes_the_tuned_interval_and_logs_each_change(tmp_path, caplog):
+    # Prepare
+    agent = ClientAgent(ClientConfig(client_id="t.tune", data=str(tmp_path), work_dir=str(tmp_path / "w")))
+    fixed = FederationConfig.model_validate({"training": {"sync_interval_s": 60, "local_steps": 40}})
+    tuned = FederationConfig.model_validate({"training": {"sync_interval_s": 60, "local_steps": 40},
+                                             "autotune": {"interval": True, "comm_fraction": 0.2}})
+    ps = SimpleNamespace(link_bytes_per_s=None, down_bytes_per_s=None, rtt_s=None, last_push_bytes=None,
+                         last_model_bytes=None)
+    ranks = SimpleNamespace(leader=True, bcast_text=lambda text: text)
+
+    # Execute and assert
+    assert agent._interval(fixed, ps, ranks, 1000) == (60.0, 40)
+    with caplog.at_level(logging.INFO, logger="geofed.client"):
+        assert agent._interval(tuned, ps, ranks, 1000) == (60.0, 40)  # nothing measured: the configured T, H
+        ps.link_bytes_per_s, ps.down_bytes_per_s, ps.rtt_s = 1e6, 4e6, 0.05
+        ps.last_push_bytes, ps.last_model_bytes = 2_000_000, 8_000_000
+        agent._step_s = 0.5
+        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 34)  # C = 4.1 s: T = 17 s (test_tuning_policy)
+        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 34)
+        agent._step_s = 2.0  # the client slowed down: same T, fewer steps
+        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 9)
+    lines = [r.getMessage() for r in caplog.records if "event=autotune" in r.getMessage()]
+    assert len(lines) == 3
+    assert "knob=sync_interval value=60 steps=40" in lines[0] and "not measured yet" in lines[0]
+    assert "knob=sync_interval value=17 steps=34" in lines[1]
+    assert "knob=sync_interval value=17 steps=9" in lines[2]
