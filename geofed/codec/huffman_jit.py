@@ -9,8 +9,9 @@ overlap), reads 64 stream bits per lane per refill, and takes up to two byte sym
 the same way as in numpy: a lane that does not end exactly on its stored boundary.
 
 numba compiles on first use and caches the machine code next to this file (or in numba's user cache
-when that is read-only). `GEOFED_HUFFMAN=numpy` in the environment selects the numpy coder instead;
-without numba installed the numpy coder is used as well.
+when that is read-only). Which lane coder runs (the C coder of `huffman_c` first, then this one, then numpy) is
+`huffman_backend`'s choice; `enabled()` stays the switch for the other numba passes (`GEOFED_HUFFMAN=numpy`
+turns them off too).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ work. Decode: the frame's symbols are cut into lanes of `lane_syms`; each lane's
 (as an offset from the shortest lane, usually one byte), so all lanes decode in lock-step, one symbol
 per lane per numpy step (peek a 25-bit window, look it up in a 2^max_len table, advance). A lane that
 does not end exactly on its stored boundary means corrupt data.
+
+This numpy coder is the reference and the last fallback; the C coder (`huffman_c`) and the numba coder
+(`huffman_jit`) write the same bytes, and `huffman_backend` picks the first one present.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 
 import numpy as np
 
-from geofed.codec import huffman_jit
+from geofed.codec import huffman_backend, huffman_c, huffman_jit
 from geofed.codec.errors import CodecError
 from geofed.codec.header import Reader
 from geofed.codec.huffman import HuffmanCode
@@ -61,9 +64,10 @@ class LaneEncoder:
     def __init__(self, code: HuffmanCode, lane_syms: int, max_syms: int) -> None:
         self.code = code
         self.lane_syms = lane_syms
-        self.compiled = huffman_jit.enabled()
-        if self.compiled:  # the compiled coder needs no work arrays
-            self._coder = huffman_jit.coder_for(code)
+        self.coder = huffman_backend.backend()
+        self.compiled = self.coder != "numpy"
+        if self.compiled:  # the compiled coders need no work arrays
+            self._coder = (huffman_c if self.coder == "c" else huffman_jit).coder_for(code)
             return
         self.pairs = code.pair_tables is not None and lane_syms % 2 == 0
         items = -(-max_syms // 2) if self.pairs else max_syms
@@ -76,6 +80,8 @@ class LaneEncoder:
 
     def encode(self, syms: np.ndarray) -> bytes:
         """Lane bit lengths followed by the MSB-first bitstream of one frame's symbols."""
+        if self.coder == "c":
+            return self._coder.encode(syms, self.lane_syms)
         if self.compiled:
             done = self._coder.encode(syms, self.lane_syms)
             if done is None:
@@ -122,6 +128,9 @@ class LaneEncoder:
 
 def decode_lanes(code: HuffmanCode, r: Reader, count: int, lane_syms: int) -> np.ndarray:
     """Decode `count` symbols from the rest of `r` (lane lengths, then the bitstream)."""
+    coder = huffman_backend.backend()
+    if coder == "c":  # parses and checks the lane lengths itself (same checks, same messages)
+        return huffman_c.coder_for(code).decode(r, count, lane_syms)
     lanes = -(-count // lane_syms)
     lane_bits = read_lane_bits(r, lanes)
     counts = np.full(lanes, lane_syms, dtype=np.int64)
@@ -134,7 +143,7 @@ def decode_lanes(code: HuffmanCode, r: Reader, count: int, lane_syms: int) -> np
     if len(stream) != need:
         raise CodecError(f"corrupt Huffman frame: lanes need {need} bytes of bitstream, {len(stream)} came")
     starts = (np.cumsum(lane_bits) - lane_bits).astype(np.uint32)
-    if huffman_jit.enabled():
+    if coder == "numba":
         out, ends = huffman_jit.coder_for(code).decode(stream, starts, counts, lane_syms)
         _check_lane_ends(ends, starts, lane_bits)
         return out
