@@ -325,7 +325,8 @@ def verdicts(rows: list[dict], stages: list[dict]) -> list[str]:
             "- How the C coder works: encode joins 56 // max_len codes before one 64-bit big-endian store; decode "
             "runs six lanes in lock-step, one 11-bit table lookup per symbol (for longer codes, most of int16's, the "
             "entry gives the code length and a second lookup in the canonically sorted symbols gives the symbol), "
-            "one 8-byte read per lane per 57 // max_len symbols. zstd's literal decoder reads 5 symbols per refill "
+            "one 8-byte read per lane per 57 // max_len symbols, plus two more from the same read when every lane "
+            "has the bits left (short codes: int8). zstd's literal decoder can always take 5 symbols per read "
             "because zstd caps its codes at 11 bits; this format allows 16 (int8) and 20 (int16) bits."
         )
     g8, b8, g16 = by.get("int8+huffman"), by.get("int8+huffman/b4096"), by.get("int16+huffman")

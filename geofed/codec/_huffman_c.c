@@ -103,6 +103,7 @@ typedef struct {
     const int32_t *delta;  /* [max_len + 2]: index into sorted = (v >> (max_len - l)) + delta[l] */
     const void *sorted;    /* symbols in canonical (length, symbol) order */
     int prim_bits, max_len;
+    int more; /* try two extra symbols per read (the caller judged the codes short enough to fit often) */
 } Tables;
 
 #define PRIM_BITS 11 /* the first table is indexed by the top 11 stream bits, whatever max_len is */
@@ -185,26 +186,44 @@ INLINE uint64_t used_bits(uint64_t w) {
 #define USED(w) used_bits(w)
 #endif
 
-/* NL full lanes g..g+NL-1 in lock-step, F symbols per read; READ(p) is peek_in or the checked peek. NL = 6 measured
- * best on the real delta (4: 0.76x zstd's int8 speed, 5: 0.89x, 6: 0.93x, 7: 0.92x, 8: 0.83x): enough lookups in
- * flight to hide the table's latency, few enough windows to stay in registers. */
+/* NL full lanes g..g+NL-1 in lock-step, F (+ 2) symbols per read; READ(p) is peek_in or the checked peek. NL = 6
+ * measured best on the real delta (int8 decode vs zstd-1, 4 lanes: 0.76x, 5: 0.93x, 6: 0.98x, 7: 0.88x, 8: 0.83x):
+ * enough lookups in flight to hide the table's latency, few enough windows to stay in registers. */
+/* Steps of the lock-step loop over windows ww[] and positions pp[] of NL lanes (out of lane q + k * L). */
+#define LANES_READ(READ) _Pragma("GCC unroll 8") for (int k = 0; k < NL; k++) ww[k] = MARK(READ(pp[k]))
+#define LANES_TOP(T, AT) _Pragma("GCC unroll 8") for (int k = 0; k < NL; k++) TOP(T, ww[k], q[k * L + (AT)], unused_)
+#define LANES_ADVANCE() _Pragma("GCC unroll 8") for (int k = 0; k < NL; k++) pp[k] += USED(ww[k])
+
 #define GROUP(T, F, READ)                                                                                   \
     do {                                                                                                    \
-        uint64_t pp[NL];                                                                                    \
+        uint64_t pp[NL], ww[NL];                                                                            \
+        uint32_t unused_;                                                                                   \
         for (int k = 0; k < NL; k++) pp[k] = starts[g + k];                                                 \
         T *q = out + g * lane_syms;                                                                         \
         const Py_ssize_t L = lane_syms;                                                                     \
         Py_ssize_t j = 0;                                                                                   \
-        for (; j + (F) <= L; j += (F)) {                                                                    \
-            uint64_t ww[NL];                                                                                \
-            uint32_t unused_;                                                                               \
-            _Pragma("GCC unroll 8") for (int k = 0; k < NL; k++) ww[k] = MARK(READ(pp[k]));                 \
-            _Pragma("GCC unroll 4") for (int i = 0; i < (F); i++) {                                         \
-                _Pragma("GCC unroll 8") for (int k = 0; k < NL; k++) TOP(T, ww[k], q[k * L + j + i], unused_); \
+        /* F symbols per read are safe for any codes; when every lane's window still holds 2 * max_len bits \
+         * after them (the usual case with short codes), each takes two more from the same read */         \
+        const uint64_t more = t->more ? ((uint64_t)1 << (64 - 2 * t->max_len)) - 1 : 0;                    \
+        for (; more && j + (F) + 2 <= L;) {                                                                 \
+            LANES_READ(READ);                                                                               \
+            _Pragma("GCC unroll 4") for (int i = 0; i < (F); i++) LANES_TOP(T, j + i);                      \
+            int room = 1; /* the marker still sits in the low 64 - 2 * max_len bits of every window */      \
+            _Pragma("GCC unroll 8") for (int k = 0; k < NL; k++) room &= (ww[k] & more) != 0;               \
+            if (room) {                                                                                     \
+                LANES_TOP(T, j + (F));                                                                      \
+                LANES_TOP(T, j + (F) + 1);                                                                  \
+                j += 2;                                                                                     \
             }                                                                                               \
-            _Pragma("GCC unroll 8") for (int k = 0; k < NL; k++) pp[k] += USED(ww[k]);                      \
-            (void)unused_;                                                                                  \
+            j += (F);                                                                                       \
+            LANES_ADVANCE();                                                                                \
         }                                                                                                   \
+        for (; j + (F) <= L; j += (F)) {                                                                    \
+            LANES_READ(READ);                                                                               \
+            _Pragma("GCC unroll 4") for (int i = 0; i < (F); i++) LANES_TOP(T, j + i);                      \
+            LANES_ADVANCE();                                                                                \
+        }                                                                                                   \
+        (void)unused_;                                                                                      \
         for (; j < L; j++) {                                                                                \
             for (int k = 0; k < NL; k++) {                                                                  \
                 uint64_t w = READ(pp[k]);                                                                   \
@@ -369,11 +388,11 @@ static uint32_t get_le(const uint8_t *p, int width) {
  * `out` (count symbols of `out`'s item size) is filled in stream order. */
 static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_buffer lb, sb, pb, limb, db, sortb, ob;
-    int lw, prim_bits, max_len;
+    int lw, prim_bits, max_len, more;
     unsigned long long base;
     Py_ssize_t count, lane_syms;
-    if (!PyArg_ParseTuple(args, "y*iKy*nny*iy*y*y*iw*", &lb, &lw, &base, &sb, &count, &lane_syms, &pb,
-                          &prim_bits, &limb, &db, &sortb, &max_len, &ob))
+    if (!PyArg_ParseTuple(args, "y*iKy*nny*iy*y*y*iw*p", &lb, &lw, &base, &sb, &count, &lane_syms, &pb,
+                          &prim_bits, &limb, &db, &sortb, &max_len, &ob, &more))
         return NULL;
     PyObject *res = NULL;
     uint64_t *starts = NULL;
@@ -420,7 +439,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    Tables t = {pb.buf, limit, delta, sortb.buf, prim_bits, max_len};
+    Tables t = {pb.buf, limit, delta, sortb.buf, prim_bits, max_len, more && 2 * max_len < 57};
     Py_ssize_t full = last_count == lane_syms ? lanes : lanes - 1;
     int f = 57 / max_len; /* symbols per 64-bit read: at least 57 of its bits are whole */
     const uint8_t *s = sb.buf;

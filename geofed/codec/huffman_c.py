@@ -53,6 +53,10 @@ class CCoder:
         self.limit, self.delta = limit.astype(np.uint32), delta.astype(np.int32)
         self.prim_bits = PRIM_BITS
         self.prim = self._first_table(limit, delta, PRIM_BITS)
+        # Two extra symbols per 64-bit read pay when 5 codes usually fit in its 57 bits: judged from the code's
+        # mean length under the distribution its lengths imply (2^-l each); int8 deltas ~7 bits, int16 ~15.
+        used = ls.astype(np.float64)
+        self.more = bool(5 * float((used * np.exp2(-used)).sum() / np.exp2(-used).sum()) <= 45)
 
     def _first_table(self, limit: np.ndarray, delta: np.ndarray, bits: int) -> np.ndarray:
         """Entry per prim_bits prefix (kinds as in `_huffman_c.c`): the symbol when one code covers the
@@ -98,7 +102,7 @@ class CCoder:
         stream = r.rest()
         out = np.empty(count, np.uint8 if self.width == 1 else np.uint16)
         status = _ext.decode(lane_raw, lw, base, stream, count, lane_syms, self.prim, self.prim_bits, self.limit,
-                             self.delta, self.sorted, self.code.max_len, out)
+                             self.delta, self.sorted, self.code.max_len, out, self.more)
         if status[0] == 1:
             raise CodecError("corrupt Huffman frame: a lane's bit length is impossible for its symbol count")
         if status[0] == 2:

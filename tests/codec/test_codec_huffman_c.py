@@ -217,3 +217,11 @@ def test_forcing_a_missing_or_unknown_coder_is_an_error(monkeypatch):
     monkeypatch.setenv("GEOFED_HUFFMAN", "fortran")
     with pytest.raises(CodecError, match="expected one of"):
         huffman_backend.backend()
+
+
+@pytest.mark.skipif(not huffman_c.built(), reason="the C coder's own decode loops")
+def test_the_cases_run_both_c_decode_loops():
+    """Short codes (int8 deltas) take the five-symbols-per-read loop, int16's long codes the plain one: both are
+    covered by the byte-identity and damage tests above."""
+    assert huffman_c.coder_for(_case("int8-t")[0]).more
+    assert not huffman_c.coder_for(_case("int16-t")[0]).more
