@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--numel", type=int, default=1 << 28)
     ap.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--first-run", type=int, default=0, help="index of the first run (to add runs to saved ones)")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "ps-shards")
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     command = ".venv/bin/python bench/ps_shards_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if not args.report_only:
-        for i in range(args.runs):
+        for i in range(args.first_run, args.first_run + args.runs):
             for s in args.shards:
                 r = run_once(args.numel, s, args.clients, args.rounds, args.out, i)
                 print(json.dumps({k: r[k] for k in ("shards", "pushes_per_s", "peak_rss_mb", "loadavg")}), flush=True)
