@@ -65,11 +65,6 @@ class ShardSync:
         self.base: torch.Tensor | None = None  # this rank's range of the global model it trains from
         self.cuts: tuple[int, ...] = ()  # a sharded PS's shard bounds (from rank 0's Join), where frames also end
 
-    @property
-    def slice_numel(self) -> int:
-        a, b = self.part.range(self.rank)
-        return b - a
-
     def _reshard(self, model: nn.Module) -> None:
         if is_distributed():
             reshard(model)  # evaluation leaves the root unit unsharded; the slices read the shards
