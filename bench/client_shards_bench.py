@@ -189,9 +189,9 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
         "relay, settle, sharded checkpoint), the path `geofed client` takes on a multi-rank site; the gather rows "
         "run the calls the agent makes on its gather path (one rank, a sharded PS, or the paradigms and codecs "
         "`client_agent/shard_route.py` keeps there)."
-        + (" Scaled down from the issue's few hundred million parameters: at ~32 bytes per parameter the one-rank "
-           "gather path of a 350M model needs ~11 GiB, more than this shared 24 GiB machine had free (~10–12 GiB)."
-           if numel < 2e8 else ""),
+        + (" Scaled down from the issue's few hundred million parameters: estimated from this table's bytes per "
+           "parameter (not run), the 4-rank gather run of a 350M model would peak near 17 GiB summed over its ranks, "
+           "too close to this shared 24 GiB machine's limit." if numel < 2e8 else ""),
         "",
         "| path | ranks | runs | rank 0 peak GiB | other ranks' peak GiB (largest) "
         "| rank 0 over baseline, bytes/param | rank 0 peak before the checkpoint GiB |",
