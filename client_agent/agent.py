@@ -28,7 +28,7 @@ from geofed.codec.policy import BF16_BYTES_PER_PARAM, codec_choice, delta_range_
 from geofed.codec.sparse import sparse_params
 from geofed.config import ClientConfig, FederationConfig
 from geofed.manifest import TensorEntry
-from geofed.tuning import Interval, LinkMeasurements, interval_choice
+from geofed.tuning import Interval, LinkMeasurements, initial_mode, interval_choice
 
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
@@ -490,14 +490,18 @@ class ClientAgent:
 
     def _next_model(self, ps: PSClient, fed: FederationConfig, current: GlobalVersion, status: str,
                     version: int) -> GlobalVersion:
-        """sync: wait for the round to close; async: adopt the newest version (ours, if it was applied)."""
+        """sync: wait for the round to close; async: adopt the newest version (ours, if it was applied).
+
+        The mode is the one the PS said it runs in its last push response (aggregation.mode 'auto' switches it
+        between rounds), else the FederationConfig's, as for a PS that predates the field.
+        """
         if status == "STALE":  # resync: any model the PS streams next (it may be older after a PS restart)
             while True:
                 got = ps.wait_for_fresh(current, timeout=30.0)
                 if got is not None:
                     return got
                 log.info("event=waiting_for_model after=stale")
-        if fed.aggregation.mode == "sync":
+        if (ps.aggregation_mode or initial_mode(fed.aggregation.mode)) == "sync":
             while True:
                 got = ps.wait_for_version(current.version, timeout=5.0)
                 if got is not None:

@@ -169,6 +169,9 @@ class PSClient:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.link_bytes_per_s: float | None = None  # measured upload throughput (for codec choice)
+        # The aggregation mode the PS said it runs in its last push response ("" until one says): with
+        # aggregation.mode 'auto' it changes between rounds, and the client waits the way the PS runs now.
+        self.aggregation_mode = ""
         # Measured for the sync-interval tuner (geofed.tuning): download throughput of the model stream, the
         # heartbeat's round trip, and the bytes of the last push and model transfer (what the next will cost).
         self.down_bytes_per_s: float | None = None
@@ -537,6 +540,8 @@ class PSClient:
                     log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
                     time.sleep(backoff.next_delay())
                     continue
+                if result.aggregation_mode:  # a PS that predates the field leaves it empty
+                    self.aggregation_mode = result.aggregation_mode
                 if result.status == pb.STALE:
                     raise StaleDeltaError(result.message)
                 size = upload.header.payload_bytes

@@ -99,8 +99,12 @@ class CodecConfig(_Section):
 class AggregationConfig(_Section):
     """How the PS folds deltas into the global model (Algorithm 1, step 13, and better)."""
 
-    mode: Literal["sync", "async"] = Field(
-        "async", description="sync: rounds with quorum and straggler timeout; async: buffered, staleness-aware."
+    mode: Literal["sync", "async", "auto"] = Field(
+        "async",
+        description="sync: rounds with quorum and straggler timeout; async: buffered, staleness-aware; auto: starts "
+        "sync and switches between the two from the measured spread of client round times (autotune.async_above "
+        "/ sync_below), only between rounds, each switch logged and exported; the sync-only and async-only "
+        "settings apply while their mode runs. One PS only (not with groups or ps_shards > 1).",
     )
     outer_optimizer: Literal["fedavg", "nesterov", "adam"] = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
@@ -307,11 +311,12 @@ class AutotuneConfig(_Section):
     async_above: float = Field(
         2.0, gt=1, le=1000,
         description="Mode advice: the PS recommends async once the slowest/fastest client round time passes this "
-        "(logged and exported; the running mode is not switched).",
+        "(logged and exported; applied only when aggregation.mode is 'auto').",
     )
     sync_below: float = Field(
         1.5, ge=1, le=1000,
-        description="Mode advice: back to sync only below this ratio (hysteresis; must be below async_above).",
+        description="Mode advice: back to sync only below this ratio (hysteresis; must be below async_above; "
+        "applied only when aggregation.mode is 'auto').",
     )
 
     @model_validator(mode="after")
@@ -380,6 +385,15 @@ class FederationConfig(_Section):
         if self.ps_shards > 1 and self.paradigm.name not in SHARDED_PARADIGMS:
             raise ValueError(f"ps_shards > 1 supports paradigms {', '.join(SHARDED_PARADIGMS)}, not "
                              f"{self.paradigm.name!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _auto_mode_one_ps(self) -> FederationConfig:
+        # Each PS of a ring times only its own clients, so each would pick its own mode while the ring must close
+        # every round in one; a sharded front does not time rounds at all. A switch there is not built: refuse it.
+        if self.aggregation.mode == "auto" and (self.groups or self.ps_shards > 1):
+            raise ValueError("aggregation.mode 'auto' needs one PS: it cannot be combined with groups or "
+                             "ps_shards > 1 (choose sync or async there)")
         return self
 
     @model_validator(mode="after")

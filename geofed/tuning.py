@@ -176,3 +176,17 @@ def mode_advice(round_s: Mapping[str, float], current: Mode, *, async_above: flo
     if ratio < lo:
         return "sync", f"{spread} < sync_below {lo:g}: clients alike, sync rounds waste little"
     return current, f"{spread} within [{lo:g}, {hi:g}] (hysteresis): {current} stands"
+
+
+def initial_mode(configured: str) -> Mode:
+    """The mode a federation runs before anything is measured: `auto` starts synchronous.
+
+    With nothing timed there is no spread to act on, and clients of equal speed (the common start: one
+    site's identical GPUs) are best served by sync FedAvg (every round holds every client's delta, no
+    staleness); the advice moves an `auto` federation to async once the measured spread says so.
+    """
+    if configured == "auto":
+        return "sync"
+    if configured not in ("sync", "async"):
+        raise TuningError(f"mode must be 'sync', 'async' or 'auto', got {configured!r}")
+    return configured  # type: ignore[return-value]

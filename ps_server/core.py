@@ -107,6 +107,7 @@ class ParameterServerCore:
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
         )
         self.history = LossHistory()  # (version, time, mean reported losses) for the status page
+        self.metrics.set_tuning(self.aggregator.round_times)  # the mode running from the start, before any round
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
 
@@ -128,6 +129,8 @@ class ParameterServerCore:
             return True
         self.aggregator.restore(ckpt.version, ckpt.flat, ckpt.manifest, ckpt.aggregator)
         self.metrics.global_version.set(ckpt.version)
+        with self.aggregator.lock:
+            self.metrics.set_tuning(self.aggregator.round_times)  # an 'auto' PS resumes in its checkpoint's mode
         log.info("event=resume version=%d numel=%d", ckpt.version, ckpt.flat.size)
         return True
 
@@ -379,7 +382,7 @@ class ParameterServerCore:
             "connected_clients": self.connected_count(),
             "active_clients": self.active_client_count(),
             "known_clients": len(self.clients),
-            "mode": self.fed.aggregation.mode,
+            "mode": self.aggregator.mode,  # the live mode (aggregation.mode 'auto' switches it)
             "buffered_deltas": self.aggregator.buffered,
             "last_train_loss": sum(train) / len(train) if train else 0.0,
             "last_eval_loss": sum(evals) / len(evals) if evals else 0.0,

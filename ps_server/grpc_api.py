@@ -183,7 +183,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             receiver, done = self.core.begin_push(session, header_from_proto(first.header))
             if done is not None:
                 return pb.PushResult(status=_STATUS[done.status], version=done.version, staleness=done.staleness,
-                                     weight=done.weight, message=done.message)
+                                     weight=done.weight, message=done.message,
+                                     aggregation_mode=self.core.aggregator.mode)
             push = None
             decode_s = 0.0
             for msg in request_iterator:
@@ -207,7 +208,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             outcome = self.core.complete_push(session, push)
             self.core.metrics.push_seconds.labels(client.client_id).observe(time.perf_counter() - t0)
             return pb.PushResult(status=_STATUS[outcome.status], version=outcome.version, staleness=outcome.staleness,
-                                 weight=outcome.weight, message=outcome.message)
+                                 weight=outcome.weight, message=outcome.message,
+                                 aggregation_mode=self.core.aggregator.mode)  # clients wait the way it runs now
         except PushRejected as err:
             if receiver is not None:
                 receiver.abort()

@@ -72,8 +72,10 @@ class PSMetrics:
         self.straggler_timeout = Gauge("geofed_straggler_timeout_seconds", "Sync straggler timeout in force "
                                        "(autotune.straggler_timeout tunes it)", registry=r)
         self.mode_advice = Gauge("geofed_aggregation_mode_advice", "1 for the aggregation mode the PS advises from "
-                                 "the client speed spread (advice only: the running mode is not switched)", ["mode"],
+                                 "the client speed spread (applied only with aggregation.mode auto)", ["mode"],
                                  registry=r)
+        self.mode = Gauge("geofed_aggregation_mode", "1 for the aggregation mode running now (aggregation.mode auto "
+                          "switches it from the advice)", ["mode"], registry=r)
         self.checkpoint_failures = Counter("geofed_checkpoint_failures", "Failed PS checkpoints", registry=r)
         # Contribution accounting (issue 15; ps_server/aggregation/contributions.py), per client and per site.
         self.contrib = {
@@ -103,6 +105,7 @@ class PSMetrics:
         self.straggler_timeout.set(round_times.straggler_timeout_s)
         for mode in ("sync", "async"):
             self.mode_advice.labels(mode).set(1.0 if round_times.mode_advice == mode else 0.0)
+            self.mode.labels(mode).set(1.0 if round_times.mode == mode else 0.0)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Expose /metrics over HTTP on its own port."""

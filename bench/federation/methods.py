@@ -146,6 +146,16 @@ METHODS: dict[str, Method] = {
             {"aggregation": {"buffer_size": 4}},
         ),
         Method(
+            "ours-autotune",
+            "ours + autotune",
+            "federated",
+            "ours with every live-measured setting on (issue 14): codec auto (int8/int16/bf16 from the link), each "
+            "client's T and H from its link and step time, aggregation mode auto (sync until the spread of client "
+            "round times passes autotune.async_above, then async), straggler timeout from round times",
+            {"codec": {"name": "auto"}, "aggregation": {"mode": "auto"},
+             "autotune": {"interval": True, "straggler_timeout": True}},
+        ),
+        Method(
             "single",
             "single process",
             "single",

@@ -275,18 +275,20 @@ class DeltaChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[DeltaHeader, _Mapping]] = ..., payload: _Optional[_Union[DeltaPayload, _Mapping]] = ..., trailer: _Optional[_Union[DeltaTrailer, _Mapping]] = ...) -> None: ...
 
 class PushResult(_message.Message):
-    __slots__ = ("status", "version", "staleness", "weight", "message")
+    __slots__ = ("status", "version", "staleness", "weight", "message", "aggregation_mode")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STALENESS_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATION_MODE_FIELD_NUMBER: _ClassVar[int]
     status: PushStatus
     version: int
     staleness: int
     weight: float
     message: str
-    def __init__(self, status: _Optional[_Union[PushStatus, str]] = ..., version: _Optional[int] = ..., staleness: _Optional[int] = ..., weight: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+    aggregation_mode: str
+    def __init__(self, status: _Optional[_Union[PushStatus, str]] = ..., version: _Optional[int] = ..., staleness: _Optional[int] = ..., weight: _Optional[float] = ..., message: _Optional[str] = ..., aggregation_mode: _Optional[str] = ...) -> None: ...
 
 class ClientReport(_message.Message):
     __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s")

@@ -92,6 +92,7 @@ class Aggregator:
         self.guard = DeltaGuard(fed)  # vouched weights, one delta per base/round, the norm bound
         self.clock = clock
         self.round_times = RoundTimes(fed, clock)  # client round times: the tuned straggler timeout, mode advice
+        self._run_mode(self.round_times.mode)  # 'auto' starts in tuning.initial_mode's choice
         self.lock = threading.RLock()
         self.acc: Accumulator | None = None
         self.first_at: float | None = None
@@ -109,6 +110,18 @@ class Aggregator:
     @property
     def buffered(self) -> int:
         return self.acc.count if self.acc else 0
+
+    @property
+    def mode(self) -> str:
+        """The live aggregation mode, sync or async (with aggregation.mode 'auto', the one running now)."""
+        return self.cfg.mode
+
+    def _run_mode(self, mode: str) -> None:
+        """Run `mode` from now on: admission, closing and the strategy read `cfg.mode`, so they get a copy of
+        the configured settings with the live mode (they never see 'auto'); call only with nothing buffered."""
+        configured = self.fed.aggregation
+        self.cfg = configured if configured.mode == mode else configured.model_copy(update={"mode": mode})
+        self.strategy.cfg = self.cfg
 
     # ---- admission --------------------------------------------------------------------------------
 
@@ -298,6 +311,8 @@ class Aggregator:
         snap = self.model.publish(new_version, flat, current.manifest)
         self.round_times.published(new_version)
         self.round_times.retune()
+        if self.round_times.mode != self.cfg.mode:  # the safe point: the round just closed, nothing is buffered
+            self._run_mode(self.round_times.mode)
         return snap
 
     def _drop_round(self, deltas: int, why: str, reason: str = "nonfinite_round") -> None:
@@ -335,6 +350,7 @@ class Aggregator:
                 "contributions": self.contributions.state_dict(),
                 "guard": self.guard.state_dict(),
                 "downlink": self.strategy.stream.state_dict(self.model.current()) if self.strategy.stream else {},
+                "mode": self.cfg.mode,  # the live mode: an 'auto' federation resumes in it
             }
 
     def restore(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, state: dict) -> None:
@@ -360,6 +376,10 @@ class Aggregator:
             if self.strategy.stream is not None:
                 self.strategy.stream.load_state_dict(state.get("downlink", {}))
             self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
+            if self.round_times.restore_mode(state.get("mode")):
+                self._run_mode(self.round_times.mode)
+                log.info("event=autotune knob=aggregation_mode value=%s applied=true reason='restored from the "
+                         "checkpoint'", self.cfg.mode)
             self.model.publish(snapshot_version, flat, manifest)
             self.round_times.published(snapshot_version)
 

@@ -3,8 +3,9 @@
 A client's round time is measured at the PS, from the later of the publication of the version its delta was
 trained on and the arrival of its previous delta, to the arrival of this one: download + local training +
 upload, without the time it waited for a sync round to close. From these the PS sets the sync straggler
-timeout (autotune.straggler_timeout) and advises sync or async (logged and exported only: switching the
-mode of a live PS, with a round open and clients waiting on it, is not done).
+timeout (autotune.straggler_timeout) and advises sync or async. With aggregation.mode 'auto' the advice is
+the live mode: `retune` runs only right after a round closed (sync) or an outer step (async), when nothing is
+buffered, so a switch there loses no delta and counts none twice; the aggregator then runs the new mode.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from geofed.config import FederationConfig
-from geofed.tuning import mode_advice, straggler_timeout_choice
+from geofed.tuning import initial_mode, mode_advice, straggler_timeout_choice
 
 log = logging.getLogger("geofed.ps")
 
@@ -34,8 +35,11 @@ class RoundTimes:
         self._rounds: dict[str, deque[float]] = {}
         self.straggler_timeout_s = fed.aggregation.straggler_timeout_s
         self.straggler_reason = "configured aggregation.straggler_timeout_s"
-        self.mode_advice: str = fed.aggregation.mode
-        self.mode_reason = "the configured mode (no spread measured yet)"
+        self.configured = fed.aggregation.mode
+        self.mode: str = initial_mode(self.configured)  # the live mode: the configured one unless it is 'auto'
+        self.mode_advice: str = self.mode
+        self.mode_reason = ("auto starts sync (no spread measured yet)" if self.configured == "auto"
+                            else "the configured mode (no spread measured yet)")
         self.spread = 0.0  # slowest / fastest client round time (0 until two clients are timed)
 
     def published(self, version: int) -> None:
@@ -62,12 +66,14 @@ class RoundTimes:
         return out
 
     def retune(self) -> None:
-        """After a round closes: the next round's straggler timeout, and the mode advice; changes are logged."""
+        """After a round closes (nothing buffered): the next sync round's straggler timeout, and the mode advice,
+        applied under 'auto'; changes are logged."""
         rounds = self.per_client()
         positive = {c: s for c, s in rounds.items() if s > 0}
         if len(positive) >= 2:
             self.spread = max(positive.values()) / min(positive.values())
-        if self.cfg.straggler_timeout and self.fed.aggregation.mode == "sync":
+        # 'auto' keeps the timeout tuned while async runs too, so a switch to sync starts with a measured one.
+        if self.cfg.straggler_timeout and self.configured in ("sync", "auto"):
             value, reason = straggler_timeout_choice(
                 rounds, q=self.cfg.straggler_quantile, margin=self.cfg.straggler_margin,
                 min_s=self.cfg.straggler_min_s, max_s=self.cfg.straggler_max_s,
@@ -77,7 +83,18 @@ class RoundTimes:
             self.straggler_timeout_s, self.straggler_reason = value, reason
         mode, reason = mode_advice(positive, self.mode_advice, async_above=self.cfg.async_above,  # type: ignore[arg-type]
                                    sync_below=self.cfg.sync_below)
+        applied = self.configured == "auto"
         if mode != self.mode_advice:
-            log.info("event=autotune knob=aggregation_mode value=%s running=%s applied=false reason=%r", mode,
-                     self.fed.aggregation.mode, reason)
+            log.info("event=autotune knob=aggregation_mode value=%s running=%s applied=%s reason=%r", mode,
+                     mode if applied else self.mode, str(applied).lower(), reason)
         self.mode_advice, self.mode_reason = mode, reason
+        if applied:
+            self.mode = mode
+
+    def restore_mode(self, mode: object) -> bool:
+        """Resume an 'auto' federation in the mode its checkpoint ran (True when taken; a fixed mode stands)."""
+        if self.configured != "auto" or mode not in ("sync", "async"):
+            return False
+        self.mode = self.mode_advice = str(mode)
+        self.mode_reason = "restored from the checkpoint"
+        return True

@@ -148,7 +148,7 @@ def test_federation_schema_mirrors_the_config_models() -> None:
         True,
         0.9,
     )
-    assert spec["aggregation"]["properties"]["mode"]["enum"] == ["sync", "async"]
+    assert spec["aggregation"]["properties"]["mode"]["enum"] == ["sync", "async", "auto"]
     assert spec["aggregation"]["properties"]["globalLr"]["description"].startswith("Global (outer) learning rate")
 
 
