@@ -1,10 +1,12 @@
 """The C Huffman lane coder (`_huffman_c.c`, built by `pip install` when a compiler is there): its tables per
 code and the calls, byte-identical to the numpy coder in `huffman_lanes`.
 
-Decoding resolves codes of at most PRIM_BITS bits with one lookup; a longer code takes its shortest possible
-length from the same table and the rest from canonical limits: the code lengths are non-decreasing in the
-code's left-aligned value, so length l holds the values in [limit[l-1], limit[l]) and its symbols are a run of
-the canonical order. That keeps int16's tables at ~100 KiB (sorted symbols) instead of a 2^max_len table.
+Decoding resolves 8-bit symbols' codes of at most PRIM_BITS bits with one lookup; a longer code, and every
+16-bit symbol's code, takes its length from the same table (or, where the prefix spans several lengths, the
+shortest, and the rest from canonical limits) and the symbol from the canonically sorted symbols: the code
+lengths are non-decreasing in the code's left-aligned value, so length l holds the values in
+[limit[l-1], limit[l]) and its symbols are a run of the canonical order. That keeps int16's tables at ~100 KiB
+(sorted symbols) instead of a 2^max_len table.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ except ImportError:  # no compiler at install time: the numba or numpy coder is 
 
 PRIM_BITS = 11
 """First decode table: 2^11 entries (8 KiB, in L1) indexed by the top 11 stream bits whatever the longest
-code (a constant shift in the kernel); int8's codes are mostly shorter."""
+code (a constant shift in the kernel); int8's codes are mostly shorter. 12 or 13 bits measured no faster on the
+real int8 delta (its codes longer than 11 bits are ~1% of symbols); int16's entries give the length for a second
+lookup, whatever the width."""
+
+
+SEARCH16 = 1 << 6
+"""16-bit symbols' first-table entry flag: the prefix spans several code lengths (see `_huffman_c.c`)."""
+BIAS16 = 1 << 23
+"""Added to delta in 16-bit symbols' entries (24 unsigned bits): delta is negative down to -(2^max_len)."""
 
 
 def built() -> bool:
@@ -60,7 +70,9 @@ class CCoder:
 
     def _first_table(self, limit: np.ndarray, delta: np.ndarray, bits: int) -> np.ndarray:
         """Entry per prim_bits prefix (kinds as in `_huffman_c.c`): the symbol when one code covers the
-        prefix; else the code length when every code under the prefix has the same one; else the shortest."""
+        prefix (8-bit symbols only); else the code length when every code under the prefix has the same one;
+        else the shortest. 16-bit symbols: one layout for the first two (most of their codes are longer than
+        the table, and a test-free entry measured faster), len in the low 6 bits for the kernel's shifts."""
         max_len = self.code.max_len
         prefix = np.arange(1 << bits, dtype=np.int64)
         if max_len >= bits:  # first and last max_len-bit values under each prefix
@@ -77,7 +89,12 @@ class CCoder:
         direct = sym | (lo << 16)
         known = (1 << 31) | lo | ((delta[ln] + (1 << 21)) << 8)
         search = (1 << 31) | (1 << 30) | lo
-        out = np.where(is_direct, direct, np.where((lo == hi) & (lo <= max_len), known, search))
+        fixed = (lo == hi) & (lo <= max_len)  # every code under the prefix has length lo
+        if self.width == 2:  # one kind for direct and known: len | (delta + BIAS16) << 8; search: 64 | shortest
+            biased = delta[ln] + BIAS16
+            fits = fixed & (biased >= 0) & (biased < 1 << 24)  # else (max_len > 23) the search path is exact too
+            return np.where(fits, lo | (biased << 8), SEARCH16 | lo).astype(np.uint32)
+        out = np.where(is_direct, direct, np.where(fixed, known, search))
         return out.astype(np.uint32)
 
     def encode(self, syms: np.ndarray, lane_syms: int) -> bytes:

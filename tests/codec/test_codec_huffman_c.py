@@ -156,7 +156,9 @@ def _damaged(body: bytes, rng: np.random.Generator) -> list[bytes]:
     return out
 
 
-@pytest.mark.parametrize("case", ["int8-t", "int16-t-odd-lanes", "int8-max-length", "one-symbol", "tiny-3"])
+@pytest.mark.parametrize(
+    "case", ["int8-t", "int16-t-odd-lanes", "int8-max-length", "int16-max-length", "one-symbol", "tiny-3"]
+)
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "numpy"])
 def test_damaged_input_gets_the_numpy_coders_verdict(variant, case, use):
     """Same error message or same symbols as the numpy coder (the reference) on every damaged body."""
@@ -225,3 +227,33 @@ def test_the_cases_run_both_c_decode_loops():
     covered by the byte-identity and damage tests above."""
     assert huffman_c.coder_for(_case("int8-t")[0]).more
     assert not huffman_c.coder_for(_case("int16-t")[0]).more
+
+
+@pytest.mark.skipif(not huffman_c.built(), reason="the C coder's 16-bit first table")
+@pytest.mark.parametrize("isa", ["portable", "best"])
+def test_int16_codes_up_to_24_bits_decode_through_the_length_search(isa):
+    """int16's first-table entries hold delta + 2^23 in 24 bits; codes as long as the C coder allows (24 bits, longer
+    than int16's limit of 20) have deltas below -2^23, so their prefixes must fall back to the length search.
+    Lengths 1..11 once each, then 8192 codes of 24 bits: the last 11-bit prefix holds only 24-bit codes (a prefix
+    that fixes the length, the usual entry, but whose delta does not fit). Checked against the symbols themselves
+    (the numpy coder's 2^24-entry table is too big to build)."""
+    rng = np.random.default_rng(24)
+    lengths = np.zeros(1 << 16, np.uint8)
+    order = rng.permutation(1 << 16)
+    lengths[order[:11]] = np.arange(1, 12)
+    lengths[order[11 : 11 + 8192]] = 24
+    code = HuffmanCode(lengths, 24)
+    used = np.flatnonzero(lengths)
+    syms = np.concatenate([used, rng.choice(used, 20_000), np.repeat(order[:11], 500)]).astype(np.uint16)
+    rng.shuffle(syms)
+    coder = huffman_c.CCoder(code)
+    search = (coder.prim & huffman_c.SEARCH16) != 0
+    assert search[-1] and (coder.prim[-1] & 63) == 24  # the all-ones prefix: one length, delta out of range
+    assert (~search).any()
+    huffman_c._ext.isa(isa)
+    try:
+        body = coder.encode(syms, 64)
+        decoded = coder.decode(Reader(body, "frame"), syms.size, 64)
+    finally:
+        huffman_c._ext.isa("best")
+    assert np.array_equal(decoded, syms)
