@@ -22,6 +22,8 @@ from geofed.manifest import Manifest
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol.messages import manifest_from_proto
 
+from . import grid_apply
+
 FP32, GRID_DELTA = "fp32", "grid_delta"
 
 
@@ -127,6 +129,6 @@ class ModelAssembler:
             except ValueError as exc:
                 raise TransferRestart(f"{t.encoding} for version {t.version}: {exc}") from exc
         try:
-            return model_delta.decode(held[1], t.buf)
+            return grid_apply.decode(held[1], t.buf)
         except CodecError as exc:
             raise TransferRestart(f"model difference for version {t.version}: {exc}") from exc
