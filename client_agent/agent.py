@@ -17,6 +17,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,6 +31,7 @@ from geofed.config import ClientConfig, FederationConfig
 from geofed.manifest import TensorEntry
 from geofed.tuning import Interval, LinkMeasurements, initial_mode, interval_choice
 
+from . import grid_apply
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
 from .data import TokenStream, load_tokens
@@ -227,6 +229,7 @@ class ClientAgent:
         ef = (ErrorFeedback(numel, fed.codec.error_feedback_decay)
               if fed.codec.error_feedback and ranks.leader and shards is None else None)
         saved_upload: tuple[bytes, bytes] | None = None
+        ef_restored: Future | None = None  # the residual's restore, when it runs beside the model transfer
         if shards is not None and ranks.bcast_flag(shard_meta is not None):
             meta = shards.load(model, trainer.optimizer)  # every rank its own shards, on any rank count
             if resumed is None or resumed.step <= meta["step"]:  # else the whole-vector one is newer: it wins
@@ -239,9 +242,9 @@ class ClientAgent:
                 log.info("event=error_feedback_not_carried client=%s reason=%r", cfg.client_id,
                          "a whole-vector checkpoint resumed shard-wise: the residual starts at zero")
             if ef is not None and resumed.residual:
-                ef.load_state_dict(resumed.residual)
-                log.info("event=error_feedback_restored client=%s residual_sha256=%s staged=%s", cfg.client_id,
-                         hashlib.sha256(ef.residual.tobytes()).hexdigest(), ef.staged is not None)
+                # Two model-sized vectors read from the mmap, checked, copied and hashed: ~1 s that nothing needs
+                # before the saved upload is settled, so it runs while the model arrives (rejoin time, issue 14).
+                ef_restored = _in_thread(partial(_restore_residual, ef, resumed.residual, cfg.client_id))
             if resumed.upload:  # preempted mid-push: that delta is resent below, its data is not trained again
                 saved_upload = tuple(bytes(resumed.upload[k].numpy()) for k in ("header", "payload"))
             log.info("event=resumed client=%s rank=%d step=%d base_version=%d", cfg.client_id, ranks.rank,
@@ -262,8 +265,11 @@ class ClientAgent:
 
         def first_model() -> GlobalVersion:
             if saved_upload is not None:
-                self._resend(ps, saved_upload, ef)
-            return self._first_model(ps, cfg.model_wait_timeout_s)
+                self._resend(ps, saved_upload, ef, ef_restored)
+            got = self._first_model(ps, cfg.model_wait_timeout_s)
+            if ef_restored is not None:
+                ef_restored.result()  # restored (or its error raised) before any training
+            return got
 
         global_model = ranks.lead(first_model)
         while True:
@@ -441,14 +447,18 @@ class ClientAgent:
 
         ranks.lead(send)
 
-    def _resend(self, ps: PSClient, saved: tuple[bytes, bytes], ef: ErrorFeedback | None) -> str:
-        """Relaunched after a preemption mid-push: send that upload again under its own id."""
+    def _resend(self, ps: PSClient, saved: tuple[bytes, bytes], ef: ErrorFeedback | None,
+                ef_restored: Future | None = None) -> str:
+        """Relaunched after a preemption mid-push: send that upload again under its own id; `ef` is settled by
+        the outcome once `ef_restored` (its restore, running in a thread) is done."""
         upload = Upload.restored(*saved)
         try:
             status = ps.send(upload).status
         except (StaleDeltaError, PushError) as exc:  # refused: that round's data is lost, never counted twice
             status = "REFUSED"
             log.warning("event=upload_refused upload=%s detail=%r", upload.upload_id, str(exc))
+        if ef_restored is not None:
+            ef_restored.result()
         if ef is not None:
             ef.commit() if status in TAKEN else ef.discard()
         log.info("event=upload_resent upload=%s status=%s", upload.upload_id, status)
@@ -618,9 +628,30 @@ def _newest_declaration(resumed: ClientCheckpoint | None, meta: dict | None) -> 
 
 
 def _preload_model_code() -> None:
+    grid_apply.warm()  # numba's import and cache load (~0.3 s), before the first model difference needs them
     import transformers.models.gpt2.modeling_gpt2  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401
     from transformers import AutoModelForCausalLM  # noqa: F401
+
+
+def _in_thread(fn: Callable[[], object]) -> Future:
+    """Run `fn` in a daemon thread; its result or exception comes out of the returned future."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(fn())
+        except BaseException as exc:  # handed to whoever waits on `done`
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="geofed-restore", daemon=True).start()
+    return done
+
+
+def _restore_residual(ef: ErrorFeedback, residual: dict[str, torch.Tensor], client_id: str) -> None:
+    ef.load_state_dict(residual)
+    log.info("event=error_feedback_restored client=%s residual_sha256=%s staged=%s", client_id,
+             hashlib.sha256(ef.residual.tobytes()).hexdigest(), ef.staged is not None)
 
 
 def _raise_preempted(signum, frame):
