@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from geofed.codec import ErrorFeedback, make_codec
+from geofed.codec import CodecError, ErrorFeedback, make_codec
 from geofed.codec.policy import BF16_BYTES_PER_PARAM, codec_choice, delta_range_to_rms
 from geofed.codec.sparse import sparse_params
 from geofed.config import ClientConfig, FederationConfig
@@ -199,6 +199,12 @@ class ClientAgent:
         fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
         bootstrap = ranks.bcast_flag(bootstrap)
         device = ranks.device(pick_device(cfg.device))
+        # The error-feedback residual (two model-sized vectors read from the mmap, checked, copied, hashed) needs
+        # only the checkpoint: restore it now, beside the model code import and the transfer (rejoin time, issue 14).
+        restoring = (_in_thread(partial(_restore_residual, resumed.residual, fed.codec.error_feedback_decay,
+                                        cfg.client_id))
+                     if isinstance(resumed, ClientCheckpoint) and resumed.residual and fed.codec.error_feedback
+                     and ranks.leader else None)
         self._preload.join()
         paradigm = client_paradigm(fed.paradigm)
         paradigm.bind_ps(ps)
@@ -229,7 +235,6 @@ class ClientAgent:
         ef = (ErrorFeedback(numel, fed.codec.error_feedback_decay)
               if fed.codec.error_feedback and ranks.leader and shards is None else None)
         saved_upload: tuple[bytes, bytes] | None = None
-        ef_restored: Future | None = None  # the residual's restore, when it runs beside the model transfer
         if shards is not None and ranks.bcast_flag(shard_meta is not None):
             meta = shards.load(model, trainer.optimizer)  # every rank its own shards, on any rank count
             if resumed is None or resumed.step <= meta["step"]:  # else the whole-vector one is newer: it wins
@@ -241,10 +246,8 @@ class ClientAgent:
             if shards is not None:
                 log.info("event=error_feedback_not_carried client=%s reason=%r", cfg.client_id,
                          "a whole-vector checkpoint resumed shard-wise: the residual starts at zero")
-            if ef is not None and resumed.residual:
-                # Two model-sized vectors read from the mmap, checked, copied and hashed: ~1 s that nothing needs
-                # before the saved upload is settled, so it runs while the model arrives (rejoin time, issue 14).
-                ef_restored = _in_thread(partial(_restore_residual, ef, resumed.residual, cfg.client_id))
+            if ef is not None and restoring is not None:
+                ef = _restored_residual(restoring, numel)
             if resumed.upload:  # preempted mid-push: that delta is resent below, its data is not trained again
                 saved_upload = tuple(bytes(resumed.upload[k].numpy()) for k in ("header", "payload"))
             log.info("event=resumed client=%s rank=%d step=%d base_version=%d", cfg.client_id, ranks.rank,
@@ -265,11 +268,8 @@ class ClientAgent:
 
         def first_model() -> GlobalVersion:
             if saved_upload is not None:
-                self._resend(ps, saved_upload, ef, ef_restored)
-            got = self._first_model(ps, cfg.model_wait_timeout_s)
-            if ef_restored is not None:
-                ef_restored.result()  # restored (or its error raised) before any training
-            return got
+                self._resend(ps, saved_upload, ef)
+            return self._first_model(ps, cfg.model_wait_timeout_s)
 
         global_model = ranks.lead(first_model)
         while True:
@@ -447,18 +447,14 @@ class ClientAgent:
 
         ranks.lead(send)
 
-    def _resend(self, ps: PSClient, saved: tuple[bytes, bytes], ef: ErrorFeedback | None,
-                ef_restored: Future | None = None) -> str:
-        """Relaunched after a preemption mid-push: send that upload again under its own id; `ef` is settled by
-        the outcome once `ef_restored` (its restore, running in a thread) is done."""
+    def _resend(self, ps: PSClient, saved: tuple[bytes, bytes], ef: ErrorFeedback | None) -> str:
+        """Relaunched after a preemption mid-push: send that upload again under its own id."""
         upload = Upload.restored(*saved)
         try:
             status = ps.send(upload).status
         except (StaleDeltaError, PushError) as exc:  # refused: that round's data is lost, never counted twice
             status = "REFUSED"
             log.warning("event=upload_refused upload=%s detail=%r", upload.upload_id, str(exc))
-        if ef_restored is not None:
-            ef_restored.result()
         if ef is not None:
             ef.commit() if status in TAKEN else ef.discard()
         log.info("event=upload_resent upload=%s status=%s", upload.upload_id, status)
@@ -648,10 +644,21 @@ def _in_thread(fn: Callable[[], object]) -> Future:
     return done
 
 
-def _restore_residual(ef: ErrorFeedback, residual: dict[str, torch.Tensor], client_id: str) -> None:
+def _restore_residual(residual: dict[str, torch.Tensor], decay: float, client_id: str) -> ErrorFeedback:
+    """The checkpoint's error feedback, sized by its own residual (`_restored_residual` checks it fits the model)."""
+    ef = ErrorFeedback(residual["residual"].numel() if "residual" in residual else 0, decay)
     ef.load_state_dict(residual)
     log.info("event=error_feedback_restored client=%s residual_sha256=%s staged=%s", client_id,
              hashlib.sha256(ef.residual.tobytes()).hexdigest(), ef.staged is not None)
+    return ef
+
+
+def _restored_residual(restoring: Future, numel: int) -> ErrorFeedback:
+    """The residual restored in `restoring` (its error raised here), refused unless it has the model's size."""
+    ef = restoring.result()
+    if ef.numel != numel:
+        raise CodecError(f"residual must be float32 of shape ({numel},), got float32 ({ef.numel},)")
+    return ef
 
 
 def _raise_preempted(signum, frame):
