@@ -350,7 +350,7 @@ class PSClient:
                         continue
             base = self._latest or self._held
             have = base.version if base else 0
-            req = pb.StreamModelRequest(have_version=have)
+            req = pb.StreamModelRequest(have_version=have, one_transfer=self.on_demand)
             resume = assembler.resume_point()
             if resume is not None:
                 req.resume_version, req.resume_offset = resume

@@ -157,6 +157,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     client.bytes_out += len(chunk.data)
                     self.core.metrics.bytes_out.labels(client.client_id).inc(len(chunk.data))
                     yield chunk
+                if request.one_transfer:  # an on-demand client: nothing more until it asks again
+                    return
                 have = snap.version
         finally:
             self.core.stream_closed(client)

@@ -189,14 +189,16 @@ class TensorSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class StreamModelRequest(_message.Message):
-    __slots__ = ("have_version", "resume_version", "resume_offset")
+    __slots__ = ("have_version", "resume_version", "resume_offset", "one_transfer")
     HAVE_VERSION_FIELD_NUMBER: _ClassVar[int]
     RESUME_VERSION_FIELD_NUMBER: _ClassVar[int]
     RESUME_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ONE_TRANSFER_FIELD_NUMBER: _ClassVar[int]
     have_version: int
     resume_version: int
     resume_offset: int
-    def __init__(self, have_version: _Optional[int] = ..., resume_version: _Optional[int] = ..., resume_offset: _Optional[int] = ...) -> None: ...
+    one_transfer: bool
+    def __init__(self, have_version: _Optional[int] = ..., resume_version: _Optional[int] = ..., resume_offset: _Optional[int] = ..., one_transfer: _Optional[bool] = ...) -> None: ...
 
 class ModelChunk(_message.Message):
     __slots__ = ("version", "offset", "total_bytes", "data", "manifest", "sha256", "encoding", "base_version", "crc32", "shard_bounds", "shard_map")

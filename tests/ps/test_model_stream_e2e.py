@@ -98,3 +98,29 @@ def test_an_on_demand_client_receives_one_difference_to_the_newest_not_every_ver
     assert lazy_bytes < 0.5 * eager_bytes  # one difference instead of five
     for c in (master, eager, lazy):
         c.close()
+
+
+def test_a_one_transfer_stream_ends_after_its_transfer_and_sends_no_newer_version(ps):
+    # Prepare: versions 1 and 2 exist; a raw session asks for one transfer from version 1
+    master = join(ps, "o.m", master=True)
+    init_model(master)
+    assert push(master, 1, _delta(31)).status == "APPLIED"
+    master.wait_for_version(1, timeout=20)
+    stub, session = raw_session(ps, "o.lazy")
+
+    # Execute: read the whole stream, publishing version 3 as soon as the first chunk of version 2 arrives
+    versions, offsets, total = [], [], None
+    for chunk in stub.StreamModel(pb.StreamModelRequest(have_version=1, one_transfer=True),
+                                  metadata=bearer(session), timeout=20):
+        if not versions:
+            assert push(master, 2, _delta(32)).status == "APPLIED"
+            master.wait_for_version(2, timeout=20)  # version 3 is published while the stream is open
+        versions.append(chunk.version)
+        offsets.append(chunk.offset)
+        total = chunk.total_bytes
+
+    # Assert: the iterator ended by itself (no timeout), with version 2's bytes whole and nothing of version 3
+    assert set(versions) == {2}
+    assert offsets[0] == 0 and total is not None
+    assert master.latest().version == 3
+    master.close()
