@@ -395,6 +395,14 @@ class PSClient:
                 time.sleep(backoff.next_delay())
             except JoinError:
                 time.sleep(backoff.next_delay())
+            except Exception as exc:  # noqa: BLE001 - a dead stream thread would leave the agent waiting forever
+                if self._stop.is_set():
+                    return
+                log.error("event=model_stream_error error=%r", f"{type(exc).__name__}: {exc}")
+                assembler.reset()  # start the transfer over: the failure may lie in what was assembled
+                if call is not None:
+                    call.cancel()
+                time.sleep(backoff.next_delay())
 
     def _learn_shard_map(self, msg: pb.JoinResponse | pb.ModelChunk) -> None:
         if msg.shard_map:
@@ -548,7 +556,9 @@ class PSClient:
                 elapsed = time.monotonic() - t_send
                 self.bytes_sent += size
                 self.last_push_bytes = size
-                if size > (256 << 10) and elapsed > 0:
+                # A DUPLICATE is answered right after the header, before the payload crosses the link: its
+                # size over its time is no upload rate (it would inflate what autotune plans with).
+                if result.status != pb.DUPLICATE and size > (256 << 10) and elapsed > 0:
                     self.link_bytes_per_s = blend(self.link_bytes_per_s, size / elapsed)
                 return PushReceipt(pb.PushStatus.Name(result.status), result.version, result.staleness,
                                    result.weight, size, time.monotonic() - t0, attempt)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 import types
 import zlib
@@ -127,3 +128,76 @@ def test_the_loop_takes_the_tuned_interval_and_logs_each_change(tmp_path, caplog
     assert "knob=sync_interval value=60 steps=40" in lines[0] and "not measured yet" in lines[0]
     assert "knob=sync_interval value=17 steps=34" in lines[1]
     assert "knob=sync_interval value=17 steps=9" in lines[2]
+
+
+class _PushStub:
+    """PushDelta answers `status` after `seconds` of the fake clock (the payload is not read: as a PS that
+    answers DUPLICATE right after the header)."""
+
+    def __init__(self, clock: dict, status: int, seconds: float) -> None:
+        self.clock, self.status, self.seconds = clock, status, seconds
+
+    def PushDelta(self, messages, metadata=None, timeout=None):  # noqa: N802 - the gRPC method name
+        self.clock["t"] += self.seconds
+        return pb.PushResult(status=self.status, version=2)
+
+
+def test_a_duplicate_answer_is_not_timed_as_an_upload(monkeypatch):
+    # Prepare: a 1 MiB upload; an APPLIED push takes 1 s, a DUPLICATE answer 1 ms
+    clock = {"t": 10.0}
+    monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
+                                                                        sleep=time.sleep))
+    client = _client()
+    upload = SimpleNamespace(header=SimpleNamespace(payload_bytes=1 << 20), spool=None, digest=b"")
+
+    # Execute
+    client.stub = _PushStub(clock, pb.APPLIED, 1.0)
+    applied = client._send(upload)
+    client.stub = _PushStub(clock, pb.DUPLICATE, 0.001)
+    duplicate = client._send(upload)
+
+    # Assert: the rate is the APPLIED push's 1 MiB/s, not blended with 1 GiB/s
+    assert (applied.status, duplicate.status) == ("APPLIED", "DUPLICATE")
+    assert client.link_bytes_per_s == float(1 << 20)
+    client.close()
+
+
+class _Call:
+    """A server stream's call object: its chunks, then the end of the stream; cancel() is a no-op."""
+
+    def __init__(self, chunks: list) -> None:
+        self.chunks = iter(chunks)
+
+    def __iter__(self):
+        return self.chunks
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_the_model_stream_survives_an_unexpected_error():
+    # Prepare: the first StreamModel call fails with an error the loop does not expect, the second streams v1
+    flat = np.arange(1000, dtype=np.float32)
+    calls = []
+
+    class Stub:
+        def StreamModel(self, request, metadata=None):  # noqa: N802 - the gRPC method name
+            calls.append(request)
+            if len(calls) == 1:
+                raise ValueError("huffman decode: bad arguments")
+            return _Call(_fp32_chunks(1, flat))
+
+    client = _client()
+    client.stub = Stub()
+
+    # Execute: the stream loop alone, on a thread of ours (start() would open the heartbeat loop too)
+    thread = threading.Thread(target=client._stream_loop, daemon=True)
+    thread.start()
+    got = client.wait_for_version(0, timeout=20)
+    client.close()
+    thread.join(timeout=10)
+
+    # Assert: the loop lived on, reopened the stream and delivered the model
+    assert got is not None and got.version == 1
+    assert np.array_equal(got.flat, flat)
+    assert len(calls) >= 2
