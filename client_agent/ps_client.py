@@ -179,6 +179,11 @@ class PSClient:
         self.last_push_bytes: int | None = None
         self.last_model_bytes: int | None = None
         self._first_chunk: tuple[int, float, int] | None = None  # (version, arrival, bytes) of a transfer's start
+        # (time, newest version the PS was known to hold) when the model stream was opened: a one-chunk transfer
+        # of a version the PS already held is timed from there (issue 14: at 0.45 M parameters every transfer
+        # is one chunk, and the interval tuner never got a download rate).
+        self._opened: tuple[float, int] | None = None
+        self.ps_version_seen = 0  # the newest version a Join or push response named
         self.model_resumes = 0
         self._call = None
         # On demand (federation.downlink.prefetch off): the stream is open only while someone waits for a
@@ -262,6 +267,7 @@ class PSClient:
         self.master = r.master
         self.server_instance = r.server_instance
         self.join_version = r.version
+        self.ps_version_seen = max(self.ps_version_seen, r.version)
         self.manifest = manifest_from_proto(r.manifest)
         self._learn_shard_map(r)
         self._rejoin_token = r.rejoin_token
@@ -357,6 +363,7 @@ class PSClient:
                 self.model_resumes += 1
             call = None
             try:
+                self._opened = (time.monotonic(), self.ps_version_seen)
                 call = self.stub.StreamModel(req, metadata=self._metadata())
                 self._call = call
                 for chunk in call:
@@ -438,16 +445,26 @@ class PSClient:
         """Download rate of a finished transfer: the bytes after its first chunk over the time since it arrived.
 
         The first chunk's own time is unknown (it includes the PS's wait for the version and its encoding), so
-        it is left out; a one-chunk or small transfer says too little about the link and is not counted.
+        it is left out; a small transfer says too little about the link and is not counted.
+
+        A one-chunk transfer is timed from the stream's opening instead, less one RTT (request and first
+        byte), when the PS already held that version then (no wait for a round in it); the PS's encoding
+        time still counts, so the rate errs low. Only the stream's first transfer qualifies.
         """
         self.last_model_bytes = nbytes
-        first = self._first_chunk
-        self._first_chunk = None
+        first, opened = self._first_chunk, self._opened
+        self._first_chunk = self._opened = None
         if first is None or first[0] != version:
             return
-        rest, elapsed = nbytes - first[2], time.monotonic() - first[1]
+        now = time.monotonic()
+        rest, elapsed = nbytes - first[2], now - first[1]
         if rest > (256 << 10) and elapsed > 0:
             self.down_bytes_per_s = blend(self.down_bytes_per_s, rest / elapsed)
+        elif rest == 0 and opened is not None and version <= opened[1] and self.rtt_s is not None \
+                and nbytes > (256 << 10):
+            transfer = now - opened[0] - self.rtt_s
+            if transfer > 0:
+                self.down_bytes_per_s = blend(self.down_bytes_per_s, nbytes / transfer)
 
     def _heartbeat_interval(self) -> float:
         """A third of the session's life; every 2 s while an ACCEPTED delta waits to be folded in.
@@ -548,6 +565,7 @@ class PSClient:
                     log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
                     time.sleep(backoff.next_delay())
                     continue
+                self.ps_version_seen = max(self.ps_version_seen, result.version)
                 if result.aggregation_mode:  # a PS that predates the field leaves it empty
                     self.aggregation_mode = result.aggregation_mode
                 if result.status == pb.STALE:

@@ -11,6 +11,7 @@ import zlib
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from client_agent import ps_client as ps_client_module
 from client_agent.agent import ClientAgent
@@ -69,6 +70,30 @@ def test_download_rate_leaves_out_the_first_chunk(monkeypatch):
     assert client.latest().version == 1
     assert client.down_bytes_per_s == (3 * CHUNK) / 1.5
     assert client.last_model_bytes == flat.nbytes
+    client.close()
+
+
+def test_a_one_chunk_transfer_of_a_held_version_is_timed_from_the_stream_opening(monkeypatch):
+    # Prepare: RTT 0.2 s; the stream opened at t = 100 when the PS was known to hold version 5
+    clock = {"t": 100.0}
+    monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
+                                                                        sleep=time.sleep))
+    client = _client()
+    client.rtt_s = 0.2
+    flat = np.arange(CHUNK // 4, dtype=np.float32)  # 512 KiB: one chunk
+    client._opened = (100.0, 5)
+
+    # Execute: version 5 arrives whole at t = 100.7; then a stream opened at t = 200 (PS known at 5) gets v6
+    clock["t"] = 100.7
+    client._take_chunk(ModelAssembler(), _fp32_chunks(5, flat)[0])
+    first_rate = client.down_bytes_per_s
+    client._opened = (200.0, 5)
+    clock["t"] = 230.0  # version 6 was published (a round closed) while the stream waited: not a link time
+    client._take_chunk(ModelAssembler(), _fp32_chunks(6, flat)[0])
+
+    # Assert: 512 KiB over 0.7 s less one RTT = 1 MiB/s; the waited-for version leaves the rate alone
+    assert first_rate == pytest.approx(CHUNK / 0.5)
+    assert client.down_bytes_per_s == first_rate
     client.close()
 
 
