@@ -156,14 +156,6 @@ METHODS: dict[str, Method] = {
              "autotune": {"interval": True, "straggler_timeout": True}},
         ),
         Method(
-            "ours-grid4",
-            "ours, downlink grid 4",
-            "federated",
-            "ours with a coarser model stream: downlink.grid_steps 4 (default 8) grid steps per rms of one version's "
-            "change, about one bit per parameter less down",
-            {"downlink": {"grid_steps": 4.0}},
-        ),
-        Method(
             "single",
             "single process",
             "single",
