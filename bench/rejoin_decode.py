@@ -4,7 +4,8 @@ A relaunched client decodes its first `grid_delta` transfer in a fresh process, 
 meets fresh pages (on this VM the first touch is system CPU, and it is most of the cost). Each try here is
 a fresh process that decodes once, as a rejoin does, and reports its user and system CPU; the bytes come
 from a real checkpoint: the base model the client kept and the model it trained, published on grids as
-the PS does (`downlink.grid_steps` 8, the default until 2026-12-01; now 4), so the difference has a real size and level count.
+the PS does (`downlink.grid_steps` 8, the default until 2026-12-01; now 4), so the difference has a real
+size and level count.
 
 Usage: .venv/bin/python bench/rejoin_decode.py <latest.pt of a rejoin_bench work folder> [--tries 5]
 (prints one JSON line per try, then the medians; the output kept under bench/results/rejoin/).
