@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from .model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
 
 log = logging.getLogger("geofed.client")
 
+RTT_WINDOW = 8  # heartbeat round trips the RTT is the least of
 PAYLOAD_CHUNK = 1 << 20  # bytes per PushDelta payload message (well under gRPC's 4 MiB default)
 RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -176,13 +178,14 @@ class PSClient:
         # heartbeat's round trip, and the bytes of the last push and model transfer (what the next will cost).
         self.down_bytes_per_s: float | None = None
         self.rtt_s: float | None = None
+        self._rtt_samples: deque[float] = deque(maxlen=RTT_WINDOW)
         self.last_push_bytes: int | None = None
         self.last_model_bytes: int | None = None
         self._first_chunk: tuple[int, float, int] | None = None  # (version, arrival, bytes) of a transfer's start
-        # (time, newest version the PS was known to hold) when the model stream was opened: a one-chunk transfer
-        # of a version the PS already held is timed from there (issue 14: at 0.45 M parameters every transfer
-        # is one chunk, and the interval tuner never got a download rate).
-        self._opened: tuple[float, int] | None = None
+        # (time, whether the PS was known to hold a version newer than ours) when the model stream was opened: a
+        # one-chunk transfer that needed no wait is timed from there (issue 14: at 0.45 M parameters every
+        # transfer is one chunk, and the interval tuner never got a download rate).
+        self._opened: tuple[float, bool] | None = None
         self.ps_version_seen = 0  # the newest version a Join or push response named
         self.model_resumes = 0
         self._call = None
@@ -363,7 +366,7 @@ class PSClient:
                 self.model_resumes += 1
             call = None
             try:
-                self._opened = (time.monotonic(), self.ps_version_seen)
+                self._opened = (time.monotonic(), self.ps_version_seen > have)
                 call = self.stub.StreamModel(req, metadata=self._metadata())
                 self._call = call
                 for chunk in call:
@@ -448,8 +451,9 @@ class PSClient:
         it is left out; a small transfer says too little about the link and is not counted.
 
         A one-chunk transfer is timed from the stream's opening instead, less one RTT (request and first
-        byte), when the PS already held that version then (no wait for a round in it); the PS's encoding
-        time still counts, so the rate errs low. Only the stream's first transfer qualifies.
+        byte), when the PS was known then to hold a version newer than the client's (a push response or the
+        Join named it), so the PS sent at once and no round wait is in it; the PS's encoding time still
+        counts, so the rate errs low. Only the stream's first transfer qualifies.
         """
         self.last_model_bytes = nbytes
         first, opened = self._first_chunk, self._opened
@@ -460,7 +464,7 @@ class PSClient:
         rest, elapsed = nbytes - first[2], now - first[1]
         if rest > (256 << 10) and elapsed > 0:
             self.down_bytes_per_s = blend(self.down_bytes_per_s, rest / elapsed)
-        elif rest == 0 and opened is not None and version <= opened[1] and self.rtt_s is not None \
+        elif rest == 0 and opened is not None and opened[1] and self.rtt_s is not None \
                 and nbytes > (256 << 10):
             transfer = now - opened[0] - self.rtt_s
             if transfer > 0:
@@ -475,6 +479,13 @@ class PSClient:
         period = max(1.0, self.session_ttl_s / 3)
         return min(period, 2.0) if self._pending is not None else min(period, 15.0)
 
+    def _note_rtt(self, sample: float) -> None:
+        """The RTT is the least of the last RTT_WINDOW heartbeat round trips (a windowed minimum, as TCP and
+        BBR keep theirs): a heartbeat caught in a link stall or black hole (3.5 s on hetero-wan's 15 s
+        outage) is no round trip, and a mean with it once set a client's tuned interval to 64 s."""
+        self._rtt_samples.append(sample)
+        self.rtt_s = min(self._rtt_samples)
+
     def _heartbeat_loop(self) -> None:
         last = time.monotonic()
         # Tick every second and compare with the interval *now*: a delta buffered mid-wait shortens it at once.
@@ -487,7 +498,7 @@ class PSClient:
                 self.stub.Heartbeat(pb.HeartbeatRequest(report=report_to_proto(self.report)),
                                     metadata=self._metadata(), timeout=self.rpc_timeout_s)
                 # A small unary RPC: its wall time is the round trip (plus the PS's bookkeeping, negligible).
-                self.rtt_s = blend(self.rtt_s, time.monotonic() - t_call)
+                self._note_rtt(time.monotonic() - t_call)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                     try:

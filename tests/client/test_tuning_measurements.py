@@ -73,21 +73,22 @@ def test_download_rate_leaves_out_the_first_chunk(monkeypatch):
     client.close()
 
 
-def test_a_one_chunk_transfer_of_a_held_version_is_timed_from_the_stream_opening(monkeypatch):
-    # Prepare: RTT 0.2 s; the stream opened at t = 100 when the PS was known to hold version 5
+def test_a_one_chunk_transfer_that_needed_no_wait_is_timed_from_the_stream_opening(monkeypatch):
+    # Prepare: RTT 0.2 s; the stream opened at t = 100 when the PS was known to hold a newer version than ours
     clock = {"t": 100.0}
     monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
                                                                         sleep=time.sleep))
     client = _client()
     client.rtt_s = 0.2
     flat = np.arange(CHUNK // 4, dtype=np.float32)  # 512 KiB: one chunk
-    client._opened = (100.0, 5)
+    client._opened = (100.0, True)
 
-    # Execute: version 5 arrives whole at t = 100.7; then a stream opened at t = 200 (PS known at 5) gets v6
+    # Execute: version 5 arrives whole at t = 100.7; then a stream opened at t = 200 with nothing newer known at
+    # the PS (a sync round still open) gets version 6 when the round closes
     clock["t"] = 100.7
     client._take_chunk(ModelAssembler(), _fp32_chunks(5, flat)[0])
     first_rate = client.down_bytes_per_s
-    client._opened = (200.0, 5)
+    client._opened = (200.0, False)
     clock["t"] = 230.0  # version 6 was published (a round closed) while the stream waited: not a link time
     client._take_chunk(ModelAssembler(), _fp32_chunks(6, flat)[0])
 
@@ -117,6 +118,17 @@ def test_the_heartbeat_times_its_round_trip():
     client.stub = Stub()
     client._heartbeat_loop()
     assert 0.05 <= client.rtt_s < 1.0
+    client.close()
+
+
+def test_the_rtt_is_the_least_recent_round_trip_so_a_stalled_heartbeat_does_not_count():
+    client = _client()
+    for sample in (0.05, 3.5, 0.06):  # the middle heartbeat waited out a black hole
+        client._note_rtt(sample)
+    assert client.rtt_s == 0.05
+    for _ in range(ps_client_module.RTT_WINDOW):  # the path itself got slower: after a window, that is the RTT
+        client._note_rtt(0.2)
+    assert client.rtt_s == 0.2
     client.close()
 
 
@@ -226,3 +238,31 @@ def test_the_model_stream_survives_an_unexpected_error():
     assert got is not None and got.version == 1
     assert np.array_equal(got.flat, flat)
     assert len(calls) >= 2
+
+
+def test_the_stream_loop_times_a_transfer_the_ps_could_send_at_once(monkeypatch):
+    # Prepare: the client holds nothing, a Join named version 1; the PS answers the stream after 0.7 s (RTT 0.2 s)
+    clock = {"t": 50.0}
+    monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
+                                                                        sleep=time.sleep))
+    client = _client()
+    client.rtt_s, client.ps_version_seen = 0.2, 1
+    flat = np.arange(CHUNK // 4, dtype=np.float32)
+
+    class Stub:
+        def StreamModel(self, request, metadata=None):  # noqa: N802 - the gRPC method name
+            if request.have_version:  # the second opening: end the loop
+                client._stop.set()
+                return _Call([])
+            clock["t"] += 0.7
+            return _Call(_fp32_chunks(1, flat))
+
+    client.stub = Stub()
+
+    # Execute
+    client._stream_loop()
+
+    # Assert: 512 KiB in 0.7 s less one RTT
+    assert client.latest().version == 1
+    assert client.down_bytes_per_s == pytest.approx(CHUNK / 0.5)
+    client.close()
