@@ -8,7 +8,10 @@ grid_delta runs, and the sentences under the table, all computed from the same f
 
 The runs themselves (a few minutes each): `ours` (geofed's async defaults) with the default downlink,
 repeats 1-3, and once on `bench/results/downlink/hetero-wan-fp32down.yaml` (hetero-wan whose federation
-streams every version to every client in fp32, the downlink before issue 14):
+streams every version to every client in fp32, the downlink before issue 14). `hetero-wan-grid8/` holds
+`ours` runs from before `downlink.grid_steps` became 4 (8, the earlier default), for comparison. The runs of
+2026-12-01 were made with `python bench/run.py federation --scenario hetero-wan --methods ours --repeat R
+--no-report` and copied here (same harness, same RunResult files):
 
     python -c 'import sys; from pathlib import Path; from bench.federation.scenario import load_scenario; \\
       from bench.federation.suite import run_suite; \\
@@ -36,12 +39,14 @@ GOAL = 1.5
 """Issue 14: bytes down per client per sync at most 1.5x bytes up."""
 
 
-SCENARIOS = ("hetero-wan", "hetero-wan-fp32down")
-"""The compressed stream with default settings, and the same scenario streaming every version in fp32."""
+SCENARIOS = ("hetero-wan", "hetero-wan-grid8", "hetero-wan-fp32down")
+"""The compressed stream with default settings, with the earlier default grid (8 steps per rms), and the same
+scenario streaming every version in fp32. A run's folder, not its JSON, says which (they share the scenario)."""
 
 
-def load(root: Path = ROOT) -> list[RunResult]:
-    return [RunResult.from_json(p.read_text(encoding="utf-8"))
+def load(root: Path = ROOT) -> list[tuple[str, RunResult]]:
+    """(folder, run) for every saved run, in SCENARIOS order."""
+    return [(name, RunResult.from_json(p.read_text(encoding="utf-8")))
             for name in SCENARIOS for p in sorted((root / name).glob("*.json"))]
 
 
@@ -51,24 +56,32 @@ def down_up_ratio(run: RunResult) -> float:
     return sum(c.bytes_down for c in run.clients) / up if up else float("nan")
 
 
-def rows(runs: list[RunResult]) -> list[str]:
+def rows(runs: list[tuple[str, RunResult]]) -> list[str]:
     out = [
-        "| scenario | run | syncs | MB up | MB down | down / up | worst client down / up | final loss | load avg |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| runs | run | started | syncs | MB up | MB down | down / up | worst client down / up | final loss "
+        "| load avg |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in runs:
+    for name, r in runs:
         up = sum(c.bytes_up for c in r.clients) / 1e6
         down = sum(c.bytes_down for c in r.clients) / 1e6
-        worst = max((c.bytes_down / c.bytes_up for c in r.clients if c.bytes_up), default=float("nan"))
+        worst = _worst(r)
         loss = f"{r.curve[-1].loss:.3f}" if r.curve else "—"
-        out.append(f"| {r.scenario} | {r.repeat} | {sum(c.syncs for c in r.clients)} | {up:.1f} | {down:.1f} | "
+        started = r.started_at.replace("T", " ")[:16]
+        out.append(f"| {name} | {r.repeat} | {started} | {sum(c.syncs for c in r.clients)} | {up:.1f} | {down:.1f} | "
                    f"{down_up_ratio(r):.2f} | {worst:.2f} | {loss} | {r.load_avg_1m} |")
     return out
 
 
-def summary(runs: list[RunResult]) -> list[str]:
-    ours = [r for r in runs if r.scenario == "hetero-wan"]
-    base = [r for r in runs if r.scenario != "hetero-wan"]
+def _worst(run: RunResult) -> float:
+    return max((c.bytes_down / c.bytes_up for c in run.clients if c.bytes_up), default=float("nan"))
+
+
+def summary(named_runs: list[tuple[str, RunResult]]) -> list[str]:
+    runs = [r for _, r in named_runs]
+    ours = [r for name, r in named_runs if name == "hetero-wan"]
+    grid8 = [r for name, r in named_runs if name == "hetero-wan-grid8"]
+    base = [r for name, r in named_runs if name == "hetero-wan-fp32down"]
     if not ours:
         return ["No grid_delta runs saved yet."]
     ratios = [down_up_ratio(r) for r in ours]
@@ -79,18 +92,28 @@ def summary(runs: list[RunResult]) -> list[str]:
     worst = [max(r.clients, key=lambda c: c.bytes_down / max(1, c.bytes_up)) for r in ours]
     w = [c.bytes_down / c.bytes_up for c in worst]
     fewest = sum(c.syncs == min(x.syncs for x in r.clients) for c, r in zip(worst, ours, strict=True))
-    named = ", ".join(f"{c.client}: {c.syncs} syncs" for c in worst)
+    named = "; ".join(f"{c.client}: {c.syncs} syncs, ↓{c.bytes_down / c.syncs / 1e6:.2f} / "
+                      f"↑{c.bytes_up / c.syncs / 1e6:.2f} MB per sync" for c in worst if c.syncs)
     lines.append(f"- Per client, the worst client of each run: down / up median {statistics.median(w):.2f} (range "
                  f"{min(w):.2f}–{max(w):.2f}) — {'meets' if max(w) <= GOAL else 'misses'} the goal per client; "
-                 f"it is the client with the fewest syncs in {fewest} of {len(ours)} runs ({named}): its first, "
-                 "whole-model download is shared by few syncs.")
+                 f"it is the client with the fewest syncs in {fewest} of {len(ours)} runs ({named}).")
+    if grid8:
+        g = [down_up_ratio(r) for r in grid8]
+        gw = [_worst(r) for r in grid8]
+        loss_now = statistics.median(r.curve[-1].loss for r in ours if r.curve)
+        loss_g8 = statistics.median(r.curve[-1].loss for r in grid8 if r.curve)
+        lines.append(f"- The earlier default grid, `downlink.grid_steps` 8 ({len(grid8)} runs): all clients "
+                     f"{statistics.median(g):.2f} (range {min(g):.2f}–{max(g):.2f}), worst client "
+                     f"{statistics.median(gw):.2f} (range {min(gw):.2f}–{max(gw):.2f}); final eval loss median "
+                     f"{loss_g8:.3f} against {loss_now:.3f} with today's 4 steps per rms.")
     if base:
         b = statistics.median(down_up_ratio(r) for r in base)
         down_ours = statistics.median(sum(c.bytes_down for c in r.clients) for r in ours)
         down_base = statistics.median(sum(c.bytes_down for c in r.clients) for r in base)
-        lines.append(f"- The fp32 stream of every version (the downlink before issue 14, same code otherwise): "
-                     f"down / up {b:.2f} ({len(base)} run{'s' if len(base) > 1 else ''}); the compressed stream "
-                     f"moves {down_base / down_ours:.1f}× fewer bytes down.")
+        started, plural = ", ".join(sorted({r.started_at[:10] for r in base})), "s" if len(base) > 1 else ""
+        lines.append(f"- The fp32 stream of every version (the downlink before issue 14; run{plural} of {started}, "
+                     f"older code than the compressed runs): down / up {b:.2f} ({len(base)} run{plural}); the "
+                     f"compressed stream moves {down_base / down_ours:.1f}× fewer bytes down.")
         loss_ours = statistics.median(r.curve[-1].loss for r in ours if r.curve)
         loss_base = statistics.median(r.curve[-1].loss for r in base if r.curve)
         loads = [r.load_avg_1m for r in runs if r.load_avg_1m is not None]

@@ -185,7 +185,7 @@ def _sparse(pct: int) -> Method:
 SPARSE_METHODS = ("diloco", "ours", "ours-sparse1", "ours-sparse3", "ours-sparse10")
 METHODS.update({m.name: m for m in (_sparse(1), _sparse(3), _sparse(10))})
 
-OURS_METHODS = ("ours", "ours-eta1", "ours-damped", "ours-buffered")
+OURS_METHODS = ("ours", "ours-autotune", "ours-eta1", "ours-damped", "ours-buffered")
 MAIN_METHODS = ("fedavg", "diloco", "fednova", *OURS_METHODS, "single")
 # Rate-distortion runs vary the codec of ours at η = 0.5: at η = 1 the global loss swings by more
 # between versions than any codec's distortion, so final losses would not resolve a 1% difference.
@@ -200,7 +200,7 @@ RATEDIST_METHODS = (
     "codec-int8-b4096-noef",
 )
 OPTIONAL_CODECS = ("codec-int16-noef", "codec-int16-b4096")  # defined, not in the default ~40 min run
-REPEATED_METHODS = ("fedavg", "ours", "ours-damped")  # run twice by `bench/run.py all`, for the noise
+REPEATED_METHODS = ("fedavg", "ours", "ours-autotune", "ours-damped")  # run twice by `bench/run.py all`, for the noise
 
 
 def base_settings(scenario: Scenario) -> dict[str, Any]:
