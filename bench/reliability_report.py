@@ -212,6 +212,11 @@ def render(command: str, rows: list[Row], load: LoadResult | None, checks: list[
            started: str, seconds: float) -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip() or "unknown"
+    # Tracked files changed from the commit (this report itself aside, rewritten on every run): the code it ran.
+    changed = [line[3:] for line in subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                                     capture_output=True, text=True).stdout.splitlines()
+               if line[3:] != "docs/reliability.md"]
+    tree = f"plus uncommitted changes to {len(changed)} file(s)" if changed else "no uncommitted changes"
     lines = [
         "# Reliability and security report",
         "",
@@ -220,7 +225,7 @@ def render(command: str, rows: list[Row], load: LoadResult | None, checks: list[
         f"    {command}",
         "",
         f"Run {started} on {platform.node()} ({os.cpu_count()} CPU cores, Python {platform.python_version()}, "
-        f"commit {commit} plus the working tree), {seconds / 60:.1f} min. Every process ran on 127.0.0.1; "
+        f"commit {commit}, {tree}), {seconds / 60:.1f} min. Every process ran on 127.0.0.1; "
         "WAN faults go through the user-space emulator `geofed.wan.WanProxy`.",
         "",
         "How each fault scenario is judged: numpy clients push fp32 deltas that are distinct random vectors "
