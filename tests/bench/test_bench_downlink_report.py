@@ -23,11 +23,11 @@ def test_ratios_median_range_and_verdicts_come_from_the_runs():
     runs = [_run("hetero-wan", 1, [(100, 100), (100, 140)], 2.5), _run("hetero-wan", 2, [(100, 140), (100, 140)], 2.4),
             _run("hetero-wan", 3, [(100, 200), (100, 200)], 2.6), _run("hetero-wan-fp32down", 1, [(100, 1000)], 2.7)]
 
-    # Execute
-    text = render(runs)
+    # Execute: each run with the folder it was loaded from (the folder, not the JSON, names the series)
+    text = render([("hetero-wan-fp32down" if r.scenario.endswith("fp32down") else "hetero-wan", r) for r in runs])
 
     # Assert
     assert down_up_ratio(runs[1]) == 1.4
     assert "median 1.40 (range 1.20–2.00, 3 runs) — meets the ≤ 1.5 goal" in text
     assert "down / up 10.00 (1 run)" in text
-    assert "| hetero-wan | 3 | 8 | 0.0 | 0.0 | 2.00 | 2.00 | 2.600 | None |" in text
+    assert "| hetero-wan | 3 |  | 8 | 0.0 | 0.0 | 2.00 | 2.00 | 2.600 | None |" in text
