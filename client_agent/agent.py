@@ -48,6 +48,8 @@ from .trainer import LocalTrainer, NonFiniteLossError
 
 log = logging.getLogger("geofed.client")
 
+PREEMPTED_CLOSE_S = 5.0  # how long a preempted agent waits for its PS connection to close
+
 FEDERATION_CACHE = "federation.json"  # the federation of the last Join: checked before the next one
 MAX_NON_FINITE_ROUNDS = 3  # rounds in a row with no finite step before the client gives up
 TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")  # push outcomes in which the PS has the delta
@@ -149,12 +151,18 @@ class ClientAgent:
         self._preload.start()
         ps = self._ps_client()
         try:
-            return self._run(ps)
+            code = self._run(ps)
         except Preempted:
             log.info("event=preempted client=%s", self.cfg.client_id)
+            # The signal may have interrupted a gRPC call or a lock of the channel's: closing could wait on
+            # what it broke, and a preempted pod must leave at once. Close in the background, bounded.
+            _within(ps.close, PREEMPTED_CLOSE_S)
             return 143
-        finally:
+        except BaseException:
             ps.close()
+            raise
+        ps.close()
+        return code
 
     def _run(self, ps: PSClient) -> int:
         cfg = self.cfg
@@ -659,6 +667,15 @@ def _restored_residual(restoring: Future, numel: int) -> ErrorFeedback:
     if ef.numel != numel:
         raise CodecError(f"residual must be float32 of shape ({numel},), got float32 ({ef.numel},)")
     return ef
+
+
+def _within(fn: Callable[[], object], seconds: float) -> None:
+    """Run `fn` in a daemon thread and wait at most `seconds` for it (a hung cleanup must not hold the exit)."""
+    t = threading.Thread(target=fn, name="geofed-close", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        log.warning("event=close_abandoned after_s=%g", seconds)
 
 
 def _raise_preempted(signum, frame):

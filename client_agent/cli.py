@@ -23,9 +23,28 @@ def _add_client_flags(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m client_agent ARGS` = `geofed client ARGS`."""
+    from geofed.logs import enable_stack_dumps
+
+    enable_stack_dumps()
     parser = argparse.ArgumentParser(prog="python -m client_agent", description="Train locally and sync with a PS.")
     _add_client_flags(parser)
     return run_client(parser.parse_args(argv))
+
+
+PREEMPTED = 143  # 128 + SIGTERM: the agent stopped on a preemption signal
+
+
+def _leave_now(code: int) -> None:
+    """Exit without the interpreter's shutdown: after a preemption signal landed mid-call, joining leftover
+    threads or finalising gRPC's could wait on state the signal interrupted, and the pod must go at once; the
+    last sync's checkpoint is already on disk (each write is atomic), and the logs are flushed here."""
+    import logging
+    import os
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run_client(args: argparse.Namespace) -> int:
@@ -45,7 +64,10 @@ def run_client(args: argparse.Namespace) -> int:
     from .agent import ClientAgent
 
     try:
-        return ClientAgent(cfg).run()
+        code = ClientAgent(cfg).run()
+        if code == PREEMPTED:
+            _leave_now(code)
+        return code
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

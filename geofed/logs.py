@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 import sys
 
 
@@ -14,3 +16,13 @@ def setup_logging(level: str = "INFO") -> None:
         stream=sys.stderr,
         force=True,
     )
+
+
+def enable_stack_dumps() -> None:
+    """`kill -USR1 PID` prints every thread's Python stack to stderr (the process goes on).
+
+    For a process that does not exit or make progress: what each thread is blocked in, without a debugger in
+    the pod. Tests send it to a child that missed its deadline before killing it.
+    """
+    if hasattr(signal, "SIGUSR1"):  # POSIX only
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)

@@ -7,6 +7,7 @@ import sys
 
 from client_agent import cli as client_cli
 from geofed.cli_flags import command_parser, run_command
+from geofed.logs import enable_stack_dumps
 from geofed.wan import cli as wan_cli
 from geofed_operator import cli as operator_cli
 from ps_server import cli as ps_cli
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `geofed`; returns the process exit code."""
+    enable_stack_dumps()
     return run_command(build_parser(), argv)
 
 

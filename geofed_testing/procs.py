@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import psutil
 from geofed.protocol.admin_client import AdminClient
 from geofed_apps.launch import PSProcess, free_port, stop
 
-__all__ = ["PSNode", "Reaper", "TlsFiles", "free_port"]
+__all__ = ["PSNode", "Reaper", "TlsFiles", "exit_code", "free_port"]
 
 
 class Reaper:
@@ -53,6 +54,20 @@ class Reaper:
 
     def __exit__(self, *exc: object) -> None:
         self.close_all()
+
+
+def exit_code(proc: subprocess.Popen, timeout_s: float, log: Path | None = None) -> int:
+    """The exit code of a geofed child told to stop; if it has not exited within `timeout_s`, it is asked for
+    its threads' stacks (SIGUSR1, `geofed.logs.enable_stack_dumps`) and the failure shows them from `log`, where
+    its stderr goes, so a hang seen once under load says where it was."""
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2.0)
+        stacks = log.read_text(errors="replace")[-12000:] if log is not None else "(stderr not captured)"
+        raise AssertionError(f"pid {proc.pid} still running {timeout_s:g} s after it was told to stop; "
+                             f"its stacks and last log lines:\n{stacks}") from None
 
 
 @dataclass(frozen=True)

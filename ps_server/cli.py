@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
-import time
+import threading
 from pathlib import Path
 
 
@@ -94,11 +95,19 @@ def run_status(args) -> int:
     if args.watch is not None and not args.watch > 0:
         print("geofed status: --watch takes a positive number of seconds", file=sys.stderr)
         return 2
+    # Ctrl-C ends --watch between refreshes: the handler only sets a flag. A KeyboardInterrupt can land anywhere
+    # in gRPC's Python code (mid-call, inside a lock of its channel), and under CI load the process twice did not
+    # exit within 60 s of Ctrl-C; with the flag, the call in flight finishes (bounded by the admin client's
+    # timeout) and the channel closes normally.
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set()) if args.watch is not None else None
     try:
         with _admin_client(args) as admin:
-            while True:
+            while not interrupted.is_set():
                 status = admin.status()
                 clients = admin.list_clients() if args.clients or not args.json else None
+                if interrupted.is_set():
+                    break
                 if args.watch is not None and sys.stdout.isatty():
                     print("\033[H\033[2J", end="")  # clear the terminal between refreshes
                 if args.json:
@@ -110,9 +119,13 @@ def run_status(args) -> int:
                 if args.watch is None:
                     return 0
                 sys.stdout.flush()
-                time.sleep(args.watch)
+                interrupted.wait(args.watch)
+        return 0
     except (AdminError, OSError) as exc:
         print(f"geofed status: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a one-shot status (no --watch) keeps Python's default Ctrl-C
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)

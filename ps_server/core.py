@@ -105,6 +105,7 @@ class ParameterServerCore:
             reducer=self.group.reducer, contributions=Contributions(server.contribution_window),
             on_staleness=self.metrics.staleness.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
+            client_timeout_s=server.client_timeout_s,
         )
         self.history = LossHistory()  # (version, time, mean reported losses) for the status page
         self.metrics.set_tuning(self.aggregator.round_times)  # the mode running from the start, before any round

@@ -27,7 +27,7 @@ from .contributions import Contributions
 from .downlink import Downlink
 from .guard import DeltaGuard, all_finite
 from .reducer import LocalReducer, ReduceFailed, Reducer, empty_round
-from .round_times import RoundTimes
+from .round_times import GONE_AFTER_S, RoundTimes
 from .rounds import admit, should_close
 from .strategies import build_strategy
 from .strategy import Accumulator, Strategy
@@ -74,6 +74,7 @@ class Aggregator:
         strategy: Strategy | None = None,
         reducer: Reducer | None = None,
         contributions: Contributions | None = None,
+        client_timeout_s: float = GONE_AFTER_S,
     ) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
@@ -91,7 +92,9 @@ class Aggregator:
         self.on_reject = on_reject  # counts a refusal the aggregator makes on its own (a dropped round)
         self.guard = DeltaGuard(fed)  # vouched weights, one delta per base/round, the norm bound
         self.clock = clock
-        self.round_times = RoundTimes(fed, clock)  # client round times: the tuned straggler timeout, mode advice
+        # Client round times: the tuned straggler timeout and mode advice; a client with no delta for
+        # client_timeout_s (the quorum's notion of gone) leaves them.
+        self.round_times = RoundTimes(fed, clock, gone_after_s=client_timeout_s)
         self._run_mode(self.round_times.mode)  # 'auto' starts in tuning.initial_mode's choice
         self.lock = threading.RLock()
         self.acc: Accumulator | None = None

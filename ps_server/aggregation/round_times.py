@@ -22,14 +22,16 @@ from geofed.tuning import initial_mode, mode_advice, straggler_timeout_choice
 log = logging.getLogger("geofed.ps")
 
 _VERSIONS_KEPT = 256  # publication times remembered (a delta more versions behind than this is not timed)
-_SILENT_ROUNDS = 3  # a client silent for this many of its own round times drops out of the spread
+GONE_AFTER_S = 180.0  # a client with no delta this long is gone (ServerConfig.client_timeout_s's default)
 
 
 class RoundTimes:
     """Per-client round times and what the PS tunes from them; called under the aggregator's lock."""
 
-    def __init__(self, fed: FederationConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, fed: FederationConfig, clock: Callable[[], float] = time.monotonic, *,
+                 gone_after_s: float = GONE_AFTER_S) -> None:
         self.fed, self.cfg, self.clock = fed, fed.autotune, clock
+        self.gone_after_s = gone_after_s
         self._published: OrderedDict[int, float] = OrderedDict()
         self._last: dict[str, float] = {}  # client -> arrival of its last delta
         self._rounds: dict[str, deque[float]] = {}
@@ -57,19 +59,37 @@ class RoundTimes:
             window.append(now - max(starts))
 
     def per_client(self) -> dict[str, float]:
-        """Each recently heard client's median round time (a client silent for 3 of its rounds is left out)."""
+        """Each client's median round time; a client with no delta for `gone_after_s` is gone and left out.
+
+        A client whose rounds grew stays in: a silence measured in its own earlier round times (as before
+        2026-12-01) dropped the 1 s-RTT client of hetero-wan once its tuned interval went from 5 s to 30 s, and
+        'auto' went back to sync to wait for it.
+        """
+        now = self.clock()
+        return {c: statistics.median(w) for c, w in self._rounds.items() if now - self._last[c] <= self.gone_after_s}
+
+    def current(self) -> dict[str, float]:
+        """What the mode advice compares: each client's median round time, or the round it is in when that has
+        already run longer (it is at least that slow now; its median catches up only rounds later)."""
         now, out = self.clock(), {}
-        for client, window in self._rounds.items():
-            median = statistics.median(window)
-            if now - self._last[client] <= _SILENT_ROUNDS * median:
-                out[client] = median
+        for client, median in self.per_client().items():
+            start = self._round_start(client)
+            out[client] = median if start is None else max(median, now - start)
         return out
+
+    def _round_start(self, client_id: str) -> float | None:
+        """When the client's current round began, as the PS can tell: the first publication after its last
+        delta arrived (it cannot train on a newer model before one exists, and in sync it waits for that one).
+        None while there has been none: it waits for one (retune runs right after a publication, so only a
+        direct caller sees this)."""
+        last = self._last[client_id]
+        return next((t for t in self._published.values() if t >= last), None)
 
     def retune(self) -> None:
         """After a round closes (nothing buffered): the next sync round's straggler timeout, and the mode advice,
         applied under 'auto'; changes are logged."""
         rounds = self.per_client()
-        positive = {c: s for c, s in rounds.items() if s > 0}
+        positive = {c: s for c, s in self.current().items() if s > 0}
         if len(positive) >= 2:
             self.spread = max(positive.values()) / min(positive.values())
         # 'auto' keeps the timeout tuned while async runs too, so a switch to sync starts with a measured one.

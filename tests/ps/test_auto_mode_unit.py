@@ -108,7 +108,7 @@ def test_auto_starts_sync_switches_at_round_boundaries_and_loses_no_delta(caplog
         assert "= 4 > async_above 2" in lines[0]
 
         # Async, K = 1: each delta is an outer step of its own, scaled by (1 + staleness) ** -1.
-        for t, base in ((10, 2), (12, 3), (14, 4)):  # F: round times 2 s
+        for t, base in ((12, 2), (14, 3), (16, 4)):  # F: round times 4 s, then 2 s
             out = run.push(t, "F", base)
             assert (out.status, out.version, out.staleness) == ("APPLIED", base + 1, 0)
             ref += run.d("F", base)

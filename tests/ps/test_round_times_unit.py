@@ -39,8 +39,38 @@ def test_round_time_runs_from_the_later_of_publication_and_the_previous_push():
     clock.t = 60.0
     times.arrived("b", 1)  # late, still on version 1: 60 - max(0, 25) = 35; b's median of [25, 35] is 30
     assert times.per_client() == {"a": 10.5, "b": 30.0}
-    clock.t = 60.0 + 3 * 30.0 + 1  # b silent for over 3 of its rounds, a for far longer: both drop out
+    clock.t = 60.0 + 3 * 30.0 + 1  # b silent for over 3 of its rounds: a slow round, not a departure
+    assert times.per_client() == {"a": 10.5, "b": 30.0}
+    clock.t = 41.0 + 180.0 + 0.5  # a without a delta for client_timeout_s (180 s by default): gone; b not yet
+    assert times.per_client() == {"b": 30.0}
+    clock.t = 60.0 + 180.0 + 0.5
     assert times.per_client() == {}
+
+
+def test_a_client_whose_rounds_grew_keeps_the_federation_async_until_its_median_catches_up():
+    # hetero-wan under autotune (2026-12-01): the 1 s-RTT client's tuned interval went from ~5 s to 30 s; its
+    # median (of the short rounds) said it was as fast as the others, and sync rounds then waited for it.
+    clock = Clock()
+    fed = FederationConfig.model_validate({"aggregation": {"mode": "auto"}})
+    times = RoundTimes(fed, clock)
+    for v in range(1, 4):  # three 5 s rounds for everyone: alike, auto stays sync
+        times.published(v)
+        clock.t += 5.0
+        for c in ("fast", "slow"):
+            times.arrived(c, v)
+        times.retune()
+    assert times.mode == "sync" and times.per_client() == {"fast": 5.0, "slow": 5.0}
+    start = clock.t
+    times.published(4)  # round 4 opens at `start`; fast returns every 5 s, slow is away for 30 s now
+    for k in range(1, 5):
+        clock.t = start + 5.0 * k
+        times.arrived("fast", 3 + k)
+        times.published(4 + k)
+        times.retune()
+    # slow's median is still 5 s, but its current round has run 20 s: 20 / 5 = 4 > async_above 2
+    assert times.current() == {"fast": 5.0, "slow": 20.0}
+    assert times.mode == "async" and times.spread == 4.0
+    assert "slowest slow 20 s / fastest fast 5 s" in times.mode_reason
 
 
 def test_retune_sets_the_timeout_and_advice_and_logs_each_change(caplog):

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -197,7 +198,14 @@ def test_geofed_status_watch_refreshes_until_interrupted(federation):
         proc.send_signal(signal.SIGINT)
         # Drain stdout while it exits: a child blocked writing to a full pipe (refreshes every 0.2 s that this
         # test no longer reads) would never get to exit, and wait() alone would hang (seen once under CI load).
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # say where it hung: every thread's stack (geofed.logs.enable_stack_dumps)
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2.0)
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"geofed status --watch still running 60 s after Ctrl-C:\n{err[-12000:]}") from None
         code = proc.returncode
 
     # Assert
