@@ -282,15 +282,18 @@ class AutotuneConfig(_Section):
 
     interval: bool = Field(
         False,
-        description="Each client picks its own sync interval T (and H = T / its step time) from its measured "
-        "upload and download rates, RTT and step time, so that at most comm_fraction of a round is spent "
-        "communicating; training.sync_interval_s and local_steps stand until all are measured.",
+        description="Each client lengthens its rounds when its link needs it: from its measured upload and "
+        "download rates, RTT and step time, the shortest T (and H = T / its step time) with at most comm_fraction "
+        "of a round spent communicating, where the configured round (training.sync_interval_s or local_steps, "
+        "whichever comes first) is shorter; the configured T and H stand otherwise and until all are measured.",
     )
     comm_fraction: float = Field(
         0.2, gt=0, lt=1, description="interval: the largest share of a round (train + push + model download) "
         "spent communicating.",
     )
-    interval_min_s: float = Field(5.0, gt=0, le=86400, description="interval: the shortest T chosen, in seconds.")
+    interval_min_s: float = Field(
+        1.0, gt=0, le=86400, description="interval: the shortest T chosen when a round is lengthened, in seconds."
+    )
     interval_max_s: float = Field(600.0, gt=0, le=86400, description="interval: the longest T chosen, in seconds.")
     straggler_timeout: bool = Field(
         False,

@@ -73,13 +73,17 @@ class Interval:
 
 def interval_choice(m: LinkMeasurements, *, push_bytes: int, model_bytes: int, comm_fraction: float,
                     min_s: float, max_s: float, fallback: Interval) -> Interval:
-    """The shortest training time T whose round spends at most `comm_fraction` of its time communicating.
+    """The configured round, or a longer one when the link needs it to spend at most `comm_fraction` communicating.
 
-    One round = T training + C communicating, C = push_bytes / up + model_bytes / down + 2 RTT (the push
-    RPC and the model-stream request). C <= f (T + C) gives T >= C (1 - f) / f, rounded up to two significant
-    digits (`round_up_2`), clamped to [min_s, max_s]; H = ceil(T / step time), so both stop conditions agree.
-    Until every rate and the step time are measured, `fallback` (the configured T and H) stands; an
-    unmeasured RTT counts as 0.
+    One round = training + C communicating, C = push_bytes / up + model_bytes / down + 2 RTT (the push RPC and
+    the model-stream request). C <= f (T + C) gives T >= C (1 - f) / f. The configured round (`fallback`: T
+    seconds or H steps, whichever comes first, so min(T, H x step time) of training) stands while it is that
+    long already: the tuner lengthens the rounds a slow link needs and never stretches a fast client's, since
+    fewer, longer rounds make each delta staler and larger (on hetero-wan, tuned 5 s rounds of ~95 steps
+    against the configured 40 for the fastest client cost final loss; docs/design.md). Otherwise T is rounded
+    up to two significant digits (`round_up_2`), clamped to [min_s, max_s], and H = ceil(T / step time), so
+    both stop conditions agree. Until every rate and the step time are measured, the configured T and H stand;
+    an unmeasured RTT counts as 0.
     """
     f = _positive("comm_fraction", comm_fraction)
     if f >= 1:
@@ -98,14 +102,19 @@ def interval_choice(m: LinkMeasurements, *, push_bytes: int, model_bytes: int, c
     rtt = 0.0 if m.rtt_s is None else _non_negative("RTT", m.rtt_s)
     comm = push_bytes / up + model_bytes / down + 2 * rtt
     want = comm * (1 - f) / f
+    rtt_note = " (RTT not measured yet: 0)" if m.rtt_s is None else ""
+    measured = (f"communication ~{comm:.3g} s a round ({push_bytes} B up at {up / 1e6:.3g} MB/s, {model_bytes} B "
+                f"down at {down / 1e6:.3g} MB/s, 2 x RTT {rtt:.3g} s{rtt_note}); at most {f:g} of a round "
+                f"communicating needs T >= {want:.3g} s")
+    configured = min(fallback.seconds, fallback.steps * step)
+    if want <= configured:
+        return Interval(fallback.seconds, fallback.steps, (
+            f"{measured}: the configured round (T={fallback.seconds:g} s, H={fallback.steps} steps of {step:.3g} s "
+            f"= {configured:.3g} s of training) meets it and stands"))
     seconds = min(max(round_up_2(want), min_s), max_s)
     steps = max(1, math.ceil(seconds / step))
     clamp = "" if min_s < want < max_s else f", clamped to [{min_s:g}, {max_s:g}] s"
-    rtt_note = " (RTT not measured yet: 0)" if m.rtt_s is None else ""
-    return Interval(seconds, steps, (
-        f"communication ~{comm:.3g} s a round ({push_bytes} B up at {up / 1e6:.3g} MB/s, {model_bytes} B down at "
-        f"{down / 1e6:.3g} MB/s, 2 x RTT {rtt:.3g} s{rtt_note}); at most {f:g} of a round communicating needs "
-        f"T >= {want:.3g} s{clamp}: T = {seconds:g} s, {steps} steps of {step:.3g} s"))
+    return Interval(seconds, steps, f"{measured}{clamp}: T = {seconds:g} s, {steps} steps of {step:.3g} s")
 
 
 # ---- per federation, at the PS: the straggler timeout ----------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -17,7 +18,7 @@ from geofed.tuning import (
     straggler_timeout_choice,
 )
 
-FALLBACK = Interval(60.0, 40, "")
+FALLBACK = Interval(6.0, 40, "")  # the configured round: 6 s or 40 steps, whichever comes first
 SETTINGS = {"comm_fraction": 0.2, "min_s": 5.0, "max_s": 600.0, "fallback": FALLBACK}
 
 
@@ -44,22 +45,26 @@ def test_interval_slower_steps_mean_fewer_steps_for_the_same_time():
 
 
 def test_interval_is_clamped_to_its_range():
-    fast = LinkMeasurements(1e9, 1e9, 0.0, 0.5)  # C = 2e-6 s: T would be 8e-6 s -> the 5 s floor, H = 10
-    got = interval_choice(fast, push_bytes=1000, model_bytes=1000, **SETTINGS)
+    # C = 0.75 s: T >= 3 s; configured H = 4 steps of 0.5 s = 2 s is shorter, so lengthened: 3 s -> the 5 s floor.
+    got = interval_choice(LinkMeasurements(1e6, 1e9, 0.0, 0.5), push_bytes=750_000, model_bytes=0,
+                          **{**SETTINGS, "fallback": Interval(6.0, 4, "")})
     assert (got.seconds, got.steps) == (5.0, 10) and "clamped to [5, 600] s" in got.reason
     slow = LinkMeasurements(1e3, 1e9, 0.0, 0.5)  # C = 2000 s: T would be 8000 s -> the 600 s ceiling
     got = interval_choice(slow, push_bytes=2_000_000, model_bytes=1000, **SETTINGS)
     assert (got.seconds, got.steps) == (600.0, 1200)
 
 
-def test_interval_waits_for_its_measurements():
-    got = interval_choice(LinkMeasurements(None, 4e6, None, None), push_bytes=0, model_bytes=0, **SETTINGS)
-    assert (got.seconds, got.steps) == (60.0, 40)
-    assert got.reason.startswith("upload rate, step time not measured yet")
-    # An unmeasured RTT alone does not hold the tuner back; it counts as 0: C = 1 + 1 = 2 s, T >= 8 s.
-    got = interval_choice(LinkMeasurements(1e6, 1e6, None, 1.0), push_bytes=1_000_000, model_bytes=1_000_000,
-                          **SETTINGS)
-    assert (got.seconds, got.steps) == (8.0, 8) and "RTT not measured yet" in got.reason
+def test_a_link_that_keeps_up_leaves_the_configured_round():
+    # C = 0.5 + 0.02 + 0.1 = 0.62 s: T >= 2.48 s. Configured: 6 s or 40 steps of 0.1 s = 4 s of training, which
+    # meets it: T and H stand (the tuner never stretches a fast client's rounds).
+    m = LinkMeasurements(up_bytes_per_s=1.6e6, down_bytes_per_s=20e6, rtt_s=0.05, step_s=0.1)
+    got = interval_choice(m, push_bytes=800_000, model_bytes=400_000, **SETTINGS)
+    assert (got.seconds, got.steps) == (6.0, 40)
+    assert "T >= 2.48 s" in got.reason and "= 4 s of training) meets it and stands" in got.reason
+    # The same client 3x faster per step: 40 steps take 1.2 s < 2.48 s, so its rounds are lengthened to 2.5 s.
+    got = interval_choice(dataclasses.replace(m, step_s=1 / 30), push_bytes=800_000, model_bytes=400_000,
+                          **{**SETTINGS, "min_s": 1.0})
+    assert (got.seconds, got.steps) == (2.5, 75)
 
 
 @pytest.mark.parametrize(("m", "kwargs", "message"), [

@@ -156,6 +156,14 @@ METHODS: dict[str, Method] = {
              "autotune": {"interval": True, "straggler_timeout": True}},
         ),
         Method(
+            "ours-auto",
+            "ours, mode auto",
+            "federated",
+            "ours with aggregation.mode auto alone (sync until the spread of client round times passes "
+            "autotune.async_above, then async): the candidate default of 2026-12-01",
+            {"aggregation": {"mode": "auto"}},
+        ),
+        Method(
             "single",
             "single process",
             "single",
