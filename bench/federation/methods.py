@@ -17,18 +17,23 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from geofed.config import AggregationConfig, CodecConfig, FederationConfig
+from geofed.config import CodecConfig, FederationConfig
 from geofed_apps.local import LOCAL_DEFAULTS, merge_settings
 
 from .scenario import Scenario, ScenarioError
 
 
 def _defaults_text() -> str:
-    """The 'ours (defaults)' description, read from the settings so it cannot drift from them."""
-    agg, codec = AggregationConfig(), CodecConfig()
+    """The 'ours (defaults)' description, read from the settings it runs with so it cannot drift from them:
+    geofed's defaults under the harness's `BENCH_DEFAULTS` (which fix the codec at int8, where geofed ships
+    'auto')."""
+    fed = FederationConfig.model_validate(merge_settings(LOCAL_DEFAULTS, BENCH_DEFAULTS))
+    agg, codec, shipped = fed.aggregation, fed.codec, CodecConfig().name
+    note = "" if codec.name == shipped else f" (the harness's; geofed ships codec {shipped})"
     return (f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.global_lr:g}, staleness-scaled "
-            f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec "
-            f"({codec.entropy}) with{'' if codec.error_feedback else 'out'} error feedback")
+            f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec ({codec.entropy}) "
+            f"with{'' if codec.error_feedback else 'out'} error feedback{note}")
+
 
 BARRIER_S = 3600.0  # sync interval and straggler timeout far beyond any budget: H steps and the barrier bind
 FEDNOVA_MAX_STEPS = 100_000  # FedNova's local work is bounded by the wall-clock T only
@@ -162,6 +167,14 @@ METHODS: dict[str, Method] = {
             "ours with aggregation.mode auto alone (sync until the spread of client round times passes "
             "autotune.async_above, then async): the candidate default of 2026-12-01",
             {"aggregation": {"mode": "auto"}},
+        ),
+        Method(
+            "ours-codec-auto",
+            "ours, codec auto",
+            "federated",
+            "ours with the codec geofed ships (codec.name auto: int16 when a push fits sync_time_budget_s on "
+            "the measured link, else int8) instead of the harness's int8",
+            {"codec": {"name": "auto"}},
         ),
         Method(
             "single",
