@@ -7,11 +7,13 @@ grid_delta runs, and the sentences under the table, all computed from the same f
     python bench/downlink_report.py --write docs/benchmarks.md
 
 The runs themselves (a few minutes each): `ours` (geofed's async defaults) with the default downlink,
-repeats 1-3, and once on `bench/results/downlink/hetero-wan-fp32down.yaml` (hetero-wan whose federation
+repeats 1-3, and repeats 1-3 on `bench/results/downlink/hetero-wan-fp32down.yaml` (hetero-wan whose federation
 streams every version to every client in fp32, the downlink before issue 14). `hetero-wan-grid8/` holds
 `ours` runs from before `downlink.grid_steps` became 4 (8, the earlier default), for comparison. The runs of
 2026-12-01 were made with `python bench/run.py federation --scenario hetero-wan --methods ours --repeat R
---no-report` and copied here (same harness, same RunResult files):
+--no-report` (and `--scenario bench/results/downlink/hetero-wan-fp32down.yaml` for the fp32 stream) and
+copied here from `bench/results/<scenario>/` (same harness, same RunResult files; dated notes with their
+commits in `bench/results/downlink/NOTES.md`). Equivalently:
 
     python -c 'import sys; from pathlib import Path; from bench.federation.scenario import load_scenario; \\
       from bench.federation.suite import run_suite; \\
@@ -111,9 +113,12 @@ def summary(named_runs: list[tuple[str, RunResult]]) -> list[str]:
         down_ours = statistics.median(sum(c.bytes_down for c in r.clients) for r in ours)
         down_base = statistics.median(sum(c.bytes_down for c in r.clients) for r in base)
         started, plural = ", ".join(sorted({r.started_at[:10] for r in base})), "s" if len(base) > 1 else ""
+        bs = [down_up_ratio(r) for r in base]
+        spread = f", range {min(bs):.2f}–{max(bs):.2f}" if len(bs) > 1 else ""
         lines.append(f"- The fp32 stream of every version (the downlink before issue 14; run{plural} of {started}, "
-                     f"older code than the compressed runs): down / up {b:.2f} ({len(base)} run{plural}); the "
-                     f"compressed stream moves {down_base / down_ours:.1f}× fewer bytes down.")
+                     f"commits in `bench/results/downlink/NOTES.md`): down / up median {b:.2f} ({len(base)} "
+                     f"run{plural}{spread}); the compressed stream moves {down_base / down_ours:.1f}× fewer bytes "
+                     "down (medians of the runs' totals).")
         loss_ours = statistics.median(r.curve[-1].loss for r in ours if r.curve)
         loss_base = statistics.median(r.curve[-1].loss for r in base if r.curve)
         loads = [r.load_avg_1m for r in runs if r.load_avg_1m is not None]

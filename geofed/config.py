@@ -48,8 +48,10 @@ class CodecConfig(_Section):
     """How deltas are compressed on the wire (paper §III-B3: flattened min-max quantisation + Huffman)."""
 
     name: Literal["fp32", "bf16", "int8", "int16", "auto", "sparse"] = Field(
-        "auto",
-        description="Delta codec; 'auto' picks int8 or int16 from the measured link rate and sync_time_budget_s "
+        "int8",
+        description="Delta codec (int8 with error feedback by default: on hetero-wan 'auto' ended 0.04 higher in "
+        "loss over 3 runs each, its int16 pushes costing the fast clients training time; docs/benchmarks.md); "
+        "'auto' picks int8 or int16 from the measured link rate and sync_time_budget_s "
         "(bf16 when 2 bytes/param fit and the delta's range/rms makes it finer than int16); "
         "'sparse' sends chunk-wise top-k with low-bit values (SparseLoCo) and the PS sums and publishes sparsely.",
     )

@@ -25,11 +25,11 @@ from .scenario import Scenario, ScenarioError
 
 def _defaults_text() -> str:
     """The 'ours (defaults)' description, read from the settings it runs with so it cannot drift from them:
-    geofed's defaults under the harness's `BENCH_DEFAULTS` (which fix the codec at int8, where geofed ships
-    'auto')."""
+    geofed's defaults under the harness's `BENCH_DEFAULTS` (which fix the codec at int8: geofed's default
+    since 2026-12-01, and what every saved run used; a difference is named)."""
     fed = FederationConfig.model_validate(merge_settings(LOCAL_DEFAULTS, BENCH_DEFAULTS))
     agg, codec, shipped = fed.aggregation, fed.codec, CodecConfig().name
-    note = "" if codec.name == shipped else f" (the harness's; geofed ships codec {shipped})"
+    note = "" if codec.name == shipped else f" (the harness's; geofed's default codec is {shipped})"
     return (f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.global_lr:g}, staleness-scaled "
             f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec ({codec.entropy}) "
             f"with{'' if codec.error_feedback else 'out'} error feedback{note}")
@@ -165,15 +165,15 @@ METHODS: dict[str, Method] = {
             "ours, mode auto",
             "federated",
             "ours with aggregation.mode auto alone (sync until the spread of client round times passes "
-            "autotune.async_above, then async): the candidate default of 2026-12-01",
+            "autotune.async_above, then async); not the default: it costs hetero-wan its synchronous start",
             {"aggregation": {"mode": "auto"}},
         ),
         Method(
             "ours-codec-auto",
             "ours, codec auto",
             "federated",
-            "ours with the codec geofed ships (codec.name auto: int16 when a push fits sync_time_budget_s on "
-            "the measured link, else int8) instead of the harness's int8",
+            "ours with the bit-width tuner (codec.name auto: int16 when a push fits sync_time_budget_s on the "
+            "measured link, else int8; geofed's default codec until 2026-12-01) instead of int8",
             {"codec": {"name": "auto"}},
         ),
         Method(
@@ -206,7 +206,7 @@ def _sparse(pct: int) -> Method:
 SPARSE_METHODS = ("diloco", "ours", "ours-sparse1", "ours-sparse3", "ours-sparse10")
 METHODS.update({m.name: m for m in (_sparse(1), _sparse(3), _sparse(10))})
 
-OURS_METHODS = ("ours", "ours-autotune", "ours-eta1", "ours-damped", "ours-buffered")
+OURS_METHODS = ("ours", "ours-auto", "ours-codec-auto", "ours-autotune", "ours-eta1", "ours-damped", "ours-buffered")
 MAIN_METHODS = ("fedavg", "diloco", "fednova", *OURS_METHODS, "single")
 # Rate-distortion runs vary the codec of ours at η = 0.5: at η = 1 the global loss swings by more
 # between versions than any codec's distortion, so final losses would not resolve a 1% difference.
@@ -221,7 +221,8 @@ RATEDIST_METHODS = (
     "codec-int8-b4096-noef",
 )
 OPTIONAL_CODECS = ("codec-int16-noef", "codec-int16-b4096")  # defined, not in the default ~40 min run
-REPEATED_METHODS = ("fedavg", "ours", "ours-autotune", "ours-damped")  # run twice by `bench/run.py all`, for the noise
+# Run twice by `bench/run.py all`, for the noise.
+REPEATED_METHODS = ("fedavg", "ours", "ours-auto", "ours-codec-auto", "ours-autotune", "ours-damped")
 
 
 def base_settings(scenario: Scenario) -> dict[str, Any]:

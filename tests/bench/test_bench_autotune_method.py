@@ -22,3 +22,15 @@ def test_ours_autotune_is_ours_with_the_tuners_on(name):
                for key in a[section] if a[section][key] != b[section].get(key)}
     assert changed == {"codec.name", "aggregation.mode", "autotune.interval", "autotune.straggler_timeout"}
     assert get_method("ours-autotune").label == "ours + autotune"
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_ours_defaults_runs_geofeds_default_codec_and_mode(name):
+    # "ours (defaults)" must be what a user gets: the harness fixed int8 while geofed shipped codec auto until
+    # 2026-12-01, and the row's label said "auto codec" over int8 runs.
+    from geofed.config import AggregationConfig, CodecConfig
+
+    ours = federation_for(load_scenario(name), METHODS["ours"])
+    assert ours.codec.name == CodecConfig().name == "int8"
+    assert ours.aggregation.mode == AggregationConfig().mode
+    assert "int8 codec" in METHODS["ours"].summary and "the harness's" not in METHODS["ours"].summary

@@ -29,5 +29,5 @@ def test_ratios_median_range_and_verdicts_come_from_the_runs():
     # Assert
     assert down_up_ratio(runs[1]) == 1.4
     assert "median 1.40 (range 1.20–2.00, 3 runs) — meets the ≤ 1.5 goal" in text
-    assert "down / up 10.00 (1 run)" in text
+    assert "down / up median 10.00 (1 run)" in text
     assert "| hetero-wan | 3 |  | 8 | 0.0 | 0.0 | 2.00 | 2.00 | 2.600 | None |" in text

@@ -142,27 +142,28 @@ def test_step_time_of_a_round():
 def test_the_loop_takes_the_tuned_interval_and_logs_each_change(tmp_path, caplog):
     # Prepare
     agent = ClientAgent(ClientConfig(client_id="t.tune", data=str(tmp_path), work_dir=str(tmp_path / "w")))
-    fixed = FederationConfig.model_validate({"training": {"sync_interval_s": 60, "local_steps": 40}})
-    tuned = FederationConfig.model_validate({"training": {"sync_interval_s": 60, "local_steps": 40},
+    fixed = FederationConfig.model_validate({"training": {"sync_interval_s": 6, "local_steps": 40}})
+    tuned = FederationConfig.model_validate({"training": {"sync_interval_s": 6, "local_steps": 40},
                                              "autotune": {"interval": True, "comm_fraction": 0.2}})
     ps = SimpleNamespace(link_bytes_per_s=None, down_bytes_per_s=None, rtt_s=None, last_push_bytes=None,
                          last_model_bytes=None)
     ranks = SimpleNamespace(leader=True, bcast_text=lambda text: text)
 
     # Execute and assert
-    assert agent._interval(fixed, ps, ranks, 1000) == (60.0, 40)
+    assert agent._interval(fixed, ps, ranks, 1000) == (6.0, 40)
     with caplog.at_level(logging.INFO, logger="geofed.client"):
-        assert agent._interval(tuned, ps, ranks, 1000) == (60.0, 40)  # nothing measured: the configured T, H
+        assert agent._interval(tuned, ps, ranks, 1000) == (6.0, 40)  # nothing measured: the configured T, H
         ps.link_bytes_per_s, ps.down_bytes_per_s, ps.rtt_s = 1e6, 4e6, 0.05
         ps.last_push_bytes, ps.last_model_bytes = 2_000_000, 8_000_000
         agent._step_s = 0.5
-        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 34)  # C = 4.1 s: T = 17 s (test_tuning_policy)
+        # C = 4.1 s: T = 17 s (test_tuning_policy), longer than the configured 6 s round: lengthened
+        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 34)
         assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 34)
         agent._step_s = 2.0  # the client slowed down: same T, fewer steps
         assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 9)
     lines = [r.getMessage() for r in caplog.records if "event=autotune" in r.getMessage()]
     assert len(lines) == 3
-    assert "knob=sync_interval value=60 steps=40" in lines[0] and "not measured yet" in lines[0]
+    assert "knob=sync_interval value=6 steps=40" in lines[0] and "not measured yet" in lines[0]
     assert "knob=sync_interval value=17 steps=34" in lines[1]
     assert "knob=sync_interval value=17 steps=9" in lines[2]
 
