@@ -48,6 +48,14 @@ REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks.md"
 IMG = REPO / "docs" / "img"
 TIME_GOAL, QUALITY_GOAL, BYTES_GOAL, CODEC_LOSS_GOAL = 1.5, 0.05, 8.0, 0.01
+# Issue 14 set its own time goals where it names a scenario: at least 2x sooner than sync FedAvg on hetero-wan,
+# no slower on the equal-speed local3. Other scenarios keep issue 6's TIME_GOAL.
+TIME_GOALS = {"hetero-wan": 2.0, "local3": 1.0}
+
+
+def time_goal(scenario: str) -> float:
+    """The time-to-target goal (× sooner than sync FedAvg/DiLoCo) of a scenario."""
+    return TIME_GOALS.get(scenario, TIME_GOAL)
 
 
 def _met(ok: bool) -> str:
@@ -88,10 +96,11 @@ def _vs(ref: str, runs: Sequence[RunResult], mine: Sequence[RunResult], target: 
     text = f"{name_of(ref)} {parts[0]}, {parts[1]}"
     if ref not in ("fedavg", "diloco"):
         return text
-    verdict = _met(min(worst) >= TIME_GOAL) if worst[0] >= TIME_GOAL else _met(False)
-    if worst[0] >= TIME_GOAL > worst[1]:
+    goal = time_goal(mine[0].scenario)
+    verdict = _met(min(worst) >= goal) if worst[0] >= goal else _met(False)
+    if worst[0] >= goal > worst[1]:
         verdict = "**met** on first reach only"
-    return f"{text} (goal ≥ {TIME_GOAL}×: {verdict})"
+    return f"{text} (goal ≥ {goal:g}×, every pair of runs: {verdict})"
 
 
 def time_headline(runs: Sequence[RunResult], target: float | None) -> list[str]:
@@ -214,7 +223,7 @@ def federation_section(
             f"section and the plot); `{cmd} --methods fedavg,ours,ours-damped --repeat 2` for the noise; "
             "`python bench/run.py report` redraws tables and plots from the saved results; "
             "`python bench/run.py all` runs everything (about 40 min).",
-            "### Headline (ratios; goals from issue 6)",
+            "### Headline (ratios; goals from issue 6, time goals of hetero-wan and local3 from issue 14)",
             "\n".join(time_headline(runs, target) + quality_headline(runs)),
             "### Eval loss at wall-clock checkpoints",
             loss_table(runs, scenario.checkpoints, target)
