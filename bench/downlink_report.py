@@ -87,6 +87,8 @@ def summary(named_runs: list[tuple[str, RunResult]]) -> list[str]:
     if not ours:
         return ["No grid_delta runs saved yet."]
     ratios = [down_up_ratio(r) for r in ours]
+    final_losses = [r.curve[-1].loss for r in ours if r.curve]
+    loss_ours = statistics.median(final_losses) if final_losses else float("nan")
     med = statistics.median(ratios)
     verdict = "meets" if med <= GOAL else "misses"
     lines = [f"- Bytes down / bytes up, all clients, compressed stream (default settings): median {med:.2f} "
@@ -102,12 +104,11 @@ def summary(named_runs: list[tuple[str, RunResult]]) -> list[str]:
     if grid8:
         g = [down_up_ratio(r) for r in grid8]
         gw = [_worst(r) for r in grid8]
-        loss_now = statistics.median(r.curve[-1].loss for r in ours if r.curve)
         loss_g8 = statistics.median(r.curve[-1].loss for r in grid8 if r.curve)
         lines.append(f"- The earlier default grid, `downlink.grid_steps` 8 ({len(grid8)} runs): all clients "
                      f"{statistics.median(g):.2f} (range {min(g):.2f}–{max(g):.2f}), worst client "
                      f"{statistics.median(gw):.2f} (range {min(gw):.2f}–{max(gw):.2f}); final eval loss median "
-                     f"{loss_g8:.3f} against {loss_now:.3f} with today's 4 steps per rms.")
+                     f"{loss_g8:.3f} against {loss_ours:.3f} with today's 4 steps per rms.")
     if base:
         b = statistics.median(down_up_ratio(r) for r in base)
         down_ours = statistics.median(sum(c.bytes_down for c in r.clients) for r in ours)
@@ -119,7 +120,6 @@ def summary(named_runs: list[tuple[str, RunResult]]) -> list[str]:
                      f"commits in `bench/results/downlink/NOTES.md`): down / up median {b:.2f} ({len(base)} "
                      f"run{plural}{spread}); the compressed stream moves {down_base / down_ours:.1f}× fewer bytes "
                      "down (medians of the runs' totals).")
-        loss_ours = statistics.median(r.curve[-1].loss for r in ours if r.curve)
         loss_base = statistics.median(r.curve[-1].loss for r in base if r.curve)
         loads = [r.load_avg_1m for r in runs if r.load_avg_1m is not None]
         load = f"{min(loads):.0f}–{max(loads):.0f}" if loads else "unrecorded"

@@ -48,6 +48,7 @@ from .trainer import LocalTrainer, NonFiniteLossError
 
 log = logging.getLogger("geofed.client")
 
+PREEMPTED_EXIT = 143  # 128 + SIGTERM: the agent stopped on a preemption signal
 PREEMPTED_CLOSE_S = 5.0  # how long a preempted agent waits for its PS connection to close
 
 FEDERATION_CACHE = "federation.json"  # the federation of the last Join: checked before the next one
@@ -150,19 +151,17 @@ class ClientAgent:
         self._preload = threading.Thread(target=_preload_model_code, name="geofed-preload", daemon=True)
         self._preload.start()
         ps = self._ps_client()
+        close = ps.close
         try:
-            code = self._run(ps)
+            return self._run(ps)
         except Preempted:
             log.info("event=preempted client=%s", self.cfg.client_id)
             # The signal may have interrupted a gRPC call or a lock of the channel's: closing could wait on
             # what it broke, and a preempted pod must leave at once. Close in the background, bounded.
-            _within(ps.close, PREEMPTED_CLOSE_S)
-            return 143
-        except BaseException:
-            ps.close()
-            raise
-        ps.close()
-        return code
+            close = partial(_within, ps.close, PREEMPTED_CLOSE_S)
+            return PREEMPTED_EXIT
+        finally:
+            close()
 
     def _run(self, ps: PSClient) -> int:
         cfg = self.cfg
@@ -638,7 +637,7 @@ def _preload_model_code() -> None:
     from transformers import AutoModelForCausalLM  # noqa: F401
 
 
-def _in_thread(fn: Callable[[], object]) -> Future:
+def _in_thread(fn: Callable[[], object], name: str = "geofed-restore") -> Future:
     """Run `fn` in a daemon thread; its result or exception comes out of the returned future."""
     done: Future = Future()
 
@@ -648,7 +647,7 @@ def _in_thread(fn: Callable[[], object]) -> Future:
         except BaseException as exc:  # handed to whoever waits on `done`
             done.set_exception(exc)
 
-    threading.Thread(target=run, name="geofed-restore", daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
     return done
 
 
@@ -671,11 +670,13 @@ def _restored_residual(restoring: Future, numel: int) -> ErrorFeedback:
 
 def _within(fn: Callable[[], object], seconds: float) -> None:
     """Run `fn` in a daemon thread and wait at most `seconds` for it (a hung cleanup must not hold the exit)."""
-    t = threading.Thread(target=fn, name="geofed-close", daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
+    done = _in_thread(fn, "geofed-close")
+    try:
+        done.result(timeout=seconds)
+    except TimeoutError:
         log.warning("event=close_abandoned after_s=%g", seconds)
+    except Exception:  # noqa: BLE001 - a failed cleanup is reported, never raised into the exit path
+        log.warning("event=close_failed", exc_info=True)
 
 
 def _raise_preempted(signum, frame):

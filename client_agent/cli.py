@@ -31,9 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_client(parser.parse_args(argv))
 
 
-PREEMPTED = 143  # 128 + SIGTERM: the agent stopped on a preemption signal
-
-
 def _leave_now(code: int) -> None:
     """Exit without the interpreter's shutdown: after a preemption signal landed mid-call, joining leftover
     threads or finalising gRPC's could wait on state the signal interrupted, and the pod must go at once; the
@@ -61,11 +58,11 @@ def run_client(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"geofed client: {exc}", file=sys.stderr)
         return 2
-    from .agent import ClientAgent
+    from .agent import PREEMPTED_EXIT, ClientAgent
 
     try:
         code = ClientAgent(cfg).run()
-        if code == PREEMPTED:
+        if code == PREEMPTED_EXIT:
             _leave_now(code)
         return code
     except KeyboardInterrupt:

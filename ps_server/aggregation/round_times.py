@@ -16,13 +16,14 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from geofed.config import FederationConfig
+from geofed.config import FederationConfig, ServerConfig
 from geofed.tuning import initial_mode, mode_advice, straggler_timeout_choice
 
 log = logging.getLogger("geofed.ps")
 
 _VERSIONS_KEPT = 256  # publication times remembered (a delta more versions behind than this is not timed)
-GONE_AFTER_S = 180.0  # a client with no delta this long is gone (ServerConfig.client_timeout_s's default)
+# A client with no delta this long is gone: the sync quorum's notion (ServerConfig.client_timeout_s), by default.
+GONE_AFTER_S: float = ServerConfig.model_fields["client_timeout_s"].default
 
 
 class RoundTimes:
@@ -68,11 +69,12 @@ class RoundTimes:
         now = self.clock()
         return {c: statistics.median(w) for c, w in self._rounds.items() if now - self._last[c] <= self.gone_after_s}
 
-    def current(self) -> dict[str, float]:
-        """What the mode advice compares: each client's median round time, or the round it is in when that has
-        already run longer (it is at least that slow now; its median catches up only rounds later)."""
+    def current(self, medians: dict[str, float] | None = None) -> dict[str, float]:
+        """What the mode advice compares: each client's median round time (`per_client`, or `medians` already
+        taken from it), or the round it is in when that has already run longer (it is at least that slow now;
+        its median catches up only rounds later)."""
         now, out = self.clock(), {}
-        for client, median in self.per_client().items():
+        for client, median in (self.per_client() if medians is None else medians).items():
             start = self._round_start(client)
             out[client] = median if start is None else max(median, now - start)
         return out
@@ -89,7 +91,7 @@ class RoundTimes:
         """After a round closes (nothing buffered): the next sync round's straggler timeout, and the mode advice,
         applied under 'auto'; changes are logged."""
         rounds = self.per_client()
-        positive = {c: s for c, s in self.current().items() if s > 0}
+        positive = {c: s for c, s in self.current(rounds).items() if s > 0}
         if len(positive) >= 2:
             self.spread = max(positive.values()) / min(positive.values())
         # 'auto' keeps the timeout tuned while async runs too, so a switch to sync starts with a measured one.
