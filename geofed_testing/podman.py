@@ -22,10 +22,12 @@ Typical use (a test kubelet materialises the Secret/ConfigMap/PVC volumes as hos
 What differs from a kubelet with a CRI runtime:
 - The network is the host's (`--network host` by default): no pod IP, no per-pod port space, so two pods
   listening on one port collide, and `ports` are not published. Services and DNS are the caller's.
-- Volumes are host directories the caller prepares (this module only creates emptyDirs, as 0777
-  directories under `pod_dir`, and refuses a volume it has no directory for); `fsGroup` is applied by
+- Volumes are host directories the caller prepares (`project` writes a Secret's or ConfigMap's files);
+  this module only creates emptyDirs (0777 directories under `pod_dir`; `medium: Memory` as a tmpfs
+  without its size limit) and refuses a volume it has no directory for. `fsGroup` is applied by
   `own_for_fs_group`, which the caller runs on the directories it wrote (the kubelet does it on mount).
-  Secret and ConfigMap contents are not refreshed while the container runs.
+  Secret and ConfigMap files are plain files, not the kubelet's atomically swapped `..data` links, and
+  are not refreshed while the container runs.
 - `resources` are not enforced (cgroupfs with hybrid cgroup v1 here), and probes, restarts and eviction
   are the caller's (`Container.exec`, `Container.running`); `terminationMessagePath` is not written.
 - The ulimits are this host's own (podman's defaults exceed its hard limits), and runc is used because
@@ -53,7 +55,9 @@ __all__ = [
     "PodSpecError",
     "expand",
     "missing_tools",
+    "image_user",
     "own_for_fs_group",
+    "project",
     "run_args",
 ]
 
@@ -192,6 +196,9 @@ def _mounts(
             raise PodSpecError(f"volumeMount {name!r} names no volume of the pod")
         volume = declared[name]
         source = volumes.get(name)
+        if source is None and (volume.get("emptyDir") or {}).get("medium") == "Memory":
+            flags += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]  # the size limit is not enforced
+            continue
         if source is None and "emptyDir" in volume:
             if pod_dir is None:
                 raise PodSpecError(f"emptyDir {name!r} needs pod_dir (or a directory in volumes)")
@@ -288,15 +295,39 @@ def run_args(
     return argv + args
 
 
-def own_for_fs_group(path: Path, gid: int) -> None:
-    """What the kubelet does to a volume for `fsGroup`: group-own everything, group-readable (and
-    group-writable where the owner may write), directories setgid so new files inherit the group."""
+def own_for_fs_group(path: Path, gid: int, *, read_only: bool = False) -> None:
+    """What the kubelet does to a volume for `fsGroup`: everything group-owned by `gid`, group-readable
+    (and group-writable unless `read_only`), directories setgid so that new files inherit the group."""
+    rw = 0o040 if read_only else 0o060
     for root, _dirs, files in os.walk(path):
         for entry in [root, *(os.path.join(root, f) for f in files)]:
             os.chown(entry, -1, gid, follow_symlinks=False)
-            mode = os.stat(entry, follow_symlinks=False).st_mode
-            extra = 0o040 | (0o020 if mode & 0o200 else 0) | (0o2010 if entry == root else 0)
-            os.chmod(entry, (mode & 0o7777) | extra)
+            mode = os.stat(entry, follow_symlinks=False).st_mode & 0o7777
+            os.chmod(entry, mode | rw | (0o2010 if entry == root else 0))
+
+
+def project(volume: Mapping[str, Any], data: Mapping[str, bytes] | None, directory: Path) -> None:
+    """Write a Secret or ConfigMap volume's files into `directory` as the kubelet does: every key, or only
+    `items` (key to path, optional mode), with `defaultMode` (0644 unless given). `data` is the object's
+    decoded data, None when it does not exist. Raises PodSpecError where the kubelet would not start the pod."""
+    kind, source = ("Secret", volume["secret"]) if "secret" in volume else ("ConfigMap", volume["configMap"])
+    ref = source.get("secretName") or source.get("name")
+    if data is None:
+        if source.get("optional"):
+            data = {}
+        else:
+            raise PodSpecError(f"volume {volume['name']!r}: {kind} {ref!r} not found")
+    items = source.get("items") or [{"key": k, "path": k} for k in data]
+    directory.mkdir(parents=True, exist_ok=True)
+    for item in items:
+        if item["key"] not in data:
+            if source.get("optional"):
+                continue
+            raise PodSpecError(f"volume {volume['name']!r}: key {item['key']!r} not in {kind} {ref!r}")
+        target = directory / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data[item["key"]])
+        target.chmod(item.get("mode", source.get("defaultMode", 0o644)))
 
 
 class Container:

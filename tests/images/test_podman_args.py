@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from geofed_operator.cloud_builders import CHECKPOINT_DIR, CONFIG_DIR, FederationObject, build_ps_deployment
-from geofed_testing.podman import PodSpecError, expand, own_for_fs_group, run_args
+from geofed_testing.podman import PodSpecError, expand, own_for_fs_group, project, run_args
 
 
 def ps_pod() -> dict[str, Any]:
@@ -138,7 +138,23 @@ def test_expand_leaves_undefined_variables_and_unescapes_dollars():
 def test_fs_group_makes_volume_files_group_readable(tmp_path: Path):
     (tmp_path / "key").write_text("k")
     (tmp_path / "key").chmod(0o400)
-    own_for_fs_group(tmp_path, 4242)
+    own_for_fs_group(tmp_path, 4242, read_only=True)
     assert (tmp_path / "key").stat().st_gid == 4242
     assert stat.S_IMODE((tmp_path / "key").stat().st_mode) == 0o440
     assert stat.S_IMODE(tmp_path.stat().st_mode) & 0o2000  # setgid: new files inherit the group
+    own_for_fs_group(tmp_path, 4242)
+    assert stat.S_IMODE((tmp_path / "key").stat().st_mode) == 0o460
+
+
+def test_project_writes_items_with_their_modes_and_refuses_a_missing_key(tmp_path: Path):
+    volume = {
+        "name": "tls",
+        "secret": {"secretName": "t", "defaultMode": 0o440, "items": [{"key": "a", "path": "x/a"}]},
+    }
+    project(volume, {"a": b"A", "b": b"B"}, tmp_path / "v")
+    assert (tmp_path / "v" / "x" / "a").read_bytes() == b"A" and not (tmp_path / "v" / "b").exists()
+    assert stat.S_IMODE((tmp_path / "v" / "x" / "a").stat().st_mode) == 0o440
+    with pytest.raises(PodSpecError, match="key 'a' not in Secret 't'"):
+        project(volume, {"b": b"B"}, tmp_path / "w")
+    with pytest.raises(PodSpecError, match="Secret 't' not found"):
+        project(volume, None, tmp_path / "w")
