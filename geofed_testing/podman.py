@@ -30,6 +30,9 @@ What differs from a kubelet with a CRI runtime:
   are not refreshed while the container runs.
 - `resources` are not enforced (cgroupfs with hybrid cgroup v1 here), and probes, restarts and eviction
   are the caller's (`Container.exec`, `Container.running`); `terminationMessagePath` is not written.
+- Images must be in local storage (`--pull=never`: `imagePullPolicy` is not honoured). An absent
+  `seccompProfile` gets the runtime's default profile (the kubelet's SeccompDefault; without it a real
+  node runs the container Unconfined). `terminationMessagePolicy` is not acted on.
 - The ulimits are this host's own (podman's defaults exceed its hard limits), and runc is used because
   crun fails on hybrid cgroups; `PODMAN` holds those global flags.
 Anything in the spec this module does not implement raises `PodSpecError` instead of being ignored.
@@ -71,6 +74,12 @@ _HOST_BACKED = ("persistentVolumeClaim", "hostPath", *_ALWAYS_READ_ONLY)
 _KNOWN_SECURITY = {
     "runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup", "supplementalGroups", "seccompProfile",
     "readOnlyRootFilesystem", "capabilities", "allowPrivilegeEscalation", "privileged", "fsGroupChangePolicy",
+}  # fmt: skip
+# Container fields run_args reads, and those it leaves to the caller (probes, resources, ports: see above).
+_CONTAINER_FIELDS = {
+    "name", "image", "imagePullPolicy", "command", "args", "env", "envFrom", "workingDir", "volumeMounts",
+    "securityContext", "ports", "resources", "startupProbe", "readinessProbe", "livenessProbe",
+    "terminationMessagePolicy", "terminationMessagePath",
 }  # fmt: skip
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -278,6 +287,9 @@ def run_args(
     Raises:
         PodSpecError: the spec needs something missing (a Secret key, a volume directory) or not implemented.
     """
+    unknown = set(container) - _CONTAINER_FIELDS
+    if unknown:
+        raise PodSpecError(f"container fields not implemented here: {sorted(unknown)}")
     image = image or container["image"]
     env = _env(container, lookup, fields)
     argv = [*podman, "run", "--detach", "--name", name, "--network", network, "--pull=never", *_ulimits()]
@@ -370,7 +382,7 @@ class Container:
     def exit_code(self) -> int | None:
         """The exit code once the container has exited, else None."""
         state = self.state()
-        return None if state["Running"] or state["Status"] in ("created", "configured") else int(state["ExitCode"])
+        return int(state["ExitCode"]) if state["Status"] in ("exited", "stopped") else None
 
     def wait(self, timeout_s: float) -> int:
         """The exit code, waiting up to `timeout_s`; raises TimeoutError if it is still running then."""

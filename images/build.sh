@@ -21,9 +21,12 @@ TAG=${TAG:-dev}
 BASE=${BASE:-localhost/geofed/base:bookworm}
 PYTHON_BASE=${PYTHON_BASE:-docker.io/library/python:3.11.11-slim-bookworm}  # ps/operator FROM, fully qualified
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-PODMAN=(podman --runtime runc --cgroup-manager=cgroupfs)
+# runc: crun fails on hosts with hybrid cgroups (v1 controllers); PODMAN_FLAGS: more global flags (--root DIR ...).
+read -r -a extra_flags <<<"${PODMAN_FLAGS:-}"
+PODMAN=(podman --runtime runc --cgroup-manager=cgroupfs "${extra_flags[@]}")
 PYTHON=${PYTHON:-python3}
 
+PATH="$PATH:/usr/sbin:/sbin"  # debootstrap lives in /usr/sbin
 for tool in podman runc debootstrap; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "images/build.sh: $tool is not installed (Debian: apt-get install -y podman buildah runc debootstrap)" >&2
@@ -32,6 +35,10 @@ for tool in podman runc debootstrap; do
 done
 
 log() { echo "images/build.sh: $*" >&2; }
+scratch=()  # removed on exit, however the script ends
+trap 'for d in "${scratch[@]}"; do "${as_root[@]}" rm -rf "$d"; done' EXIT
+as_root=()
+[ "$(id -u)" -eq 0 ] || as_root=(sudo)  # debootstrap creates device nodes and root-owned files
 
 build_base() {
   if "${PODMAN[@]}" image exists "$BASE"; then
@@ -39,13 +46,13 @@ build_base() {
   else
     local root
     root=$(mktemp -d /var/tmp/geofed-base.XXXXXX)
-    trap 'rm -rf "$root"' RETURN
+    scratch+=("$root")
     log "debootstrap bookworm into $root (about 1-2 minutes)"
-    debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
+    "${as_root[@]}" debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
       bookworm "$root" "$DEBIAN_MIRROR" >"$root.log" 2>&1 || { cat "$root.log" >&2; exit 1; }
-    rm -f "$root.log"
-    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-    tar -C "$root" -c . | "${PODMAN[@]}" import \
+    rm -f "$root.log"  # kept, with its path in the error, when debootstrap fails
+    "${as_root[@]}" rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    "${as_root[@]}" tar -C "$root" -c . | "${PODMAN[@]}" import \
       --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       --change 'ENV LANG=C.UTF-8' \
       --change 'CMD ["python3"]' \
@@ -96,7 +103,7 @@ targets=("$@")
 
 build_base
 workdir=$(mktemp -d /tmp/geofed-build.XXXXXX)
-trap 'rm -rf "$workdir"' EXIT
+scratch+=("$workdir")
 chmod 755 "$workdir"
 mapfile -t host_paths < <(pip_mounts "$workdir/pip.conf")
 PIP_MOUNTS+=(-v "$workdir/pip.conf:/etc/pip.conf:ro")

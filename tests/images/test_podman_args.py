@@ -158,3 +158,10 @@ def test_project_writes_items_with_their_modes_and_refuses_a_missing_key(tmp_pat
         project(volume, {"b": b"B"}, tmp_path / "w")
     with pytest.raises(PodSpecError, match="Secret 't' not found"):
         project(volume, None, tmp_path / "w")
+
+
+def test_container_fields_not_honoured_are_refused():
+    """A preStop hook would change what a grace period does: refused rather than silently skipped."""
+    container = {"image": "i", "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}}}
+    with pytest.raises(PodSpecError, match="lifecycle"):
+        run_args({}, container, name="x")
