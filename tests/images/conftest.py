@@ -114,11 +114,12 @@ class Pods:
             out[volume["name"]] = path
         return out
 
-    def start(self, name: str, pod_spec: Mapping[str, Any], image: str) -> Container:
+    def start(self, name: str, pod_spec: Mapping[str, Any], image: str, network: str = "host") -> Container:
         container = pod_spec["containers"][0]
         argv = run_args(
             pod_spec, container, name=f"{name}-{self.root.name}", volumes=self._volumes(name, pod_spec),
             lookup=self.lookup, fields={"metadata.name": name}, pod_dir=self.root / "pods" / name, image=image,
+            network=network,
         )  # fmt: skip
         started = Container.start(argv)
         self.started.append(started)
