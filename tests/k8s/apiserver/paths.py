@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from kmock._internal import parsing
+
 
 @dataclasses.dataclass
 class RequestInfo:
@@ -47,3 +49,18 @@ def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
     if info.subresource and method.upper() == "POST":
         info.verb = "create"
     return info
+
+
+_KMOCK_PARSE = parsing.parse_path
+
+
+def kmock_parse_path(path: str) -> parsing.ParsedPath:
+    """kmock's request parsing with this module's reading of resource paths (kmock fails on `/api/v1/namespaces`)."""
+    info = parse("GET", path, {})
+    if info is None:
+        return _KMOCK_PARSE(path)
+    namespace = None if info.plural == "namespaces" else info.namespace
+    return parsing.ParsedPath(info.group, info.version, info.plural, namespace, info.name, info.subresource)
+
+
+parsing.parse_path = kmock_parse_path  # kmock's Request._parse looks it up here, for every request it records

@@ -68,6 +68,7 @@ class GeofedEmulator(kmock.KubernetesEmulator):
         self._changed: asyncio.Condition | None = None
         self._applied: dict[tuple[str, str], Any] = {}  # (uid, field manager) -> last applied configuration
         self.auth = rbac.Authenticator(self)
+        self.checks: list[rbac.Check] = []  # every authorization decision, in order
         self._refusals: dict[str, str] = {}
 
     # ---- declaration ---------------------------------------------------------------------------
@@ -96,13 +97,14 @@ class GeofedEmulator(kmock.KubernetesEmulator):
             self.seed(crd)
 
     def seed(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Store an object as if created by the cluster (no authorization, no admission); the stored object."""
+        """Store an object as if created by the cluster (defaulted, not validated nor admitted); the stored object."""
         rtype = self.registry.by_kind(obj["apiVersion"], obj["kind"])
         assert rtype is not None, f"{obj['apiVersion']} {obj['kind']} is not served"
         obj = copy.deepcopy(obj)
         md = obj.setdefault("metadata", {})
         ns = md.get("namespace") if rtype.namespaced else None
         if self.get_object(rtype, ns, md["name"]) is None:
+            schema.prune_and_default(rtype, obj)
             self._stamp_create(rtype, obj)
             self._store(rtype, ns, md["name"], obj, "ADDED")
         return obj
@@ -202,6 +204,7 @@ class GeofedEmulator(kmock.KubernetesEmulator):
         raw = request._raw_request
         assert raw is not None
         info = paths.parse(raw.method, raw.path, dict(request.params))
+        rbac.AGENT.set(request.headers.get("User-Agent", ""))
         user = self.auth.authenticate(request.headers.get("Authorization"))
         if info is None or info.plural is None:
             from . import openapi
@@ -238,7 +241,7 @@ class GeofedEmulator(kmock.KubernetesEmulator):
     def _respond(obj: Any, code: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:
         response = aiohttp.web.json_response(obj, status=code)
         for warning in warnings or []:
-            response.headers.add("Warning", f'299 - "{warning}"')
+            response.headers.add("Warning", f"299 - {json.dumps(warning)}")  # Go's strconv.Quote
         return response
 
     # ---- reads ---------------------------------------------------------------------------------
