@@ -129,15 +129,23 @@ def fake_ps() -> FakePS:
 KUBECTL = shutil.which("kubectl")
 
 
-async def kubectl(*args: str) -> str:
-    """Run the real kubectl (test kubeconfig) while the emulator keeps serving; its stdout."""
+async def run_kubectl(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """Run the real kubectl (test kubeconfig) while the emulator keeps serving; (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         KUBECTL or "kubectl", *args, env={**os.environ, "HOME": tempfile.gettempdir()},
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def kubectl(*args: str) -> str:
+    """Run the real kubectl, which must succeed; its stdout."""
+    code, out, err = await run_kubectl(*args)
+    assert code == 0, err
+    return out
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,7 @@ from kmock._internal import parsing
 @dataclasses.dataclass
 class RequestInfo:
     group: str
-    version: str
+    version: str | None  # None: a group's discovery document (`/apis/geofed.io`)
     plural: str | None  # None: a discovery document (`/api/v1`, `/apis/geofed.io/v1alpha1`)
     namespace: str | None = None
     name: str | None = None
@@ -25,6 +25,8 @@ def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
         group, version, rest = "", parts[1], parts[2:]
     elif len(parts) >= 3 and parts[0] == "apis":
         group, version, rest = parts[1], parts[2], parts[3:]
+    elif len(parts) == 2 and parts[0] == "apis":
+        return RequestInfo(parts[1], None, None)  # a group's discovery document
     else:
         return None
     info = RequestInfo(group, version, None)
