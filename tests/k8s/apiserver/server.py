@@ -165,6 +165,9 @@ class GeofedEmulator(kmock.KubernetesEmulator):
             self._objects[key].create(obj)
         else:
             self._objects[key] = obj
+        if rtype.plural == "customresourcedefinitions" and not obj["metadata"].get("deletionTimestamp"):
+            for served in registry.crd_types(obj):  # a CRD written through the API is served as it says
+                self._declare(served)
         self._emit(rtype, event, obj)
 
     def remove(self, rtype: ResourceType, ns: str | None, name: str) -> None:
@@ -173,6 +176,10 @@ class GeofedEmulator(kmock.KubernetesEmulator):
         obj = copy.deepcopy(self._objects[key].raw)
         obj["metadata"]["resourceVersion"] = self.next_rv()
         self._objects[key].delete()
+        if rtype.plural == "customresourcedefinitions":
+            for served in registry.crd_types(obj):
+                self.registry.types.pop((served.group, served.version, served.plural), None)
+                self.resources.pop(served.key, None)
         self._applied = {k: v for k, v in self._applied.items() if k[0] != obj["metadata"].get("uid")}
         self._emit(rtype, "DELETED", obj)
 
