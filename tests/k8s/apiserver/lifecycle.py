@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from .errors import FieldError
 from .registry import ResourceType
+from .store import now
 
 if TYPE_CHECKING:
     from .server import GeofedEmulator
@@ -135,8 +136,6 @@ def delete(
     server: GeofedEmulator, rtype: ResourceType, obj: dict[str, Any], options: dict[str, Any]
 ) -> tuple[Any, int]:
     """Delete (or mark for deletion) one object; (the response body, the HTTP status)."""
-    from .server import now
-
     md = obj["metadata"]
     pre = options.get("preconditions") or {}
     if pre.get("uid") and pre["uid"] != md.get("uid"):
