@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import zlib
@@ -31,6 +32,7 @@ from .ingest import PushHeader
 from .ratelimit import RateLimiter
 from .registry import AuthError, Session
 from .status_page.view import client_rows, wire_fields
+from .stream_slots import StreamCapExceeded, StreamSlot
 
 log = logging.getLogger("geofed.ps")
 
@@ -105,7 +107,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             session = self.core.authenticate(credential, rpc, context.peer())
         except AuthError as exc:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-        if not self.limiter.allow(session.client_id):
+        if not self.limiter.allow(self.core.unit_of(session.client_id)):  # a site's client ids share its rate
             self.core.metrics.rate_limited.labels(rpc).inc()
             if rpc == "PushDelta":
                 self.core.reject(PushTooLarge("rate_limit", "rate limit exceeded"), session.client_id)
@@ -136,8 +138,21 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             response.manifest.extend(manifest_to_proto(result.snapshot.manifest))
         return response
 
+    def _slot(self, session: Session, credential: str, context: grpc.ServicerContext, rpc: str) -> StreamSlot:
+        """A stream slot for this long-lived call, or abort RESOURCE_EXHAUSTED naming the cap (stream_slots).
+        It is freed as soon as the call ends (a cancelled stream's handler may notice only on its next wake-up)."""
+        key = hashlib.sha256(credential.encode()).hexdigest()
+        try:
+            slot = self.core.streams.acquire(key, self.core.unit_of(session.client_id))
+        except StreamCapExceeded as exc:
+            self.core.stream_refused(exc, session.client_id, rpc)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message)
+        context.add_callback(lambda: self.core.streams.release(slot))
+        return slot
+
     def StreamModel(self, request: pb.StreamModelRequest, context: grpc.ServicerContext):
         session, credential = self._session(context, "StreamModel")
+        slot = self._slot(session, credential, context, "StreamModel")
         client = self.core.stream_opened(session)
         have = request.have_version
         try:
@@ -162,6 +177,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                 have = snap.version
         finally:
             self.core.stream_closed(client)
+            self.core.streams.release(slot)
 
     def _transfer(self, snap, have: int, request: pb.StreamModelRequest, context: grpc.ServicerContext):
         """The chunks that take a client holding `have` to `snap` (from its resume offset when it resumes it)."""
@@ -174,7 +190,14 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         return model_chunks(down, start, self.core.server.chunk_bytes)
 
     def PushDelta(self, request_iterator, context: grpc.ServicerContext) -> pb.PushResult:
-        session, _ = self._session(context, "PushDelta")
+        session, credential = self._session(context, "PushDelta")
+        slot = self._slot(session, credential, context, "PushDelta")
+        try:
+            return self._push(session, request_iterator, context)
+        finally:
+            self.core.streams.release(slot)
+
+    def _push(self, session: Session, request_iterator, context: grpc.ServicerContext) -> pb.PushResult:
         client = self.core._client(session)
         t0 = time.perf_counter()
         receiver = None
@@ -271,8 +294,10 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     def CreateSiteCredential(self, request: pb.SiteRequest, context) -> pb.SiteCredentialResponse:
         principal = self._principal(context)
-        credential = self._guard(context, lambda: self.core.create_site(principal, request.site))
-        log.info("event=site_enrolled site=%s", request.site)
+        credential = self._guard(
+            context, lambda: self.core.create_site(principal, request.site, request.max_client_ids))
+        log.info("event=site_enrolled site=%r max_client_ids=%d", request.site,
+                 self.core.registry.site_quota(request.site))
         return pb.SiteCredentialResponse(credential=credential)
 
     def RevokeSite(self, request: pb.SiteRequest, context) -> pb.RevokeSiteResponse:

@@ -73,7 +73,9 @@ class DeltaAveraging(Strategy):
         self.add_payload(acc, push, scale)
         acc.mass += scale * push.norm
         if robust:
-            acc.commit(push.client_id, base, local_steps, base_version=acc.version - admission.staleness)
+            # One window entry per site: a site's client ids replace each other's entry, they never add one.
+            acc.commit(getattr(push, "site", push.client_id), base, local_steps,
+                       base_version=acc.version - admission.staleness)
         else:
             # Normalise by the *base* weight: the staleness factor must shrink a stale delta, not cancel out
             # (with K = 1, dividing by w·f would apply every delta at full strength however stale it is).

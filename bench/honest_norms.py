@@ -1,0 +1,114 @@
+"""Norms of real honest deltas against the PS's norm-bound constants (docs/reliability.md).
+
+    .venv/bin/python bench/honest_norms.py [--rounds 6] [--clients 2] [--local-steps 40] [--model default]
+
+Each client trains the federation's model with its real AdamW (`client_agent.trainer.LocalTrainer`, the
+default training settings) on its own slice of the Python standard library's sources, H local steps per
+round, FedAvg between rounds (every client starts each round from the mean of the last round's models, as
+the PS would publish with η = 1). Per round and client it prints ‖δ‖, ‖δ‖ over the AdamW ceiling and over
+the start bound (`ps_server.aggregation.norm_bound`), and the cosine of δ with the client's previous δ.
+No PS, no network: what the bound's constants are compared with is the deltas themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from client_agent.corpus import stdlib_split  # noqa: E402
+from client_agent.data import TokenStream, load_tokens  # noqa: E402
+from client_agent.flat import flatten, load_flat_  # noqa: E402
+from client_agent.model import build_model  # noqa: E402
+from client_agent.tokenizer import load_tokenizer  # noqa: E402
+from client_agent.trainer import LocalTrainer  # noqa: E402
+from geofed.config import FederationConfig  # noqa: E402
+from ps_server.aggregation.norm_bound import adamw_ceiling, start_bound  # noqa: E402
+
+SMALL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64}  # bench/attack_bench.py's model
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--clients", type=int, default=2)
+    p.add_argument("--local-steps", type=int, default=0, help="H; 0 = the federation default")
+    p.add_argument("--model", choices=("default", "small"), default="default")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    fed_dict: dict = {"model": SMALL} if args.model == "small" else {}
+    if args.local_steps:
+        fed_dict["training"] = {"local_steps": args.local_steps}
+    fed = FederationConfig.model_validate(fed_dict)
+    t = fed.training
+    tok = load_tokenizer(None)
+    split = stdlib_split(args.clients, seed=0)
+    streams = [
+        TokenStream(load_tokens(list(files), tok)[0], fed.model.block_size, seed=i)
+        for i, files in enumerate(split.clients)
+    ]
+    torch.manual_seed(fed.model.seed)
+    models = [build_model(fed.model) for _ in streams]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    trainers = [
+        LocalTrainer(m, t, s, "cpu", micro_batch_size=t.batch_size) for m, s in zip(models, streams, strict=True)
+    ]
+    theta = flatten(models[0]).detach().clone()
+    n = theta.numel()
+    ceiling = adamw_ceiling(
+        lr=t.lr,
+        local_steps=t.local_steps,
+        numel=n,
+        weight_decay=t.weight_decay,
+        theta_norm=float(theta.norm()),
+        beta1=t.adam_beta1,
+        beta2=t.adam_beta2,
+    )
+    start = start_bound(t, n, float(theta.norm()))
+    print(json.dumps({"numel": n, "local_steps": t.local_steps, "lr": t.lr, "ceiling": ceiling, "start": start}))
+    previous: list[torch.Tensor | None] = [None] * len(models)
+    for r in range(args.rounds):
+        news = []
+        for i, (m, tr) in enumerate(zip(models, trainers, strict=True)):
+            load_flat_(m, theta)
+            stats = tr.train(t.local_steps)
+            delta = flatten(m).detach() - theta
+            norm = float(delta.norm())
+            cos = (
+                float(torch.dot(delta, previous[i]) / (norm * previous[i].norm()))
+                if previous[i] is not None
+                else math.nan
+            )
+            previous[i] = delta.clone()
+            news.append(delta)
+            print(
+                json.dumps(
+                    {
+                        "round": r,
+                        "client": i,
+                        "norm": round(norm, 5),
+                        "of_ceiling": round(norm / ceiling, 4),
+                        "of_start": round(norm / start, 4),
+                        "cos_prev": round(cos, 3),
+                        "loss": round(stats.mean_loss, 4),
+                    }
+                ),
+                flush=True,
+            )
+        theta = theta + torch.stack(news).mean(dim=0)
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    raise SystemExit(main())
