@@ -109,6 +109,7 @@ class ParameterServerCore:
             on_staleness=self.metrics.staleness.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
             client_timeout_s=server.client_timeout_s, unit_of=self.unit_of,
+            on_bounded=lambda rule: self.metrics.bounded.labels(rule).inc(),
         )
         self.streams = StreamSlots(server.max_streams_per_session, server.max_streams_per_site,
                                    server.max_streams)

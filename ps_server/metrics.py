@@ -54,6 +54,8 @@ class PSMetrics:
         )
         self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
         self.rate_limited = Counter("geofed_rate_limited", "Calls refused by a rate limit, by RPC", ["rpc"], registry=r)
+        self.bounded = Counter("geofed_bounded_deltas", "Deltas scaled down before folding, by the rule that did it "
+                               "(norm_bound, displacement_budget)", ["rule"], registry=r)
         self.refused_calls = Counter("geofed_refused_calls", "Calls refused by a stream cap, by RPC and cap",
                                      ["rpc", "reason"], registry=r)
         self.auth_failures = Counter("geofed_auth_failures", "Refused credentials by RPC", ["rpc"], registry=r)

@@ -15,6 +15,8 @@ client ids.
   against one base version, to multiply its influence.
 - **A norm bound** (`norm_bound.NormBound`), applied to the decoded update; under FedNova to the delta as the
   round will apply it (‖δ‖ · H / τ), so declaring few local steps buys no length.
+- **A displacement budget** (`displacement.DisplacementBudget`): what a site's latest deltas add up to is
+  bounded too, so a drift just under the norm bound in one direction stops adding up.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -31,6 +33,7 @@ from geofed.config import FederationConfig
 
 from ..errors import AlreadySent
 from ..global_model import Snapshot
+from .displacement import DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
 from .weighting import max_tokens_per_sync
 
@@ -50,7 +53,12 @@ class DeltaGuard:
         self.unit_of = unit_of or (lambda client_id: client_id)  # client id -> its site (the unit of trust)
         self.max_steps = fed.training.local_steps
         self.tokens_per_step = max_tokens_per_sync(fed) // self.max_steps  # batch × block_size
-        self.norms = NormBound(fed.aggregation.norm_bound_multiple, fed.aggregation.norm_bound_window)
+        agg = fed.aggregation
+        self.norms = NormBound(agg.norm_bound_multiple, agg.norm_bound_window)
+        # Scalars of zeroth-order rounds lie along each round's own directions: their sum means nothing.
+        self.budget = DisplacementBudget(0.0 if fed.paradigm.name == "zo" else agg.norm_bound_multiple,
+                                         agg.norm_bound_window)
+        self._sketches: dict[str, np.ndarray] = {}  # client -> sketch of its bounded delta, until accepted
         self.applied_base: dict[str, int] = {}  # site -> newest base version of its applied deltas
         self.round_base: dict[str, tuple[str, int]] = {}  # site -> (client, base version) of its open-round delta
         self._limits: tuple[int, float, float] | None = None  # (version, ceiling, start) cache
@@ -92,6 +100,9 @@ class DeltaGuard:
         site = self.unit_of(client_id)
         self.round_base[site] = (client_id, base_version)
         self.norms.record(site, self.bound_norm(norm, local_steps))
+        sketch = self._sketches.pop(client_id, None)
+        if sketch is not None:
+            self.budget.record(site, sketch)
 
     def round_closed(self, applied: bool) -> None:
         """The open round became a version (or was dropped): its sites' bases move to the applied table."""
@@ -137,19 +148,31 @@ class DeltaGuard:
         return self.norms.scale(self.unit_of(client_id), self.bound_norm(norm, local_steps), ceiling, start)
 
     def bound(self, push, snapshot: Snapshot) -> BoundedPayload:
-        """The push as the strategy may fold it: scaled down to the norm bound."""
-        scale = self.scale(push.client_id, push.norm, push.header.local_steps, snapshot, push.numel)
-        return BoundedPayload(push, scale, self.unit_of(push.client_id))
+        """The push as the strategy may fold it: scaled down to the norm bound and its site's budget."""
+        steps, site = push.header.local_steps, self.unit_of(push.client_id)
+        scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
+        rule = "norm_bound" if scale < 1.0 else ""
+        sketch = getattr(push, "sketch", None)
+        if sketch is not None and self.budget.enabled:
+            applied = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
+            _, start = self.limits(snapshot, push.numel)
+            within = self.budget.scale(site, applied, self.norms.reference(site, start))
+            if within < 1.0:
+                scale, rule = scale * within, "displacement_budget"
+            self._sketches[push.client_id] = applied * within
+        return BoundedPayload(push, scale, site, rule)
 
     # ---- durability -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """Applied bases and recent norms; the open round's bases go with its (unpersisted) deltas."""
-        return {"applied_base": dict(self.applied_base), "norms": self.norms.state_dict()}
+        return {"applied_base": dict(self.applied_base), "norms": self.norms.state_dict(),
+                "displacement": self.budget.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.applied_base = {str(k): int(v) for k, v in state.get("applied_base", {}).items()}
         self.norms.load_state_dict(state.get("norms", []))
+        self.budget.load_state_dict(state.get("displacement", {}))
         self.round_base, self._limits = {}, None
 
 def all_finite(a: np.ndarray, slice_elems: int = 1 << 22) -> bool:

@@ -73,16 +73,20 @@ class NormBound:
     def _norm_of(self, site: str) -> float:
         return statistics.median(self.norms[site])
 
+    def reference(self, site: str, start: float = math.inf) -> float:
+        """The norm `site`'s limit is `multiple` times: the other sites' median, else its own within the start."""
+        others = [self._norm_of(s) for s in self.norms if s != site]
+        if others:
+            return statistics.median(others)
+        if site in self.norms:
+            return min(start / self.multiple, self._norm_of(site))
+        return start / self.multiple
+
     def limit(self, site: str, ceiling: float, start: float = math.inf) -> float:
         """The largest norm a delta of `site` may have now (inf when off)."""
         if not self.enabled:
             return math.inf
-        others = [self._norm_of(s) for s in self.norms if s != site]
-        if others:
-            return min(ceiling, self.multiple * statistics.median(others))
-        if site in self.norms:
-            return min(ceiling, start, self.multiple * self._norm_of(site))
-        return min(ceiling, start)
+        return min(ceiling, self.multiple * self.reference(site, start))
 
     def scale(self, site: str, norm: float, ceiling: float, start: float = math.inf) -> float:
         """Factor (≤ 1) that brings a delta of `norm` within `site`'s limit."""
@@ -116,8 +120,9 @@ class BoundedPayload:
     (an attacker's 1e19-sized delta) lands as an exactly bounded float32 vector.
     """
 
-    def __init__(self, push, scale: float, site: str = "") -> None:
+    def __init__(self, push, scale: float, site: str = "", rule: str = "") -> None:
         self._push, self.scale = push, scale
+        self.rule = rule  # the rule that scaled it down ("norm_bound", "displacement_budget"), "" if none
         self.client_id, self.numel, self.header = push.client_id, push.numel, push.header
         self.site = site or push.client_id  # the unit robust windows and quotas count
         self.norm = push.norm * scale

@@ -42,11 +42,16 @@ START = 2 * 1.1 * T.lr * math.sqrt(H) * math.sqrt(NUMEL)
 SLACK = 1.001
 
 
-def rejected(ps: PSNode, reason: str) -> float:
+def counter(ps: PSNode, name: str, label: str, value: str) -> float:
+    """One labelled sample of a counter, scraped from the PS (0 when it has not counted yet)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{ps.metrics_port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    m = re.search(rf'^geofed_rejected_pushes_total{{reason="{reason}"}} (\S+)$', text, re.M)
+    m = re.search(rf'^{name}_total{{{label}="{value}"}} (\S+)$', text, re.M)
     return float(m.group(1)) if m else 0.0
+
+
+def rejected(ps: PSNode, reason: str) -> float:
+    return counter(ps, "geofed_rejected_pushes", "reason", reason)
 
 
 def site_admin(ps: PSNode, credential: str) -> AdminClient:
@@ -195,3 +200,47 @@ def test_sessions_that_never_push_do_not_hold_a_sync_round_to_the_straggler_time
 
     assert observer.model()[0] == version + 1
     assert closed_after < timeout_s / 2, f"the round waited {closed_after:.1f} s for sessions that never push"
+
+
+@pytest.mark.parametrize("outer", ["fedavg", "nesterov"])
+def test_a_drift_just_under_the_bound_in_one_direction_stops_adding_up(tmp_path, reaper, outer):
+    """The hostile site pushes 0.95 × its bound along one fixed direction, 24 times: without a displacement
+    budget that adds up linearly (24 × 0.95 × 3 honest norms); its last 16 deltas may add up to 3 × √16 honest
+    norms, so over 24 pushes (two windows at most) it moves the model along that direction at most twice that
+    (times 1 / (1 − μ) under Nesterov, whose momentum sums a push's effect over the following rounds)."""
+    ps = PSNode(tmp_path / "ps", {"aggregation": {"outer_optimizer": outer}}, metrics=True)
+    reaper.add(ps.kill)
+    ps.start()
+    master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
+    init_model(master)
+    with ps.admin() as admin:
+        credential = admin.create_site_credential("evil")
+    honest = join(ps, "clinic.trainer", site="clinic", start=False, reaper=reaper)
+    stub, session = site_session(ps, credential, "evil.drift")
+    observer = Observer(ps, "clinic.observer")
+    direction = delta_for("evil/direction", NUMEL).astype(np.float64)
+    direction /= np.linalg.norm(direction)
+
+    honest_norms, drift = [], 0.0
+    version, model = observer.model()
+    for r in range(24):
+        delta = delta_for(f"clinic/{r}", NUMEL)
+        honest_norms.append(float(np.linalg.norm(delta.astype(np.float64))))
+        push(honest, version, delta, tokens=FULL_SYNC, local_steps=H)
+        version, model = observer.model()
+        limit = 3 * float(np.median(honest_norms[-5:]))
+        evil = (0.95 * limit * direction).astype(np.float32)
+        result = raw_push(stub, session, attack_messages(evil, codec="fp32", base=version, upload=f"drift/{r}"))
+        assert result.status == pb.APPLIED
+        new_version, new = observer.model()
+        drift += float((new.astype(np.float64) - model) @ direction)
+        version, model = new_version, new
+
+    reference = float(np.median(honest_norms[-5:]))
+    budget = 3 * reference * 4  # multiple × reference × √16
+    carry = 1 / (1 - 0.9) if outer == "nesterov" else 1.0
+    assert drift <= 2 * 1.05 * ETA * budget * carry, f"drifted {drift / (ETA * reference):.1f} honest norms"
+    assert counter(ps, "geofed_bounded_deltas", "rule", "displacement_budget") > 0
+    logs = ps.logs()
+    assert "rule=displacement_budget" in logs
+    assert "event=delta_bounded client='clinic.trainer'" not in logs  # honest deltas are never scaled
