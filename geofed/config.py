@@ -159,18 +159,21 @@ class AggregationConfig(_Section):
         3.0,
         ge=0,
         le=1000,
-        description="Default-on norm bound: each delta is scaled down to at most this multiple of the "
-        "median L2 norm of recent accepted deltas from distinct clients (norm_bound_window), and never beyond the "
-        "most the inner AdamW can move the exchanged vector in one sync (training.lr × training.local_steps × "
-        "(√numel + weight_decay·‖θ‖), +10%), which alone bounds the first deltas until 3 distinct clients have "
-        "pushed. 0 disables both (not advised outside tests).",
+        description="Default-on bounds, counted per site (a site's client ids share them): each delta is scaled "
+        "down to at most this multiple of the median of the other sites' recent L2 norms (one entry per site, "
+        "the median of its last 5), never beyond the most the inner AdamW can move the exchanged vector in one "
+        "sync (training.lr × training.local_steps × (√numel + weight_decay·‖θ‖), +10%); a site alone is bounded "
+        "by this multiple of its own norms, and a federation's first delta by the start bound 2 × that ceiling / "
+        "√local_steps. The same multiple bounds what a site's last 16 deltas add up to (× √16 × the reference "
+        "norm), the outer optimizer's input and step (× the median of recent rounds'), and FedNova deltas as the "
+        "round applies them. 0 disables all of them (not advised outside tests).",
     )
     norm_bound_window: int = Field(
         16,
         ge=3,
         le=4096,
-        description="Distinct clients whose latest accepted delta norm the norm bound's median is taken over "
-        "(one entry per client, so one client cannot move the median by pushing often).",
+        description="Sites whose recent accepted delta norms the norm bound keeps (one entry per site, the latest "
+        "sites to push), so one site cannot move the median by pushing often or through several client ids.",
     )
     robust_window: int = Field(
         16,

@@ -168,18 +168,26 @@ def test_the_first_delta_of_a_federation_is_bounded_by_the_start_bound(ps, reape
     assert step(before, after) == pytest.approx(ETA * START, rel=1e-3)
 
 
+class SyncSites:
+    """A sync-mode PS (default settings but `aggregation`), its master, two honest sites' clients, an observer and
+    the credential of a hostile site."""
+
+    def __init__(self, tmp_path, reaper: Reaper, aggregation: dict, hostile: str) -> None:
+        self.ps = PSNode(tmp_path / "ps", {"aggregation": {"mode": "sync", **aggregation}})
+        reaper.add(self.ps.kill)
+        self.ps.start()
+        init_model(join(self.ps, "boot.master", master=True, start=False, reaper=reaper))
+        self.honest = [join(self.ps, f"site{i}.trainer", site=f"site{i}", start=False, reaper=reaper) for i in range(2)]
+        with self.ps.admin() as admin:
+            self.credential = admin.create_site_credential(hostile)
+        self.observer = Observer(self.ps, "site0.observer")
+
+
 def test_sessions_that_never_push_do_not_hold_a_sync_round_to_the_straggler_timeout(tmp_path, reaper):
     timeout_s = 8.0
-    ps = PSNode(tmp_path / "ps", {"aggregation": {"mode": "sync", "straggler_timeout_s": timeout_s}})
-    reaper.add(ps.kill)
-    ps.start()
-    master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
-    init_model(master)
-    honest = [join(ps, f"site{i}.trainer", site=f"site{i}", start=False, reaper=reaper) for i in range(2)]
-    with ps.admin() as admin:
-        credential = admin.create_site_credential("idle")
-    idle = [site_session(ps, credential, f"idle.s{i}") for i in range(3)]  # join, heartbeat, never push
-    observer = Observer(ps, "site0.observer")
+    arena = SyncSites(tmp_path, reaper, {"straggler_timeout_s": timeout_s}, hostile="idle")
+    ps, honest, observer = arena.ps, arena.honest, arena.observer
+    idle = [site_session(ps, arena.credential, f"idle.s{i}") for i in range(3)]  # join, heartbeat, never push
     version, _ = observer.model()
     for i, c in enumerate(honest):  # the first round: everyone joined just now, so it may wait for the idle ones
         push(c, version, delta_for(f"sync/{i}/0", NUMEL), tokens=FULL_SYNC, local_steps=H)
@@ -202,24 +210,34 @@ def test_sessions_that_never_push_do_not_hold_a_sync_round_to_the_straggler_time
     assert closed_after < timeout_s / 2, f"the round waited {closed_after:.1f} s for sessions that never push"
 
 
+class TwoSites:
+    """A default PS (but `federation`), its master, an honest site's client and a hostile site's raw session."""
+
+    def __init__(self, tmp_path, reaper: Reaper, federation: dict) -> None:
+        self.ps = PSNode(tmp_path / "ps", federation, metrics=True)
+        reaper.add(self.ps.kill)
+        self.ps.start()
+        init_model(join(self.ps, "boot.master", master=True, start=False, reaper=reaper))
+        with self.ps.admin() as admin:
+            credential = admin.create_site_credential("evil")
+        self.honest = join(self.ps, "clinic.trainer", site="clinic", start=False, reaper=reaper)
+        self.evil = site_session(self.ps, credential, "evil.one")
+        self.observer = Observer(self.ps, "clinic.observer")
+        direction = delta_for("evil/direction", NUMEL).astype(np.float64)
+        self.direction = direction / np.linalg.norm(direction)  # the one direction the hostile site pushes
+
+    def parts(self) -> tuple:
+        return self.ps, self.honest, self.evil, self.observer, self.direction
+
+
 @pytest.mark.parametrize("outer", ["fedavg", "nesterov"])
 def test_a_drift_just_under_the_bound_in_one_direction_stops_adding_up(tmp_path, reaper, outer):
     """The hostile site pushes 0.95 × its bound along one fixed direction, 24 times: without a displacement
     budget that adds up linearly (24 × 0.95 × 3 honest norms); its last 16 deltas may add up to 3 × √16 honest
     norms, so over 24 pushes (two windows at most) it moves the model along that direction at most twice that
     (times 1 / (1 − μ) under Nesterov, whose momentum sums a push's effect over the following rounds)."""
-    ps = PSNode(tmp_path / "ps", {"aggregation": {"outer_optimizer": outer}}, metrics=True)
-    reaper.add(ps.kill)
-    ps.start()
-    master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
-    init_model(master)
-    with ps.admin() as admin:
-        credential = admin.create_site_credential("evil")
-    honest = join(ps, "clinic.trainer", site="clinic", start=False, reaper=reaper)
-    stub, session = site_session(ps, credential, "evil.drift")
-    observer = Observer(ps, "clinic.observer")
-    direction = delta_for("evil/direction", NUMEL).astype(np.float64)
-    direction /= np.linalg.norm(direction)
+    arena = TwoSites(tmp_path, reaper, {"aggregation": {"outer_optimizer": outer}})
+    ps, honest, (stub, session), observer, direction = arena.parts()
 
     honest_norms, drift = [], 0.0
     version, model = observer.model()
