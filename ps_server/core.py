@@ -396,13 +396,13 @@ class ParameterServerCore:
     def _count_stale(self, client_id: str, outcome: PushOutcome) -> None:
         if outcome.status == "STALE":
             self.metrics.rejected.labels("stale").inc()
-            log.info("event=push_stale client=%s detail=%r", client_id, outcome.message)
+            log.info("event=push_stale client=%r detail=%r", client_id, outcome.message)
 
     def reject(self, err: PushRejected, client_id: str) -> None:
         self.metrics.rejected.labels(err.reason).inc()
         if client_id in self.clients:
             self.clients[client_id].push_done()
-        log.warning("event=push_rejected client=%s reason=%s message=%r", client_id, err.reason, err.message)
+        log.warning("event=push_rejected client=%r reason=%s message=%r", client_id, err.reason, err.message)
 
     # ---- admin ------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from .errors import (
     Unavailable,
 )
 from .ingest import PushHeader
+from .log_limits import BoundedLog
 from .ratelimit import RateLimiter
 from .registry import AuthError, Session
 from .status_page.view import client_rows, wire_fields
@@ -97,15 +98,19 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         rate = core.server.rate_limit_per_s
         self.limiter = RateLimiter(rate)
         self.join_limiter = RateLimiter(rate / 4)
+        self.refusals = BoundedLog(log)  # refused credentials: every one counted, lines at a bounded rate
 
     def _session(self, context: grpc.ServicerContext, rpc: str) -> tuple[Session, str]:
         credential = credential_from(context.invocation_metadata(), "Bearer")
         if credential is None:
             self.core.metrics.auth_failures.labels(rpc).inc()
+            self.refusals.warning(rpc, "event=auth_refused rpc=%s peer=%r reason=%r", rpc, context.peer(),
+                                  "missing session")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing session: call Join first")
         try:
             session = self.core.authenticate(credential, rpc, context.peer())
         except AuthError as exc:
+            self.refusals.warning(rpc, "event=auth_refused rpc=%s peer=%r reason=%r", rpc, context.peer(), str(exc))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         if not self.limiter.allow(self.core.unit_of(session.client_id)):  # a site's client ids share its rate
             self.core.metrics.rate_limited.labels(rpc).inc()
@@ -127,7 +132,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         except AuthError as exc:
             self.core.metrics.auth_failures.labels("Join").inc()
             # %r: a client-chosen id must not be able to write lines into the log.
-            log.warning("event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
+            self.refusals.warning("Join", "event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         response = pb.JoinResponse(
             session=result.session, session_ttl_s=result.session_ttl_s, federation_json=self.core.fed.model_dump_json(),
@@ -288,7 +293,7 @@ class AdminServicer(pb_grpc.AdminServicer):
             context,
             lambda: self.core.mint_token(principal, request.client_id, request.site, ttl, request.master),
         )
-        log.info("event=token_minted client=%s site=%s by=%s", request.client_id, request.site,
+        log.info("event=token_minted client=%r site=%r by=%r", request.client_id, request.site,
                  principal.site or "admin")
         return pb.CreateTokenResponse(token=token, expires_at=expires)
 
@@ -303,14 +308,14 @@ class AdminServicer(pb_grpc.AdminServicer):
     def RevokeSite(self, request: pb.SiteRequest, context) -> pb.RevokeSiteResponse:
         principal = self._principal(context)
         revoked = self._guard(context, lambda: self.core.revoke_site(principal, request.site))
-        log.info("event=site_revoked site=%s existed=%s", request.site, revoked)
+        log.info("event=site_revoked site=%r existed=%s", request.site, revoked)
         return pb.RevokeSiteResponse(revoked=revoked)
 
     def RevokeClient(self, request: pb.RevokeClientRequest, context) -> pb.RevokeClientResponse:
         principal = self._principal(context)
         tokens, sessions = self._guard(
             context, lambda: self.core.revoke_client(principal, request.client_id, request.token))
-        log.info("event=client_revoked client=%s tokens=%d sessions=%d by=%s", request.client_id, tokens, sessions,
+        log.info("event=client_revoked client=%r tokens=%d sessions=%d by=%r", request.client_id, tokens, sessions,
                  principal.site or "admin")
         return pb.RevokeClientResponse(tokens=tokens, sessions=sessions)
 
