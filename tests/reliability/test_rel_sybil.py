@@ -96,7 +96,8 @@ def test_a_site_credential_mints_tokens_for_at_most_its_quota_of_client_ids(ps):
             site.create_token("narrow.second")
 
 
-def test_sybil_ids_of_one_site_land_once_per_version_and_stay_within_three_honest_norms(ps, reaper):
+@pytest.mark.parametrize("codec", ["fp32", "int8"])
+def test_sybil_ids_of_one_site_land_once_per_version_and_stay_within_three_honest_norms(ps, reaper, codec):
     """Two sites: an honest one and a hostile one pushing 1000 × honest norms through four client ids."""
     master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
     init_model(master)
@@ -105,7 +106,6 @@ def test_sybil_ids_of_one_site_land_once_per_version_and_stay_within_three_hones
     honest = join(ps, "clinic.trainer", site="clinic", start=False, reaper=reaper)
     sybils = [site_session(ps, evil_credential, f"evil.s{i}") for i in range(4)]
     observer = Observer(ps, "clinic.observer")
-    codec = "fp32"
 
     honest_norms: list[float] = []
     honest_steps: list[float] = []
