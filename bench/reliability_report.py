@@ -133,6 +133,9 @@ NOTES = """## Known limits not expressed as a failing test
   no displacement, but slower honest progress. From three sites on the median of the others is honest.
 - **A drift still lands in part.** The displacement budget is over a sliding window of 16 deltas: a site
   pushing maximal deltas in one direction still moves the model by about 4 of them per 16 of its pushes.
+- **A PS restart empties the displacement windows.** The sketches (256 kB a site) stay in memory so that the
+  checkpoint written with every version stays O(model + sites); after a restart a site may drift one more
+  budget's worth before its window fills again.
 - **The zeroth-order first bound is loose.** Zeroth-order scalars have no optimizer step to derive a tight
   start from; the federation's first scalars are bounded by √seeds · ln(vocab) / ε (about 800 × an honest
   round of the default model), later ones by 3 × the other sites' entries.

@@ -15,7 +15,9 @@ maximal deltas in one direction adds up to at most √WINDOW (4) of them per win
 The sums are kept as count sketches of `BUCKETS` values (each coordinate hashed to one bucket with a random
 sign): the sketch of a sum is the sum of the sketches, its squared length estimates the sum's within about
 √(2 / BUCKETS) (2%), and it is built while the push is validated (`DeltaSketch`, fed by the ingest decode), so
-the budget costs O(sites × WINDOW × BUCKETS) memory and no extra pass over a delta. Plain numpy, no gRPC.
+the budget costs O(sites × WINDOW × BUCKETS) memory and no extra pass over a delta. The windows live in memory
+only: a checkpoint written with every version stays O(model + sites), and after a restart every site's window
+starts empty. Plain numpy, no gRPC.
 """
 
 from __future__ import annotations
@@ -99,14 +101,3 @@ class DisplacementBudget:
         self.windows[site] = window
         while len(self.windows) > self.sites:
             self.windows.popitem(last=False)
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {site: np.stack(list(w)).astype(np.float32) for site, w in self.windows.items()}  # checkpointed
-
-    def load_state_dict(self, state: dict) -> None:
-        self.windows = OrderedDict()
-        for site, stacked in state.items():
-            rows = np.asarray(stacked, dtype=np.float64)
-            if rows.ndim == 2 and rows.shape[1] == BUCKETS:
-                for row in rows[-WINDOW:]:
-                    self.record(str(site), row.copy())

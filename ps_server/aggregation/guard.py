@@ -165,14 +165,13 @@ class DeltaGuard:
     # ---- durability -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Applied bases and recent norms; the open round's bases go with its (unpersisted) deltas."""
-        return {"applied_base": dict(self.applied_base), "norms": self.norms.state_dict(),
-                "displacement": self.budget.state_dict()}
+        """Applied bases and recent norms; the open round's bases go with its (unpersisted) deltas, and the
+        displacement windows (256 kB a site, written with every version) start empty after a restart."""
+        return {"applied_base": dict(self.applied_base), "norms": self.norms.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.applied_base = {str(k): int(v) for k, v in state.get("applied_base", {}).items()}
         self.norms.load_state_dict(state.get("norms", []))
-        self.budget.load_state_dict(state.get("displacement", {}))
         self.round_base, self._limits = {}, None
 
 def all_finite(a: np.ndarray, slice_elems: int = 1 << 22) -> bool:

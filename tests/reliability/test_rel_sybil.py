@@ -23,6 +23,7 @@ import grpc
 import numpy as np
 import pytest
 
+from geofed.codec import decoder_for
 from geofed.config import ModelConfig, TrainingConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
@@ -30,7 +31,7 @@ from geofed.protocol.admin_client import AdminClient, AdminError
 from geofed.protocol.auth import bearer
 from geofed_testing.ledger import delta_for
 from geofed_testing.procs import PSNode, Reaper
-from geofed_testing.wire import NUMEL, Observer, init_model, join, push, raw_push, rpc_code
+from geofed_testing.wire import NUMEL, Observer, encoded, init_model, join, push, raw_push, rpc_code
 from tests.reliability.test_rel_attacks import alternating, attack_messages
 
 T = TrainingConfig()
@@ -38,8 +39,9 @@ H = T.local_steps
 FULL_SYNC = T.batch_size * ModelConfig().block_size * H
 ETA = 0.5  # the default global_lr
 START = 2 * 1.1 * T.lr * math.sqrt(H) * math.sqrt(NUMEL)
-# Float32 arithmetic of the PS (bounded values rounded once, the model's sum) against float64 here.
-SLACK = 1.001
+# The model read back is the published one: the default grid_delta downlink rounds it to per-block grids (with
+# server-side error feedback), so a measured step differs from the applied one by a little of that rounding.
+SLACK = 1.02
 
 
 def counter(ps: PSNode, name: str, label: str, value: str) -> float:
@@ -65,6 +67,15 @@ def site_session(ps: PSNode, credential: str, client_id: str) -> tuple[pb_grpc.P
     stub = pb_grpc.ParameterServerStub(ps.channel())
     r = stub.Join(pb.JoinRequest(token=token, client_id=client_id), timeout=10)
     return stub, r.session
+
+
+def decoded_norm(values: np.ndarray, codec: str) -> float:
+    """‖δ‖ as the PS decodes it from `codec` (int8 rounds each value to its grid)."""
+    header, payload = encoded(values, codec)
+    decoder = decoder_for(header, max_numel=values.size)
+    out = np.concatenate([v for _, v in decoder.feed(payload)]).astype(np.float64)
+    decoder.finish()
+    return float(np.linalg.norm(out))
 
 
 def step(before: np.ndarray, after: np.ndarray) -> float:
@@ -112,7 +123,7 @@ def test_sybil_ids_of_one_site_land_once_per_version_and_stay_within_three_hones
     version, model = observer.model()
     for r in range(3):  # the honest site's history
         delta = delta_for(f"clinic/{r}", NUMEL)
-        honest_norms.append(float(np.linalg.norm(delta.astype(np.float64))))
+        honest_norms.append(decoded_norm(delta, codec))
         push(honest, version, delta, codec=codec, tokens=FULL_SYNC, local_steps=H)
         new_version, new = observer.model()
         assert new_version == version + 1
