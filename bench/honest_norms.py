@@ -28,12 +28,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from client_agent.corpus import stdlib_split  # noqa: E402
-from client_agent.data import TokenStream, load_tokens  # noqa: E402
+from real_clients import honest_trainers  # noqa: E402
+
 from client_agent.flat import flatten, load_flat_  # noqa: E402
-from client_agent.model import build_model  # noqa: E402
-from client_agent.tokenizer import load_tokenizer  # noqa: E402
-from client_agent.trainer import LocalTrainer  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 from ps_server.aggregation.displacement import WINDOW, DeltaSketch  # noqa: E402
 from ps_server.aggregation.guard import DeltaGuard  # noqa: E402
@@ -63,19 +60,8 @@ def main() -> int:
         fed_dict["training"] = {"local_steps": args.local_steps}
     fed = FederationConfig.model_validate(fed_dict)
     t = fed.training
-    tok = load_tokenizer(None)
-    split = stdlib_split(args.clients, seed=0)
-    streams = [
-        TokenStream(load_tokens(list(files), tok)[0], fed.model.block_size, seed=i)
-        for i, files in enumerate(split.clients)
-    ]
-    torch.manual_seed(fed.model.seed)
-    models = [build_model(fed.model) for _ in streams]
-    for m in models[1:]:
-        m.load_state_dict(models[0].state_dict())
-    trainers = [
-        LocalTrainer(m, t, s, "cpu", micro_batch_size=t.batch_size) for m, s in zip(models, streams, strict=True)
-    ]
+    trainers = honest_trainers(fed, args.clients)
+    models = [tr.model for tr in trainers]
     theta = flatten(models[0]).detach().clone()
     n = theta.numel()
     ceiling = adamw_ceiling(

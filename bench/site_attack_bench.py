@@ -37,11 +37,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from client_agent.corpus import stdlib_split  # noqa: E402
-from client_agent.data import TokenStream, load_tokens  # noqa: E402
+from real_clients import honest_trainers  # noqa: E402
+
 from client_agent.flat import flat_numel, flatten, load_flat_, manifest  # noqa: E402
-from client_agent.model import build_model  # noqa: E402
-from client_agent.tokenizer import load_tokenizer  # noqa: E402
 from client_agent.trainer import LocalTrainer  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 from ps_server.aggregation.aggregator import Aggregator  # noqa: E402
@@ -84,19 +82,8 @@ def honest_run(seed: int, rounds: int) -> tuple[np.ndarray, list[tuple[int, np.n
     """θ0 and the honest pushes (client, δ) of one control run, in order, plus the held-out token streams."""
     fed = FederationConfig()
     t = fed.training
-    tok = load_tokenizer(None)
-    split = stdlib_split(HONEST, seed=seed)
-    streams = [
-        TokenStream(load_tokens(list(f), tok)[0], fed.model.block_size, seed=seed * 10 + i)
-        for i, f in enumerate(split.clients)
-    ]
-    torch.manual_seed(fed.model.seed)
-    models = [build_model(fed.model) for _ in streams]
-    for m in models[1:]:
-        m.load_state_dict(models[0].state_dict())
-    trainers = [
-        LocalTrainer(m, t, s, "cpu", micro_batch_size=t.batch_size) for m, s in zip(models, streams, strict=True)
-    ]
+    trainers = honest_trainers(fed, HONEST, seed)
+    models = [tr.model for tr in trainers]
     theta0 = flatten(models[0]).numpy().copy()
     agg = aggregator(fed, theta0, manifest(models[0]))
     pushes = []
