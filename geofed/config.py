@@ -159,18 +159,21 @@ class AggregationConfig(_Section):
         3.0,
         ge=0,
         le=1000,
-        description="Default-on norm bound: each delta is scaled down to at most this multiple of the "
-        "median L2 norm of recent accepted deltas from distinct clients (norm_bound_window), and never beyond the "
-        "most the inner AdamW can move the exchanged vector in one sync (training.lr × training.local_steps × "
-        "(√numel + weight_decay·‖θ‖), +10%), which alone bounds the first deltas until 3 distinct clients have "
-        "pushed. 0 disables both (not advised outside tests).",
+        description="Default-on bounds, counted per site (a site's client ids share them): each delta is scaled "
+        "down to at most this multiple of the median of the other sites' recent L2 norms (one entry per site, "
+        "the median of its last 5), never beyond the most the inner AdamW can move the exchanged vector in one "
+        "sync (training.lr × training.local_steps × (√numel + weight_decay·‖θ‖), +10%); a site alone is bounded "
+        "by this multiple of its own norms, and a federation's first delta by the start bound 2 × that ceiling / "
+        "√local_steps. The same multiple bounds what a site's last 16 deltas add up to (× √16 × the reference "
+        "norm), the outer optimizer's input and step (× the median of recent rounds'), and FedNova deltas as the "
+        "round applies them. 0 disables all of them (not advised outside tests).",
     )
     norm_bound_window: int = Field(
         16,
         ge=3,
         le=4096,
-        description="Distinct clients whose latest accepted delta norm the norm bound's median is taken over "
-        "(one entry per client, so one client cannot move the median by pushing often).",
+        description="Sites whose recent accepted delta norms the norm bound keeps (one entry per site, the latest "
+        "sites to push), so one site cannot move the median by pushing often or through several client ids.",
     )
     robust_window: int = Field(
         16,
@@ -422,6 +425,12 @@ class ServerConfig(_Section):
         7443, ge=0, le=65535, description="The one fixed gRPC port clients dial out to (0: any free port, for tests)."
     )
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics HTTP port; 0 disables.")
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="Address the Prometheus metrics endpoint binds (it is unauthenticated and names clients, losses "
+        "and byte counts): loopback unless a scraper elsewhere needs it (in Kubernetes the operator binds 0.0.0.0 "
+        "for the in-cluster metrics Service).",
+    )
     status_port: int = Field(
         9091, ge=0, le=65535,
         description="HTTP port of the built-in status page (/ and its JSON at /api/status); 0 disables.",
@@ -468,7 +477,29 @@ class ServerConfig(_Section):
     client_timeout_s: float = Field(
         180.0, gt=0, description="A client silent this long counts as gone for sync-round quorum."
     )
-    rate_limit_per_s: float = Field(20.0, gt=0, description="Requests per second allowed per client (burst 2x).")
+    rate_limit_per_s: float = Field(
+        20.0, gt=0, description="Requests per second allowed per site, shared by its client ids (burst 2x)."
+    )
+    max_streams_per_session: int = Field(
+        4, ge=1, le=448,
+        description="Concurrent long-lived calls (model streams and pushes) one session may hold; more are refused "
+        "RESOURCE_EXHAUSTED.",
+    )
+    max_streams_per_site: int = Field(
+        16, ge=1, le=448,
+        description="Concurrent long-lived calls (model streams and pushes) one site may hold across all its client "
+        "ids; more are refused RESOURCE_EXHAUSTED.",
+    )
+    max_streams: int = Field(
+        384, ge=1, le=448,
+        description="Concurrent long-lived calls the PS serves in all; below its 512 handler threads, so Join, "
+        "Heartbeat and admin calls always find one.",
+    )
+    max_client_ids_per_site: int = Field(
+        4, ge=1, le=4096,
+        description="Client ids a site credential may mint tokens for (<site>.<name>), unless its enrolment set "
+        "another number; the federation admin's tokens are not limited.",
+    )
     bind_sessions: bool = Field(
         True,
         description="A session only works from the connection that joined (turn off behind an L7 proxy that "

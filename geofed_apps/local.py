@@ -204,7 +204,8 @@ def run_local_federation(opts: LocalOptions) -> int:
             client_id = f"local.client-{i}"
             client_ps, client_extra = ps_set.for_client(i)
             with client_ps.admin() as client_admin:
-                token, _ = client_admin.create_token(client_id, site="local", ttl_s=600, master=(i == 0))
+                # One site per client: each stands for one institution (the PS counts sites, not client ids).
+                token, _ = client_admin.create_token(client_id, site=f"local-{i}", ttl_s=600, master=(i == 0))
             work = run / "clients" / f"client-{i}"
             slow = opts.slow_client if i == len(lists) - 1 else 1.0
             clients.append(start_client(

@@ -27,6 +27,7 @@ from .ingest import PushHeader, PushReceiver, ReceivedPush
 from .metrics import PSMetrics, value_bits
 from .registry import AuthError, Principal, Registry, Session
 from .status_page.history import LossHistory
+from .stream_slots import StreamSlots
 
 log = logging.getLogger("geofed.ps")
 
@@ -51,6 +52,7 @@ class ClientState:
     push_started: float = 0.0
     push_finished: float = 0.0
     last_sync: float = 0.0  # when its last push completed
+    last_delta: float = 0.0  # when its last delta (not the initial model) was taken
     last_push_s: float = 0.0  # that push's wall time on the PS (a sync's round trip)
     push_s_total: float = 0.0
     compression_ratio: float = 0.0  # encoded bytes / fp32 bytes of its last delta
@@ -89,7 +91,8 @@ class ParameterServerCore:
         self.metrics = metrics or PSMetrics()
         self.instance = secrets.token_hex(8)
         self.registry = Registry(
-            admin_credential, session_ttl_s=server.session_ttl_s, master_client_id=server.master_client_id
+            admin_credential, session_ttl_s=server.session_ttl_s, master_client_id=server.master_client_id,
+            max_client_ids_per_site=server.max_client_ids_per_site,
         )
         self.model = GlobalModel()
         self.clients: dict[str, ClientState] = {}
@@ -105,8 +108,11 @@ class ParameterServerCore:
             reducer=self.group.reducer, contributions=Contributions(server.contribution_window),
             on_staleness=self.metrics.staleness.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
-            client_timeout_s=server.client_timeout_s,
+            client_timeout_s=server.client_timeout_s, unit_of=self.unit_of,
+            on_bounded=lambda rule: self.metrics.bounded.labels(rule).inc(),
         )
+        self.streams = StreamSlots(server.max_streams_per_session, server.max_streams_per_site,
+                                   server.max_streams)
         self.history = LossHistory()  # (version, time, mean reported losses) for the status page
         self.metrics.set_tuning(self.aggregator.round_times)  # the mode running from the start, before any round
         self._stop = threading.Event()
@@ -205,12 +211,35 @@ class ParameterServerCore:
             state.last_seen = time.time()
             return state
 
+    def unit_of(self, client_id: str) -> str:
+        """The unit of trust of `client_id`: its site, or the client itself when the admin enrolled it alone."""
+        client = self.clients.get(client_id)
+        return (client.site or client_id) if client is not None else client_id
+
     def active_client_count(self) -> int:
-        """Clients with a live session seen within client_timeout_s (the sync quorum's denominator)."""
-        horizon = time.time() - self.server.client_timeout_s
+        """Sites the sync quorum waits for: with a live session seen within client_timeout_s, and either a
+        delta accepted within client_timeout_s or, never having pushed, first seen within one straggler
+        timeout. A session that never pushes holds at most the round it joined in; one site counts once."""
+        now = time.time()
+        horizon = now - self.server.client_timeout_s
+        newcomer = now - self.fed.aggregation.straggler_timeout_s
         live = {s.client_id for s in self.registry.live_sessions()}
+        pushed: set[str] = set()
+        first_seen: dict[str, float] = {}
+        ever_pushed: set[str] = set()
         with self._clients_lock:
-            return sum(1 for c in self.clients.values() if c.client_id in live and c.last_seen >= horizon)
+            for c in self.clients.values():
+                unit = c.site or c.client_id
+                first_seen[unit] = min(first_seen.get(unit, c.first_seen), c.first_seen)
+                if c.last_delta > 0:
+                    ever_pushed.add(unit)
+                if c.client_id in live and c.last_seen >= horizon and c.last_delta >= horizon:
+                    pushed.add(unit)
+            fresh = {
+                c.site or c.client_id for c in self.clients.values()
+                if c.client_id in live and c.last_seen >= horizon
+            }
+        return sum(1 for u in fresh if u in pushed or (u not in ever_pushed and first_seen[u] >= newcomer))
 
     def persist_registry(self) -> None:
         """Write the credential registry now; a failure is logged and counted, never fatal."""
@@ -226,8 +255,10 @@ class ParameterServerCore:
         self.persist_registry()
         return out
 
-    def create_site(self, principal: Principal, site: str) -> str:
+    def create_site(self, principal: Principal, site: str, max_client_ids: int = 0) -> str:
+        """Issue the site credential; `max_client_ids` client ids it may mint (0: max_client_ids_per_site)."""
         out = self.registry.create_site(principal, site)
+        self.registry.set_site_quota(principal, site, max_client_ids)
         self.persist_registry()
         return out
 
@@ -307,6 +338,13 @@ class ParameterServerCore:
             client.streams = max(0, client.streams - 1)
         self.metrics.connected_clients.set(self.connected_count())
 
+    def stream_refused(self, exc, client_id: str, rpc: str) -> None:
+        """A long-lived call over a stream cap (`exc`: StreamCapExceeded): counted and logged, never served."""
+        self.metrics.refused_calls.labels(rpc, exc.reason).inc()
+        if rpc == "PushDelta":
+            self.metrics.rejected.labels(exc.reason).inc()
+        log.warning("event=stream_refused client=%r rpc=%s reason=%s", client_id, rpc, exc.reason)
+
     def connected_count(self) -> int:
         with self._clients_lock:
             return sum(1 for c in self.clients.values() if c.streams > 0)
@@ -346,6 +384,8 @@ class ParameterServerCore:
             self.metrics.delta_bits.labels(client.client_id).set(bits)
         self.metrics.local_steps.labels(client.client_id).set(push.header.local_steps)
         client.push_done(push.header.payload_bytes / max(1, 4 * push.numel))
+        if not push.header.init and outcome.status in ("ACCEPTED", "APPLIED"):
+            client.last_delta = time.time()
         log.info(
             "event=push client=%s upload=%s status=%s version=%d staleness=%d bytes=%d codec=%s",
             client.client_id, push.header.upload_id, outcome.status, outcome.version, outcome.staleness,
@@ -356,13 +396,13 @@ class ParameterServerCore:
     def _count_stale(self, client_id: str, outcome: PushOutcome) -> None:
         if outcome.status == "STALE":
             self.metrics.rejected.labels("stale").inc()
-            log.info("event=push_stale client=%s detail=%r", client_id, outcome.message)
+            log.info("event=push_stale client=%r detail=%r", client_id, outcome.message)
 
     def reject(self, err: PushRejected, client_id: str) -> None:
         self.metrics.rejected.labels(err.reason).inc()
         if client_id in self.clients:
             self.clients[client_id].push_done()
-        log.warning("event=push_rejected client=%s reason=%s message=%r", client_id, err.reason, err.message)
+        log.warning("event=push_rejected client=%r reason=%s message=%r", client_id, err.reason, err.message)
 
     # ---- admin ------------------------------------------------------------------------------------
 

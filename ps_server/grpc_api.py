@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import zlib
@@ -28,9 +29,11 @@ from .errors import (
     Unavailable,
 )
 from .ingest import PushHeader
+from .log_limits import BoundedLog
 from .ratelimit import RateLimiter
 from .registry import AuthError, Session
 from .status_page.view import client_rows, wire_fields
+from .stream_slots import StreamCapExceeded, StreamSlot
 
 log = logging.getLogger("geofed.ps")
 
@@ -95,17 +98,21 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         rate = core.server.rate_limit_per_s
         self.limiter = RateLimiter(rate)
         self.join_limiter = RateLimiter(rate / 4)
+        self.refusals = BoundedLog(log)  # refused credentials: every one counted, lines at a bounded rate
 
     def _session(self, context: grpc.ServicerContext, rpc: str) -> tuple[Session, str]:
         credential = credential_from(context.invocation_metadata(), "Bearer")
         if credential is None:
             self.core.metrics.auth_failures.labels(rpc).inc()
+            self.refusals.warning(rpc, "event=auth_refused rpc=%s peer=%r reason=%r", rpc, context.peer(),
+                                  "missing session")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing session: call Join first")
         try:
             session = self.core.authenticate(credential, rpc, context.peer())
         except AuthError as exc:
+            self.refusals.warning(rpc, "event=auth_refused rpc=%s peer=%r reason=%r", rpc, context.peer(), str(exc))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
-        if not self.limiter.allow(session.client_id):
+        if not self.limiter.allow(self.core.unit_of(session.client_id)):  # a site's client ids share its rate
             self.core.metrics.rate_limited.labels(rpc).inc()
             if rpc == "PushDelta":
                 self.core.reject(PushTooLarge("rate_limit", "rate limit exceeded"), session.client_id)
@@ -125,7 +132,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         except AuthError as exc:
             self.core.metrics.auth_failures.labels("Join").inc()
             # %r: a client-chosen id must not be able to write lines into the log.
-            log.warning("event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
+            self.refusals.warning("Join", "event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         response = pb.JoinResponse(
             session=result.session, session_ttl_s=result.session_ttl_s, federation_json=self.core.fed.model_dump_json(),
@@ -136,8 +143,21 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             response.manifest.extend(manifest_to_proto(result.snapshot.manifest))
         return response
 
+    def _slot(self, session: Session, credential: str, context: grpc.ServicerContext, rpc: str) -> StreamSlot:
+        """A stream slot for this long-lived call, or abort RESOURCE_EXHAUSTED naming the cap (stream_slots).
+        It is freed as soon as the call ends (a cancelled stream's handler may notice only on its next wake-up)."""
+        key = hashlib.sha256(credential.encode()).hexdigest()
+        try:
+            slot = self.core.streams.acquire(key, self.core.unit_of(session.client_id))
+        except StreamCapExceeded as exc:
+            self.core.stream_refused(exc, session.client_id, rpc)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message)
+        context.add_callback(lambda: self.core.streams.release(slot))
+        return slot
+
     def StreamModel(self, request: pb.StreamModelRequest, context: grpc.ServicerContext):
         session, credential = self._session(context, "StreamModel")
+        slot = self._slot(session, credential, context, "StreamModel")
         client = self.core.stream_opened(session)
         have = request.have_version
         try:
@@ -162,6 +182,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                 have = snap.version
         finally:
             self.core.stream_closed(client)
+            self.core.streams.release(slot)
 
     def _transfer(self, snap, have: int, request: pb.StreamModelRequest, context: grpc.ServicerContext):
         """The chunks that take a client holding `have` to `snap` (from its resume offset when it resumes it)."""
@@ -174,7 +195,14 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         return model_chunks(down, start, self.core.server.chunk_bytes)
 
     def PushDelta(self, request_iterator, context: grpc.ServicerContext) -> pb.PushResult:
-        session, _ = self._session(context, "PushDelta")
+        session, credential = self._session(context, "PushDelta")
+        slot = self._slot(session, credential, context, "PushDelta")
+        try:
+            return self._push(session, request_iterator, context)
+        finally:
+            self.core.streams.release(slot)
+
+    def _push(self, session: Session, request_iterator, context: grpc.ServicerContext) -> pb.PushResult:
         client = self.core._client(session)
         t0 = time.perf_counter()
         receiver = None
@@ -265,27 +293,29 @@ class AdminServicer(pb_grpc.AdminServicer):
             context,
             lambda: self.core.mint_token(principal, request.client_id, request.site, ttl, request.master),
         )
-        log.info("event=token_minted client=%s site=%s by=%s", request.client_id, request.site,
+        log.info("event=token_minted client=%r site=%r by=%r", request.client_id, request.site,
                  principal.site or "admin")
         return pb.CreateTokenResponse(token=token, expires_at=expires)
 
     def CreateSiteCredential(self, request: pb.SiteRequest, context) -> pb.SiteCredentialResponse:
         principal = self._principal(context)
-        credential = self._guard(context, lambda: self.core.create_site(principal, request.site))
-        log.info("event=site_enrolled site=%s", request.site)
+        credential = self._guard(
+            context, lambda: self.core.create_site(principal, request.site, request.max_client_ids))
+        log.info("event=site_enrolled site=%r max_client_ids=%d", request.site,
+                 self.core.registry.site_quota(request.site))
         return pb.SiteCredentialResponse(credential=credential)
 
     def RevokeSite(self, request: pb.SiteRequest, context) -> pb.RevokeSiteResponse:
         principal = self._principal(context)
         revoked = self._guard(context, lambda: self.core.revoke_site(principal, request.site))
-        log.info("event=site_revoked site=%s existed=%s", request.site, revoked)
+        log.info("event=site_revoked site=%r existed=%s", request.site, revoked)
         return pb.RevokeSiteResponse(revoked=revoked)
 
     def RevokeClient(self, request: pb.RevokeClientRequest, context) -> pb.RevokeClientResponse:
         principal = self._principal(context)
         tokens, sessions = self._guard(
             context, lambda: self.core.revoke_client(principal, request.client_id, request.token))
-        log.info("event=client_revoked client=%s tokens=%d sessions=%d by=%s", request.client_id, tokens, sessions,
+        log.info("event=client_revoked client=%r tokens=%d sessions=%d by=%r", request.client_id, tokens, sessions,
                  principal.site or "admin")
         return pb.RevokeClientResponse(tokens=tokens, sessions=sessions)
 

@@ -36,6 +36,9 @@ SERVER_OPTIONS = (
 )
 
 
+HANDLER_THREADS = 512  # gRPC handler threads of the PS (the streams cap, max_streams, stays below it)
+
+
 class ConfigError(ValueError):
     """The server cannot start with these settings; the message says which one and why."""
 
@@ -125,8 +128,9 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     except ValueError as exc:  # e.g. --group names no group of the federation
         raise ConfigError(str(exc)) from exc
     core.resume()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=512), options=SERVER_OPTIONS,
-                         maximum_concurrent_rpcs=1024)
+    # Long-lived calls are capped below the pool (ServerConfig.max_streams): short calls always find a thread.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=HANDLER_THREADS), options=SERVER_OPTIONS,
+                         maximum_concurrent_rpcs=2 * HANDLER_THREADS)
     if front:
         from .shards.front_grpc import FrontServicer
 
@@ -148,10 +152,10 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_servicer.set("geofed.v1.ParameterServer", health_pb2.HealthCheckResponse.SERVING)
     if serve_metrics and cfg.metrics_port:
-        core.metrics.serve(cfg.metrics_port, cfg.host)
+        core.metrics.serve(cfg.metrics_port, cfg.metrics_host)
     log.info(
-        "event=listening port=%d tls=%s mtls=%s metrics_port=%d version=%d", port, credentials is not None,
-        bool(cfg.client_ca), cfg.metrics_port, core.model.version,
+        "event=listening port=%d tls=%s mtls=%s metrics=%s:%d version=%d", port, credentials is not None,
+        bool(cfg.client_ca), cfg.metrics_host, cfg.metrics_port, core.model.version,
     )
     running = RunningServer(core, server, port, health_servicer)
     running.status_page = page

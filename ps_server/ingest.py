@@ -21,6 +21,7 @@ import numpy as np
 
 from geofed.codec import CodecError, decoder_for
 
+from .aggregation.displacement import DeltaSketch
 from .errors import CorruptPayload, InvalidPush, NotReady, PushRejected, PushTooLarge
 from .global_model import TensorEntry, validate_manifest
 
@@ -84,6 +85,7 @@ class ReceivedPush:
     norm: float
     spool: BinaryIO
     values: np.ndarray | None = None  # decoded while it arrived (within KEPT_DECODED), else None
+    sketch: np.ndarray | None = None  # its count sketch (aggregation.displacement), built while it was validated
 
     def iter_values(self, max_numel: int):
         """(offset, float32 values): from memory when kept, else decoded again from the spool."""
@@ -140,6 +142,7 @@ class PushReceiver:
         self._decoder = None
         self._decoded = 0
         self._sq_norm = 0.0
+        self._sketch = DeltaSketch()
         self._done = False
         self._values: np.ndarray | None = None
 
@@ -208,6 +211,8 @@ class PushReceiver:
             raise InvalidPush("nonfinite", f"non-finite value (NaN/Inf) at element {bad}")
         wide = values.astype(np.float64)  # float32 squares overflow from |v| ≈ 1.8e19 on
         self._sq_norm += float(np.dot(wide, wide))
+        if not self.header.init:  # Θ0 is no delta: no displacement to budget
+            self._sketch.add(wide, offset, positions)
 
     def on_trailer(self, sha256: bytes) -> ReceivedPush:
         if self.header is None or self._spool is None:
@@ -228,7 +233,7 @@ class PushReceiver:
             raise InvalidPush("nonfinite", "delta norm overflows float")
         push = ReceivedPush(
             self.client_id, self.header, self._decoder.codec_name, self._decoder.numel, norm, self._spool,
-            self._values,
+            self._values, self._sketch.values,
         )
         self._spool, self._values = None, None
         return push

@@ -54,6 +54,10 @@ class PSMetrics:
         )
         self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
         self.rate_limited = Counter("geofed_rate_limited", "Calls refused by a rate limit, by RPC", ["rpc"], registry=r)
+        self.bounded = Counter("geofed_bounded_deltas", "Deltas scaled down before folding, by the rule that did it "
+                               "(norm_bound, displacement_budget)", ["rule"], registry=r)
+        self.refused_calls = Counter("geofed_refused_calls", "Calls refused by a stream cap, by RPC and cap",
+                                     ["rpc", "reason"], registry=r)
         self.auth_failures = Counter("geofed_auth_failures", "Refused credentials by RPC", ["rpc"], registry=r)
         self.train_loss = Gauge("geofed_client_train_loss", "Client's reported train loss", ["client"], registry=r)
         self.eval_loss = Gauge("geofed_client_eval_loss", "Client's reported eval loss", ["client"], registry=r)
@@ -107,6 +111,6 @@ class PSMetrics:
             self.mode_advice.labels(mode).set(1.0 if round_times.mode_advice == mode else 0.0)
             self.mode.labels(mode).set(1.0 if round_times.mode == mode else 0.0)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose /metrics over HTTP on its own port."""
         start_http_server(port, addr=host, registry=self.registry)

@@ -80,6 +80,7 @@ class Registry:
         session_ttl_s: float = 300.0,
         rejoin_ttl_s: float = 7 * 86400,
         master_client_id: str | None = None,
+        max_client_ids_per_site: int = 4,
     ):
         if len(admin_credential) < 16:
             raise ValueError("admin credential must be at least 16 characters")
@@ -91,6 +92,10 @@ class Registry:
         self._tokens: dict[str, TokenRecord] = {}
         self._sites: dict[str, str] = {}  # site -> credential hash
         self._revoked_sites: set[str] = set()
+        # Client-id quota of site credentials: how many ids each site may mint, and the ids it has minted.
+        self.max_client_ids_per_site = max_client_ids_per_site
+        self._site_quota: dict[str, int] = {}
+        self._site_ids: dict[str, set[str]] = {}
         self._sessions: dict[str, Session] = {}
         self.session_ttl_s = session_ttl_s
         self.rejoin_ttl_s = rejoin_ttl_s
@@ -135,6 +140,8 @@ class Registry:
         token = secrets.token_urlsafe(32)
         expires_at = time.time() + ttl_s
         with self._lock:
+            if not principal.is_admin:
+                self._take_client_id(site, client_id)
             self._tokens[_hash(token)] = TokenRecord(client_id, site, expires_at, master)
         return token, expires_at
 
@@ -149,6 +156,35 @@ class Registry:
             self._sites[site] = _hash(credential)
             self._revoked_sites.discard(site)
         return credential
+
+    # ---- client-id quota of site credentials ---------------------------------------------------
+
+    def set_site_quota(self, principal: Principal, site: str, max_client_ids: int) -> None:
+        """Set how many client ids `site`'s credential may mint tokens for (0: the PS's default); admin only."""
+        if not principal.is_admin:
+            raise AuthError("only the federation admin may set a site's client-id quota", permission=True)
+        if max_client_ids < 0:
+            raise ValueError("max_client_ids must be 0 (the PS's default) or more")
+        with self._lock:
+            if max_client_ids:
+                self._site_quota[site] = max_client_ids
+            else:
+                self._site_quota.pop(site, None)
+
+    def site_quota(self, site: str) -> int:
+        return self._site_quota.get(site, self.max_client_ids_per_site)
+
+    def _take_client_id(self, site: str, client_id: str) -> None:
+        """Record that `site` minted a token for `client_id`; refuse a new id beyond its quota (under the lock)."""
+        ids = self._site_ids.setdefault(site, set())
+        quota = self.site_quota(site)
+        if client_id not in ids and len(ids) >= quota:
+            raise AuthError(
+                f"site quota: site {site!r} already minted tokens for {quota} client ids ({', '.join(sorted(ids))}), "
+                f"its limit (max_client_ids); reuse one of them, or have the federation admin raise the quota",
+                permission=True,
+            )
+        ids.add(client_id)
 
     def revoke_site(self, principal: Principal, site: str) -> bool:
         """Revoke a site: its credential, unused tokens and live sessions stop working."""
@@ -263,6 +299,8 @@ class Registry:
                 "tokens": {h: asdict(r) for h, r in self._tokens.items() if r.expires_at >= now},
                 "sites": dict(self._sites),
                 "revoked_sites": sorted(self._revoked_sites),
+                "site_quota": dict(self._site_quota),
+                "site_client_ids": {site: sorted(ids) for site, ids in self._site_ids.items()},
             }
 
     def load_state_dict(self, state: dict) -> None:
@@ -271,4 +309,6 @@ class Registry:
             self._tokens = {h: TokenRecord(**r) for h, r in state.get("tokens", {}).items()}
             self._sites = dict(state.get("sites", {}))
             self._revoked_sites = set(state.get("revoked_sites", []))
+            self._site_quota = {str(k): int(v) for k, v in state.get("site_quota", {}).items()}
+            self._site_ids = {str(k): set(v) for k, v in state.get("site_client_ids", {}).items()}
             self._sessions = {}

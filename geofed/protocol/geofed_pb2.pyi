@@ -343,10 +343,12 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, token: _Optional[str] = ..., expires_at: _Optional[float] = ...) -> None: ...
 
 class SiteRequest(_message.Message):
-    __slots__ = ("site",)
+    __slots__ = ("site", "max_client_ids")
     SITE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
     site: str
-    def __init__(self, site: _Optional[str] = ...) -> None: ...
+    max_client_ids: int
+    def __init__(self, site: _Optional[str] = ..., max_client_ids: _Optional[int] = ...) -> None: ...
 
 class SiteCredentialResponse(_message.Message):
     __slots__ = ("credential",)

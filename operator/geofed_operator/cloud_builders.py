@@ -316,7 +316,7 @@ def ps_args(fed: FederationObject, group: str | None = None, tls: ServedTLS | No
         "--federation", f"{CONFIG_DIR}/{CONFIG_FILE}",
         "--host", "0.0.0.0",
         "--port", str(fed.spec.service.port),
-        "--metrics-port", str(fed.spec.service.metrics_port),
+        "--metrics-port", str(fed.spec.service.metrics_port), "--metrics-host", "0.0.0.0",
         "--checkpoint-dir", CHECKPOINT_DIR,
         "--admin-token-file", f"{ADMIN_DIR}/{ADMIN_KEY}",
     ]  # fmt: skip

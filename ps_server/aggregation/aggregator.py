@@ -75,6 +75,8 @@ class Aggregator:
         reducer: Reducer | None = None,
         contributions: Contributions | None = None,
         client_timeout_s: float = GONE_AFTER_S,
+        unit_of: Callable[[str], str] | None = None,
+        on_bounded: Callable[[str], None] | None = None,
     ) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
@@ -90,7 +92,10 @@ class Aggregator:
         self.on_published = on_published
         self.on_staleness = on_staleness
         self.on_reject = on_reject  # counts a refusal the aggregator makes on its own (a dropped round)
-        self.guard = DeltaGuard(fed)  # vouched weights, one delta per base/round, the norm bound
+        self.on_bounded = on_bounded  # counts a delta scaled down, by the rule that did it
+        # client id -> its site, the unit of trust every quota, bound and robust window counts
+        self.unit_of = unit_of or (lambda client_id: client_id)
+        self.guard = DeltaGuard(fed, self.unit_of)  # vouched weights, one delta per site and base/round, the bound
         self.clock = clock
         # Client round times: the tuned straggler timeout and mode advice; a client with no delta for
         # client_timeout_s (the quorum's notion of gone) leaves them.
@@ -214,8 +219,10 @@ class Aggregator:
             self.guard.admit(push.client_id, header.base_version)
             bounded = self.guard.bound(push, current)
             if bounded.scale < 1.0:
-                log.info("event=delta_bounded client=%s norm=%.4g bounded_to=%.4g", push.client_id, push.norm,
-                         bounded.norm)
+                log.info("event=delta_bounded client=%r site=%r rule=%s norm=%.4g bounded_to=%.4g", push.client_id,
+                         bounded.site, bounded.rule, push.norm, bounded.norm)
+                if self.on_bounded:
+                    self.on_bounded(bounded.rule)
             if self.acc is None:
                 self.acc = self.strategy.open_round(current)
             tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
@@ -239,7 +246,7 @@ class Aggregator:
 
     def _credit(self, client_id: str, header: PushHeader, adm, *, tokens: int, weight: float, norm: float) -> None:
         """Account for a delta folded into the open round: guard, contributions, ledger, pending weight."""
-        self.guard.accepted(client_id, header.base_version, norm)
+        self.guard.accepted(client_id, header.base_version, norm, header.local_steps)
         self.contributions.folded(client_id, tokens=tokens, weight=weight, norm=norm, clip_norm=self.cfg.clip_norm,
                                   tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
         if self.first_at is None:

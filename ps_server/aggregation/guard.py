@@ -1,14 +1,22 @@
-"""What the PS enforces on every delta before any strategy sees it (issue 10): one hostile client holding a
-valid token must not be able to move or break the global model, whatever it sends.
+"""What the PS enforces on every delta before any strategy sees it: one hostile site holding valid
+credentials must not be able to move or break the global model, whatever it sends through however many
+client ids.
 
+- **The site is the unit of trust.** Every rule below counts sites, not client ids: the client ids a site
+  credential mints (`<site>.<name>`) share their site's quota and its norm history. A client admitted by the
+  federation admin without a site is its own unit.
 - **Server-vouched weights**: local steps are credited at most the federation's H, and tokens at most
   batch × block_size per credited step (so at most `weighting.max_tokens_per_sync` per delta, and FedNova's
   tokens per step never beyond one batch: a client cannot buy weight by declaring few steps).
-- **One delta per client per base version and per round**: a client's accepted base versions must
-  increase (an honest client trains each delta from a newer model than its last), and a client holds at
-  most one delta in the open round; anything else is refused (`AlreadySent`). Without this one client
-  could fill a round, or re-send against one base version, to multiply its influence.
-- **A norm bound** (`norm_bound.NormBound`), applied to the decoded update.
+- **One delta per site per base version and per round**: a site's accepted base versions must increase
+  (an honest client trains each delta from a newer model than its last), and a site holds at most one delta
+  in the open round; anything else is refused (`AlreadySent`: reason `already_sent` for the same client id,
+  `site_quota` for another client id of the same site). Without this one site could fill a round, or re-send
+  against one base version, to multiply its influence.
+- **A norm bound** (`norm_bound.NormBound`), applied to the decoded update; under FedNova to the delta as the
+  round will apply it (‖δ‖ · H / τ), so declaring few local steps buys no length.
+- **A displacement budget** (`displacement.DisplacementBudget`): what a site's latest deltas add up to is
+  bounded too, so a drift just under the norm bound in one direction stops adding up.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -17,6 +25,7 @@ Plain Python over numpy, no gRPC.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,21 +33,35 @@ from geofed.config import FederationConfig
 
 from ..errors import AlreadySent
 from ..global_model import Snapshot
-from .norm_bound import BoundedPayload, NormBound, adamw_ceiling
+from .displacement import DisplacementBudget
+from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
 from .weighting import max_tokens_per_sync
 
 
-class DeltaGuard:
-    """Admission rules and bounds every strategy shares; O(clients) state."""
+def zo_ceiling(fed: FederationConfig) -> float:
+    """The bound of zeroth-order scalars: each gₖ = (L(θ+εz) − L(θ−εz)) / 2ε of a language model whose losses
+    stay within ln(vocab) of each other is at most ln(vocab) / ε; `seeds` of them."""
+    p = fed.paradigm
+    return math.sqrt(p.seeds) * math.log(max(2, fed.model.vocab_size)) / p.eps
 
-    def __init__(self, fed: FederationConfig) -> None:
+
+class DeltaGuard:
+    """Admission rules and bounds every strategy shares; O(sites) state."""
+
+    def __init__(self, fed: FederationConfig, unit_of: Callable[[str], str] | None = None) -> None:
         self.fed = fed
+        self.unit_of = unit_of or (lambda client_id: client_id)  # client id -> its site (the unit of trust)
         self.max_steps = fed.training.local_steps
         self.tokens_per_step = max_tokens_per_sync(fed) // self.max_steps  # batch × block_size
-        self.norms = NormBound(fed.aggregation.norm_bound_multiple, fed.aggregation.norm_bound_window)
-        self.applied_base: dict[str, int] = {}  # client -> newest base version of its applied deltas
-        self.round_base: dict[str, int] = {}  # client -> base version of its delta in the open round
-        self._ceiling: tuple[int, float] | None = None  # (version, ceiling) cache
+        agg = fed.aggregation
+        self.norms = NormBound(agg.norm_bound_multiple, agg.norm_bound_window)
+        # Scalars of zeroth-order rounds lie along each round's own directions: their sum means nothing.
+        self.budget = DisplacementBudget(0.0 if fed.paradigm.name == "zo" else agg.norm_bound_multiple,
+                                         agg.norm_bound_window)
+        self._sketches: dict[str, np.ndarray] = {}  # client -> sketch of its bounded delta, until accepted
+        self.applied_base: dict[str, int] = {}  # site -> newest base version of its applied deltas
+        self.round_base: dict[str, tuple[str, int]] = {}  # site -> (client, base version) of its open-round delta
+        self._limits: tuple[int, float, float] | None = None  # (version, ceiling, start) cache
 
     # ---- weights --------------------------------------------------------------------------------
 
@@ -51,59 +74,105 @@ class DeltaGuard:
     # ---- once per base version / round ----------------------------------------------------------
 
     def admit(self, client_id: str, base_version: int) -> None:
-        """Refuse (AlreadySent) a second delta of `client_id` in this round or on a base it already used."""
-        if client_id in self.round_base:
+        """Refuse (AlreadySent) a second delta of `client_id`'s site in this round or on a base it already used."""
+        site = self.unit_of(client_id)
+        if site in self.round_base:
+            holder, base = self.round_base[site]
+            if holder == client_id:
+                raise AlreadySent(
+                    "already_sent", f"this client already has a delta (on base version {base}) in the open round: "
+                    "one delta per site per round; wait for the next version"
+                )
             raise AlreadySent(
-                "already_sent", f"this client already has a delta (on base version {self.round_base[client_id]}) "
-                "in the open round: one delta per client per round; wait for the next version"
+                "site_quota", f"site quota: client {holder!r} of site {site!r} already has a delta (on base version "
+                f"{base}) in the open round; one delta per site per round, shared by all its client ids"
             )
-        last = self.applied_base.get(client_id)
+        last = self.applied_base.get(site)
         if last is not None and base_version <= last:
             raise AlreadySent(
-                "already_sent", f"this client already sent a delta on base version {last}; a new delta must be "
+                "already_sent" if site == client_id else "site_quota",
+                f"site quota: site {site!r} already sent a delta on base version {last}; a new delta must be "
                 f"trained from a newer version (got base version {base_version})"
             )
 
-    def accepted(self, client_id: str, base_version: int, norm: float) -> None:
-        """A (bounded) delta of `client_id` went into the open round."""
-        self.round_base[client_id] = base_version
-        self.norms.record(client_id, norm)
+    def accepted(self, client_id: str, base_version: int, norm: float, local_steps: int = 1) -> None:
+        """A (bounded) delta of `client_id`, of L2 norm `norm`, went into the open round."""
+        site = self.unit_of(client_id)
+        self.round_base[site] = (client_id, base_version)
+        self.norms.record(site, self.bound_norm(norm, local_steps))
+        sketch = self._sketches.pop(client_id, None)
+        if sketch is not None:
+            self.budget.record(site, sketch)
 
     def round_closed(self, applied: bool) -> None:
-        """The open round became a version (or was dropped): its clients' bases move to the applied table."""
+        """The open round became a version (or was dropped): its sites' bases move to the applied table."""
         if applied:
-            for client_id, base in self.round_base.items():
-                self.applied_base[client_id] = max(base, self.applied_base.get(client_id, 0))
+            for site, (_, base) in self.round_base.items():
+                self.applied_base[site] = max(base, self.applied_base.get(site, 0))
         self.round_base = {}
 
     # ---- norm bound -----------------------------------------------------------------------------
 
-    def ceiling(self, snapshot: Snapshot, numel: int) -> float:
-        """The most an honest AdamW client can move the exchanged vector in one sync (see norm_bound)."""
-        if self._ceiling is None or self._ceiling[0] != snapshot.version:
-            t = self.fed.training
-            theta_norm = float(np.linalg.norm(snapshot.flat.astype(np.float64))) if t.weight_decay else 0.0
-            self._ceiling = (snapshot.version, adamw_ceiling(
-                lr=t.lr, local_steps=t.local_steps, numel=numel, weight_decay=t.weight_decay, theta_norm=theta_norm,
-                beta1=t.adam_beta1, beta2=t.adam_beta2))
-        return self._ceiling[1]
+    def theta_norm(self, snapshot: Snapshot) -> float:
+        """‖θ‖ of the exchanged vector, when weight decay makes the bounds depend on it."""
+        if not self.fed.training.weight_decay:
+            return 0.0
+        return float(np.linalg.norm(snapshot.flat.astype(np.float64)))
+
+    def limits(self, snapshot: Snapshot, numel: int) -> tuple[float, float]:
+        """(ceiling, start): the most an honest client can move the exchanged vector in one sync, and the
+        bound of a federation's first deltas (see norm_bound)."""
+        if self._limits is None or self._limits[0] != snapshot.version:
+            if self.fed.paradigm.name == "zo":  # scalars, not parameters: no optimizer step bounds them
+                ceiling = start = zo_ceiling(self.fed)
+            else:
+                t, theta_norm = self.fed.training, self.theta_norm(snapshot)
+                ceiling = adamw_ceiling(
+                    lr=t.lr, local_steps=t.local_steps, numel=numel, weight_decay=t.weight_decay,
+                    theta_norm=theta_norm, beta1=t.adam_beta1, beta2=t.adam_beta2)
+                start = start_bound(t, numel, theta_norm)
+            self._limits = (snapshot.version, ceiling, start)
+        return self._limits[1], self._limits[2]
+
+    def bound_norm(self, norm: float, local_steps: int) -> float:
+        """The length the bound measures: under FedNova the delta as the round applies it (at most ‖δ‖·H/τ)."""
+        if self.fed.aggregation.fednova:
+            return norm * self.max_steps / self.vouched_steps(local_steps)
+        return norm
+
+    def scale(self, client_id: str, norm: float, local_steps: int, snapshot: Snapshot, numel: int) -> float:
+        """Factor (≤ 1) that brings a delta of `client_id` within its site's bound."""
+        if not self.norms.enabled:
+            return 1.0
+        ceiling, start = self.limits(snapshot, numel)
+        return self.norms.scale(self.unit_of(client_id), self.bound_norm(norm, local_steps), ceiling, start)
 
     def bound(self, push, snapshot: Snapshot) -> BoundedPayload:
-        """The push as the strategy may fold it: scaled down to the norm bound."""
-        ceiling = self.ceiling(snapshot, push.numel) if self.norms.enabled else math.inf
-        return BoundedPayload(push, self.norms.scale(push.norm, ceiling))
+        """The push as the strategy may fold it: scaled down to the norm bound and its site's budget."""
+        steps, site = push.header.local_steps, self.unit_of(push.client_id)
+        scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
+        rule = "norm_bound" if scale < 1.0 else ""
+        sketch = getattr(push, "sketch", None)
+        if sketch is not None and self.budget.enabled:
+            applied = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
+            _, start = self.limits(snapshot, push.numel)
+            within = self.budget.scale(site, applied, self.norms.reference(site, start))
+            if within < 1.0:
+                scale, rule = scale * within, "displacement_budget"
+            self._sketches[push.client_id] = applied * within
+        return BoundedPayload(push, scale, site, rule)
 
     # ---- durability -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Applied bases and recent norms; the open round's bases go with its (unpersisted) deltas."""
+        """Applied bases and recent norms; the open round's bases go with its (unpersisted) deltas, and the
+        displacement windows (256 kB a site, written with every version) start empty after a restart."""
         return {"applied_base": dict(self.applied_base), "norms": self.norms.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.applied_base = {str(k): int(v) for k, v in state.get("applied_base", {}).items()}
         self.norms.load_state_dict(state.get("norms", []))
-        self.round_base, self._ceiling = {}, None
-
+        self.round_base, self._limits = {}, None
 
 def all_finite(a: np.ndarray, slice_elems: int = 1 << 22) -> bool:
     """True when no element is NaN or ±Inf; checked slice by slice (temporaries O(slice), not O(model))."""

@@ -32,6 +32,9 @@ class OuterOptimizer(ABC):
     def increment_(self, delta: np.ndarray) -> None:
         """Overwrite the averaged delta Δ with the increment u, so that θ_new = θ + u."""
 
+    def scale_state_(self, factor: float) -> None:  # noqa: B027 - stateless default
+        """Scale what the optimizer carries into later rounds (its momentum) by `factor` (outer_bound)."""
+
     def state_dict(self) -> dict[str, np.ndarray | float | int | str]:
         return {"name": self.name}
 
@@ -97,6 +100,9 @@ class Nesterov(OuterOptimizer):
             d -= mu * b  # -(g + μ·buf)
             d *= lr
 
+    def scale_state_(self, factor: float) -> None:
+        self.buf *= np.float32(factor)
+
     def state_dict(self) -> dict:
         return {"name": self.name, "buf": self.buf}
 
@@ -132,6 +138,9 @@ class Adam(OuterOptimizer):
             denom += np.float32(self.eps)
             np.divide(m, denom, out=d)
             d *= -step_size
+
+    def scale_state_(self, factor: float) -> None:
+        self.m *= np.float32(factor)  # the first moment carries the direction; v only normalises it
 
     def state_dict(self) -> dict:
         return {"name": self.name, "m": self.m, "v": self.v, "t": self.t}

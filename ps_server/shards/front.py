@@ -39,7 +39,6 @@ from geofed.shard_map import ShardMap, ShardMapError, split_manifest
 
 from ..aggregation.aggregator import Aggregator, ClientLedger, PushOutcome
 from ..aggregation.guard import DeltaGuard
-from ..aggregation.norm_bound import adamw_ceiling
 from ..errors import AlreadySent, CorruptPayload, InvalidPush, NotReady, StaleDelta
 from ..global_model import GlobalModel, Snapshot
 from ..ingest import PushHeader, check_envelope
@@ -66,15 +65,12 @@ class FrontModel(GlobalModel):
 
 
 class FrontGuard(DeltaGuard):
-    """The norm bound's AdamW ceiling from the model norm the shards report (the front holds no model)."""
+    """The norm bound's limits from the model norm the shards report (the front holds no model)."""
 
-    theta_norm = 0.0
+    model_norm = 0.0
 
-    def ceiling(self, snapshot: Snapshot, numel: int) -> float:
-        t = self.fed.training
-        return adamw_ceiling(lr=t.lr, local_steps=t.local_steps, numel=numel, weight_decay=t.weight_decay,
-                             theta_norm=self.theta_norm if t.weight_decay else 0.0, beta1=t.adam_beta1,
-                             beta2=t.adam_beta2)
+    def theta_norm(self, snapshot: Snapshot) -> float:
+        return self.model_norm if self.fed.training.weight_decay else 0.0
 
 
 @dataclass
@@ -221,7 +217,7 @@ class ShardedAggregator(Aggregator):
                  **kw) -> None:
         super().__init__(fed, model, **kw)
         self.model: FrontModel = model
-        self.guard = FrontGuard(fed)
+        self.guard = FrontGuard(fed, self.unit_of)
         self.link = link
         self.shard_map: ShardMap | None = None
         self.folds: list[Fold] = []
@@ -360,8 +356,7 @@ class ShardedAggregator(Aggregator):
                 raise
             for i in range(self.link.shards):  # every shard at the committed version before any folds it
                 self.ensure(i)
-            ceiling = self.guard.ceiling(current, push.numel) if self.guard.norms.enabled else math.inf
-            scale = self.guard.norms.scale(push.norm, ceiling)
+            scale = self.guard.scale(push.client_id, push.norm, header.local_steps, current, push.numel)
             tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
             steps = self.guard.vouched_steps(header.local_steps)
             fold = Fold(push.push_id, push.client_id, scale, push.norm, adm.staleness, adm.factor, tokens, steps)
@@ -466,7 +461,8 @@ class ShardedAggregator(Aggregator):
             self.folds = []
             return self._drop_round(count, why)
         # Phase 2: the decision is durable before any shard publishes.
-        self.guard.theta_norm = math.sqrt(sum(norms))
+        self.guard.model_norm = math.sqrt(sum(norms))
+        self.guard._limits = None  # the bounds of the new model norm
         self.unpublished = version
         self.committed_round = [f.push_id for f in self.folds]
         applied = self.acc
@@ -536,7 +532,7 @@ class ShardedAggregator(Aggregator):
                 "bounds": list(self.shard_map.bounds) if self.shard_map else [],
                 "unpublished": self.unpublished,
                 "committed_round": self.committed_round,
-                "theta_norm": self.guard.theta_norm,
+                "theta_norm": self.guard.model_norm,
                 "uploads": [[c, u, o.status, o.version, o.staleness, o.weight]
                             for c, recent in self.uploads.items() for u, o in recent.items()
                             if o.status != "ACCEPTED"],
@@ -580,7 +576,7 @@ class ShardedAggregator(Aggregator):
         self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
         self.contributions.load_state_dict(state.get("contributions", {}))
         self.guard.load_state_dict(state.get("guard", {}))
-        self.guard.theta_norm = float(state.get("theta_norm", 0.0))
+        self.guard.model_norm = float(state.get("theta_norm", 0.0))
         version = int(state["version"])
         self.unpublished = int(state.get("unpublished", 0))
         self.committed_round = [str(p) for p in state.get("committed_round", [])]

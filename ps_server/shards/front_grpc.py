@@ -40,7 +40,7 @@ class FrontCore(ParameterServerCore):
             fed, self.model, link, server.checkpoint_dir, active_clients=self.active_client_count,
             on_apply=self._on_apply, contributions=self.aggregator.contributions,
             on_staleness=self.metrics.staleness.observe,
-            on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
+            on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(), unit_of=self.unit_of,
         )
 
     def resume(self) -> bool:

@@ -45,9 +45,10 @@ def test_fednova_matches_the_papers_update_with_unequal_local_steps():
     """x⁺ = x + τ_eff Σ p_i Δ_i/τ_i with p_i the data share (equal here), not the tokens that grow with τ_i."""
     rng = np.random.default_rng(1)
     theta = rng.standard_normal(NUMEL).astype(np.float32)
-    deltas = {"a": rng.standard_normal(NUMEL).astype(np.float32) * 1e-3,
-              "b": rng.standard_normal(NUMEL).astype(np.float32) * 1e-3}
     steps = {"a": 40, "b": 10}
+    # Equal progress per local step (b's 10 steps move a quarter as far as a's 40): the norm bound, which
+    # measures a FedNova delta as the round applies it (‖δ‖·H/τ), scales neither.
+    deltas = {c: rng.standard_normal(NUMEL).astype(np.float32) * 1e-3 * steps[c] / 40 for c in ("a", "b")}
     per_step_tokens = 16 * 128  # same batch on every client (§III-C2): tokens = τ · batch · block
     agg = aggregator(theta, mode="sync", fednova=True, global_lr=1.0, quorum=1.0)
 

@@ -88,7 +88,7 @@ def test_a_second_delta_in_one_sync_round_is_refused_and_changes_nothing():
     a = _aggregator(mode="sync", weighting="uniform", global_lr=1.0)
     a.submit(_Push("evil", _honest(1), base=1, upload="first"))
 
-    with pytest.raises(AlreadySent, match="one delta per client per round"):
+    with pytest.raises(AlreadySent, match="one delta per site per round"):
         a.submit(_Push("evil", _honest(2), base=1, upload="second"))
     with pytest.raises(AlreadySent):  # refused before the payload crosses the WAN too
         a.precheck("evil", _Push("evil", _honest(2), base=1, upload="third").header, master=False)
@@ -127,28 +127,33 @@ def test_applied_bases_survive_a_checkpoint():
 # ---- the norm bound ------------------------------------------------------------------------------
 
 
-def test_norm_bound_median_is_over_distinct_clients_and_records_bounded_norms():
+def test_norm_bound_of_a_site_is_the_median_of_the_other_sites_and_never_its_own():
     bound = NormBound(multiple=3.0, window=4)
-    assert bound.limit(ceiling=100.0) == 100.0  # bootstrap: the AdamW ceiling alone
-    for c, n in (("a", 1.0), ("a", 50.0), ("b", 2.0)):
-        bound.record(c, n)
-    assert bound.limit(100.0) == 100.0  # two distinct clients: still bootstrapping
-    bound.record("c", 3.0)
-    assert bound.limit(100.0) == pytest.approx(3.0 * 3.0)  # median of {50, 2, 3}: a's latest only
-    for c in "defg":
-        bound.record(c, 1.0)
-    assert list(bound.norms) == ["d", "e", "f", "g"] and bound.limit(100.0) == pytest.approx(3.0)
-    assert bound.limit(ceiling=2.0) == 2.0  # never above the ceiling
+    assert bound.limit("a", ceiling=100.0, start=10.0) == 10.0  # the federation's first delta: the start bound
+    bound.record("a", 2.0)
+    assert bound.limit("a", 100.0, 10.0) == pytest.approx(6.0)  # alone: 3 × its own history, within start
+    assert bound.limit("b", 100.0, 10.0) == pytest.approx(6.0)  # another site: 3 × a's norm
+    for n in (50.0, 50.0):  # a ratchets its own history up ...
+        bound.record("a", n)
+    bound.record("b", 1.0)
+    assert bound.limit("a", 100.0, 10.0) == pytest.approx(3.0)  # ... but once b has pushed, b's norms bound a
+    assert bound.limit("b", 1000.0, 10.0) == pytest.approx(3 * 50.0)  # a's entry: the median of 2, 50, 50
+    bound.record("c", 4.0)
+    assert bound.limit("a", 100.0, 10.0) == pytest.approx(3 * 2.5)  # median over b and c
+    for s in "defg":
+        bound.record(s, 1.0)
+    assert list(bound.norms) == ["d", "e", "f", "g"] and bound.limit("x", 100.0) == pytest.approx(3.0)
+    assert bound.limit("x", ceiling=2.0) == 2.0  # never above the ceiling
 
 
-def test_first_delta_of_a_federation_is_bounded_by_the_adamw_ceiling():
+def test_first_delta_of_a_federation_is_bounded_by_the_start_bound():
     a = _aggregator(mode="async", buffer_size=1, global_lr=1.0)
     evil = np.full(N, 1e17, np.float32)
 
     a.submit(_Push("evil", evil, tokens=2**64 - 1))
 
-    ceiling = 1.1 * 1e-3 * 50 * np.sqrt(N)  # lr × H × √n, +10%
-    assert np.linalg.norm(_model(a)) == pytest.approx(ceiling, rel=1e-5)
+    start = 2 * 1.1 * 1e-3 * np.sqrt(50) * np.sqrt(N)  # 2 × lr × √H × √n, +10%
+    assert np.linalg.norm(_model(a)) == pytest.approx(start, rel=1e-5)
 
 
 @pytest.mark.parametrize("outer", ["fedavg", "nesterov", "adam"])

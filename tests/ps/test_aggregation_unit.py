@@ -157,5 +157,5 @@ def test_without_defences_a_poisoned_delta_dominates():
 def test_stale_delta_is_shrunk_even_when_applied_alone():
     agg, _ = _aggregator(mode="async", buffer_size=1, weighting="tokens", staleness_exponent=1.0, global_lr=1.0)
     agg.model.publish(4, np.zeros(100, np.float32), agg.model.current().manifest)  # global is now v4
-    agg.submit(_Push("late", np.full(100, 0.5, np.float32), tokens=1000, base=1))  # 3 versions behind
-    np.testing.assert_allclose(agg.model.current().flat, 0.125)  # 0.5 × (1 + 3) ** -1, not renormalised to 0.5
+    agg.submit(_Push("late", np.full(100, 0.02, np.float32), tokens=1000, base=1))  # 3 versions behind
+    np.testing.assert_allclose(agg.model.current().flat, 0.005)  # 0.02 × (1 + 3) ** -1, not renormalised to 0.02

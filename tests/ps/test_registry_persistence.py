@@ -39,15 +39,16 @@ def test_concurrent_token_mints_all_reach_the_registry_file(tmp_path) -> None:
 
 
 def test_status_counts_clients_with_a_live_session_as_active_without_an_open_stream(tmp_path) -> None:
-    """Clients fetch the model on demand, so between syncs none holds a stream: `active_clients` counts live
-    sessions seen within client_timeout_s; a revoked client drops out of it at once."""
+    """Clients fetch the model on demand, so between syncs none holds a stream: `active_clients` counts the
+    sites with a live session seen within client_timeout_s (one site once, however many client ids); a revoked
+    client drops out of it at once."""
     server = ServerConfig(checkpoint_dir=str(tmp_path / "ckpt"), client_timeout_s=60.0)
     core = ParameterServerCore(FederationConfig(), server, admin_credential="x" * 32)
     admin = core.registry.authenticate_admin("x" * 32)
-    for name in ("a", "b", "c"):
-        token, _ = core.mint_token(admin, name, "site", 600.0, master=False)
+    for name, site in (("a", "site-a"), ("b", "site-b"), ("c", "site-c"), ("c2", "site-c")):
+        token, _ = core.mint_token(admin, name, site, 600.0, master=False)
         core.join(token, name)
     status = core.status()
-    assert (status["active_clients"], status["connected_clients"], status["known_clients"]) == (3, 0, 3)
+    assert (status["active_clients"], status["connected_clients"], status["known_clients"]) == (3, 0, 4)
     core.registry.revoke_client(admin, "b")
     assert core.status()["active_clients"] == 2

@@ -219,7 +219,7 @@ def test_two_pushes_into_one_sync_round_are_refused_and_the_round_stays_finite(s
     attacked = _wait_version(observer, version + 1)
 
     assert first.status == pb.ACCEPTED
-    assert code == grpc.StatusCode.ALREADY_EXISTS and "one delta per client per round" in details
+    assert code == grpc.StatusCode.ALREADY_EXISTS and "one delta per site per round" in details
     assert rejected(ps, "already_sent") - refused_before == 1
     assert np.isfinite(attacked).all()
     step = float(np.linalg.norm(attacked.astype(np.float64) - model))

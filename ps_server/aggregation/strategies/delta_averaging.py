@@ -19,6 +19,7 @@ from ...errors import InvalidPush
 from ...global_model import Manifest, Snapshot
 from ..accumulator import DeltaAccumulator
 from ..outer import OuterOptimizer, build_outer_optimizer, restore_outer
+from ..outer_bound import OuterBound
 from ..robust import RobustRound, RobustWindow
 from ..rounds import Admission
 from ..strategy import Accumulator, Payload, RoundSum, Strategy
@@ -37,10 +38,12 @@ class DeltaAveraging(Strategy):
     def __init__(self, fed: FederationConfig) -> None:
         super().__init__(fed)
         self.outer: OuterOptimizer | None = None
+        self.outer_bound = OuterBound(fed.aggregation.norm_bound_multiple)
         self.window: RobustWindow | None = None
 
     def install(self, numel: int, manifest: Manifest) -> None:
         self.outer = build_outer_optimizer(self.cfg, numel)
+        self.outer_bound = OuterBound(self.cfg.norm_bound_multiple)
         if self.window is not None:
             self.window.clear()
         self.window = None
@@ -73,7 +76,9 @@ class DeltaAveraging(Strategy):
         self.add_payload(acc, push, scale)
         acc.mass += scale * push.norm
         if robust:
-            acc.commit(push.client_id, base, local_steps, base_version=acc.version - admission.staleness)
+            # One window entry per site: a site's client ids replace each other's entry, they never add one.
+            acc.commit(getattr(push, "site", push.client_id), base, local_steps,
+                       base_version=acc.version - admission.staleness)
         else:
             # Normalise by the *base* weight: the staleness factor must shrink a stale delta, not cancel out
             # (with K = 1, dividing by w·f would apply every delta at full strength however stale it is).
@@ -95,16 +100,30 @@ class DeltaAveraging(Strategy):
 
     def apply(self, snapshot: Snapshot, round_sum: RoundSum) -> np.ndarray:
         """ϕ ← ϕ + outer(mean δ), built in the round sum's own buffer: no extra model-sized allocation."""
-        assert self.outer is not None, "install() first"
         update = round_sum.delta
-        self.outer.increment_(update)
+        self.outer_step_(update)
         update += snapshot.flat
         return update
 
+    def outer_step_(self, update: np.ndarray) -> None:
+        """Turn the round's combined update into the outer optimizer's increment, in place, both bounded
+        (outer_bound): the pseudo-gradient before the optimizer's state sees it, the step (and the momentum
+        it leaves) after."""
+        assert self.outer is not None, "install() first"
+        self.outer_bound.gradient.bound_(update)
+        self.outer.increment_(update)
+        factor = self.outer_bound.step.bound_(update)
+        if factor < 1.0:
+            self.outer.scale_state_(factor)
+            log.info("event=outer_step_bounded factor=%.4g", factor)
+
     def state_dict(self) -> dict:
-        return {"outer": self.outer.state_dict()} if self.outer else {}
+        if not self.outer:
+            return {}
+        return {"outer": self.outer.state_dict(), "outer_bound": self.outer_bound.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        self.outer_bound.load_state_dict(state.get("outer_bound", {}))
         if self.outer is not None and state.get("outer"):
             why = restore_outer(self.outer, state["outer"])
             if why is not None:

@@ -60,7 +60,7 @@ class SparsePretrain(Pretrain):
         """ϕ_new = ϕ + Q(topk(e)), e = server residual + outer(mean δ); built in the round sum's buffer."""
         assert self.outer is not None and self.server_residual is not None, "install() first"
         update = round_sum.delta
-        self.outer.increment_(update)
+        self.outer_step_(update)
         update += self.server_residual
         header, frames = self.codec.encode(update, residual_out=self.server_residual)
         increment = pack_increment(header, frames)  # frames are built: `update` may be overwritten now

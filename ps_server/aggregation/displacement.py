@@ -1,0 +1,103 @@
+"""A displacement budget per site: what a site's deltas add up to over a window is bounded, not just each one.
+
+The norm bound caps each delta, but a site that pushes deltas just under it in one fixed direction moves the
+model linearly in the number of rounds, while honest deltas, whose directions change, add up far slower. So
+each site's latest `WINDOW` accepted deltas are summed and the sum's length, the site's cumulative contribution
+along its own mean direction, may not exceed
+
+    budget = multiple × reference × √WINDOW
+
+where `reference` is the norm the site's bound is scaled from (the median of the other sites' norms, see
+norm_bound). Real AdamW deltas of the default model, consecutive ones at cosine 0.2-0.5 (docs/reliability.md),
+stay below it; a delta that would take the sum beyond it is scaled down until the sum is on it, so a drift of
+maximal deltas in one direction adds up to at most √WINDOW (4) of them per window.
+
+The sums are kept as count sketches of `BUCKETS` values (each coordinate hashed to one bucket with a random
+sign): the sketch of a sum is the sum of the sketches, its squared length estimates the sum's within about
+√(2 / BUCKETS) (2%), and it is built while the push is validated (`DeltaSketch`, fed by the ingest decode), so
+the budget costs O(sites × WINDOW × BUCKETS) memory and no extra pass over a delta. The windows live in memory
+only: a checkpoint written with every version stays O(model + sites), and after a restart every site's window
+starts empty. Plain numpy, no gRPC.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+
+import numpy as np
+
+WINDOW = 16  # accepted deltas per site whose sum is bounded
+BUCKETS = 4096  # count-sketch width (a power of two)
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: position × 2⁶⁴/φ, top bits pick the bucket
+_BUCKET_SHIFT = np.uint64(64 - int(math.log2(BUCKETS)))
+_SIGN_SHIFT = np.uint64(_BUCKET_SHIFT - np.uint64(1))
+
+
+def _hash(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mixed = positions.astype(np.uint64) * _MIX
+    buckets = (mixed >> _BUCKET_SHIFT).astype(np.intp)
+    signs = ((mixed >> _SIGN_SHIFT) & np.uint64(1)).astype(np.float64) * 2.0 - 1.0
+    return buckets, signs
+
+
+class DeltaSketch:
+    """The count sketch of one delta, fed piece by piece (dense at an offset, or sparse at positions)."""
+
+    def __init__(self) -> None:
+        self.values = np.zeros(BUCKETS, dtype=np.float64)
+
+    def add(self, values: np.ndarray, offset: int = 0, positions: np.ndarray | None = None) -> None:
+        if values.size == 0:
+            return
+        if positions is None:
+            positions = np.arange(offset, offset + values.size, dtype=np.uint64)
+        buckets, signs = _hash(positions)
+        self.values += np.bincount(buckets, weights=signs * values.astype(np.float64), minlength=BUCKETS)
+
+
+class DisplacementBudget:
+    """The last WINDOW sketched deltas of up to `sites` sites; `multiple` = 0 turns it off."""
+
+    def __init__(self, multiple: float, sites: int) -> None:
+        self.multiple, self.sites = multiple, sites
+        self.windows: OrderedDict[str, deque[np.ndarray]] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.multiple > 0
+
+    def budget(self, reference: float) -> float:
+        return self.multiple * reference * math.sqrt(WINDOW)
+
+    def _sum(self, site: str) -> np.ndarray | None:
+        window = self.windows.get(site)
+        return np.sum(window, axis=0) if window else None
+
+    def scale(self, site: str, sketch: np.ndarray, reference: float) -> float:
+        """Largest c in [0, 1] with ‖sum of the site's window (but its oldest, when full) + c·delta‖ ≤ budget."""
+        if not self.enabled or not math.isfinite(reference) or reference <= 0:
+            return 1.0
+        window = self.windows.get(site)
+        if not window:
+            return 1.0
+        kept = list(window)[1:] if len(window) == WINDOW else list(window)  # the oldest leaves with this delta
+        total = np.sum(kept, axis=0) if kept else np.zeros(BUCKETS)
+        limit = self.budget(reference)
+        a, b, c0 = float(sketch @ sketch), float(total @ sketch), float(total @ total) - limit * limit
+        if a <= 0 or a + 2 * b + c0 <= 0:  # the whole delta fits
+            return 1.0
+        disc = b * b - a * c0
+        if disc < 0:  # the sum is beyond the budget along every c: nothing of this delta may add to it
+            return 0.0
+        return min(1.0, max(0.0, (-b + math.sqrt(disc)) / a))
+
+    def record(self, site: str, sketch: np.ndarray) -> None:
+        """An accepted delta (its sketch as folded, i.e. after every scaling) joins its site's window."""
+        if not self.enabled:
+            return
+        window = self.windows.pop(site, None) or deque(maxlen=WINDOW)
+        window.append(sketch)
+        self.windows[site] = window
+        while len(self.windows) > self.sites:
+            self.windows.popitem(last=False)
