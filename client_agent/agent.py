@@ -25,11 +25,9 @@ from pathlib import Path
 import torch
 
 from geofed.codec import CodecError, ErrorFeedback, make_codec
-from geofed.codec.policy import BF16_BYTES_PER_PARAM, codec_choice, delta_range_to_rms
-from geofed.codec.sparse import sparse_params
 from geofed.config import ClientConfig, FederationConfig
 from geofed.manifest import TensorEntry
-from geofed.tuning import Interval, LinkMeasurements, initial_mode, interval_choice
+from geofed.tuning import initial_mode
 
 from . import grid_apply
 from .checkpoint import CheckpointManager, ClientCheckpoint
@@ -37,9 +35,10 @@ from .corpus import read_file_list
 from .data import TokenStream, load_tokens
 from .flat import ManifestMismatch, check_manifest
 from .fsdp import build_on_meta, shard_model
+from .link_tuner import LinkTuner
 from .paradigms import ClientParadigm, client_paradigm
 from .precision import pick_precision
-from .ps_client import GlobalVersion, JoinError, PSClient, PushError, StaleDeltaError, Upload
+from .ps_client import GlobalVersion, JoinError, JoinSpec, PSClient, PushError, StaleDeltaError, Upload
 from .ranks import Ranks
 from .shard_route import Route, shard_route
 from .shard_sync import ShardSync, sharded_meta
@@ -128,9 +127,6 @@ class ClientAgent:
         self.t_start = time.monotonic()
         self.metrics_path = self.work / "metrics.jsonl"
         self.first_step_at: float | None = None
-        self._auto_codec: str | None = None  # the last 'auto' codec choice, logged when it changes
-        self._tuned_interval: tuple[float, int] | None = None  # the last autotune.interval choice (T, H)
-        self._step_s: float | None = None  # seconds per local step in the last round (the interval tuner's input)
 
     def _ps_client(self) -> PSClient:
         cfg = self.cfg
@@ -141,7 +137,6 @@ class ClientAgent:
         client = PSClient(cfg.ps, cfg.client_id, lambda: read_token(cfg), insecure=cfg.insecure,
                           ca_cert=read(cfg.ca), client_cert=read(cfg.cert), client_key=read(cfg.key),
                           state_dir=self.work, join_deadline_s=cfg.join_timeout_s, retry_budget_s=cfg.retry_budget_s)
-        client.group = cfg.group or ""
         return client
 
     def run(self) -> int:
@@ -180,21 +175,21 @@ class ClientAgent:
         shard_meta = sharded_meta(self.work) if ranks.leader else None
         declared = _newest_declaration(resumed, shard_meta)
 
+        # Declare what we ran: a federation that changed refuses us at Join.
+        spec = JoinSpec(paradigm=declared[0] if declared else "",
+                        manifest=tuple(TensorEntry(n, tuple(s), d) for n, s, d in declared[1]) if declared else (),
+                        group=cfg.group or "", decoders=_downlink_decoders)
+
         def join() -> tuple[str, bool]:
-            if declared is not None:  # declare what we ran: a federation that changed refuses us at Join
-                ps.paradigm = declared[0]
-                ps.declared_manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in declared[1])
             # A tokenizer the model cannot embed: refuse before a token is spent when the federation is known,
             # else right after Join (the saved rejoin token serves the corrected relaunch).
             if (vocab := _cached_vocab(self.work / FEDERATION_CACHE)) is not None:
                 check_vocab(tokenizer, vocab)
-            ps.join()
+            ps.join(spec)
             joined = ps.federation.model_dump_json()
             (self.work / FEDERATION_CACHE).write_text(joined)
             check_vocab(tokenizer, ps.federation.model.vocab_size)
             master = ps.master and ps.join_version == 0
-            # A paradigm may stream its own encoding (zo: one scalar per seed); the stream thread decodes it.
-            ps.downlink_decoders = client_paradigm(ps.federation.paradigm).downlink_decoders()
             if not master:
                 if resumed is not None:
                     _hold_base(ps, resumed)
@@ -238,6 +233,7 @@ class ClientAgent:
         ckpts = CheckpointManager(self.work / "checkpoints", keep_best=fed.training.keep_best)
         self.manifest = paradigm.manifest(model)
         numel = paradigm.payload_numel(sum(t.numel for t in self.manifest))
+        self.tuner = LinkTuner(fed, ps.link, numel, cfg.client_id)
         shards = self._shard_sync(ranks, fed, paradigm, numel) if route.shard_wise else None
         ef = (ErrorFeedback(numel, fed.codec.error_feedback_decay)
               if fed.codec.error_feedback and ranks.leader and shards is None else None)
@@ -289,7 +285,7 @@ class ClientAgent:
             if self.first_step_at is None:
                 self.first_step_at = time.monotonic() - self.t_start
                 log.info("event=first_step client=%s seconds_since_start=%.2f", cfg.client_id, self.first_step_at)
-            interval_s, local_steps = self._interval(fed, ps, ranks, numel)
+            interval_s, local_steps = self._interval(ranks)
             deadline = time.monotonic() + interval_s
             if cfg.duration_s:
                 deadline = min(deadline, self.t_start + cfg.duration_s)
@@ -297,7 +293,7 @@ class ClientAgent:
             try:
                 stats = paradigm.local_update(trainer, min(local_steps, remaining), deadline,
                                               global_model.version if global_model else 0)
-                self._step_s = stats.step_s or self._step_s
+                self.tuner.step_s = stats.step_s or self.tuner.step_s
             except NonFiniteLossError as exc:  # every rank raises it: the skip decision is global
                 bad_rounds += 1
                 log.warning("event=non_finite_round client=%s step=%d detail=%r", cfg.client_id, trainer.step, str(exc))
@@ -362,8 +358,7 @@ class ClientAgent:
         The error-feedback residual moves on only when the PS took the delta.
         """
         values = delta.numpy()
-        codec = make_codec(self._codec_name(fed, ps, numel, values), fed.codec.entropy, fed.codec.block_scales,
-                           sparse=sparse_params(fed.codec))
+        codec = self.tuner.codec(self.tuner.codec_name(values))
         cut = {"cuts": ps.shard_cuts} if ps.shard_cuts else {}  # a sharded PS: frames end at its shard bounds
         header, frames = ef.encode(codec, values, **cut) if ef is not None else codec.encode(values, **cut)
         ps.report = {"train_loss": stats.mean_loss, "eval_loss": eval_loss or 0.0,
@@ -399,9 +394,7 @@ class ClientAgent:
 
     def _shard_sync(self, ranks: Ranks, fed: FederationConfig, paradigm: ClientParadigm, numel: int) -> ShardSync:
         """This rank's shard-wise sync state: its range of the flat vector, its residual, its checkpoint."""
-        block = getattr(make_codec(fed.codec.name if fed.codec.name != "auto" else "int8", fed.codec.entropy,
-                                   fed.codec.block_scales), "block", 0)
-        return ShardSync(self.work, ranks.rank, ranks.world, numel, paradigm.exchanged, block=block,
+        return ShardSync(self.work, ranks.rank, ranks.world, numel, paradigm.exchanged, block=self.tuner.block(),
                          error_feedback=fed.codec.error_feedback, decay=fed.codec.error_feedback_decay)
 
     def _sync_shards(self, ps: PSClient, fed: FederationConfig, ranks: Ranks, shards: ShardSync,
@@ -410,8 +403,8 @@ class ClientAgent:
         """Every rank's part of a shard-wise sync: diff, encode and relay its slice, checkpoint its shards;
         rank 0 then pushes (in `Ranks.lead`) and every rank settles its residual by the outcome."""
         values = shards.delta(trainer.model)
-        name = ranks.bcast_text(self._codec_name(fed, ps, numel) if ranks.leader else None)
-        codec = make_codec(name, fed.codec.entropy, fed.codec.block_scales)
+        name = ranks.bcast_text(self.tuner.codec_name() if ranks.leader else None)
+        codec = self.tuner.codec(name)
         version = ranks.bcast_text(str(base.version) if ranks.leader else None)
         # A sharded PS's bounds, as rank 0 last learnt them (Join, or a model transfer after a STALE push).
         shards.cuts = tuple(json.loads(ranks.bcast_text(json.dumps(list(ps.shard_cuts)) if ranks.leader else None)))
@@ -530,47 +523,10 @@ class ClientAgent:
         latest = ps.latest()
         return latest if latest is not None and latest.version >= current.version else current
 
-    def _interval(self, fed: FederationConfig, ps: PSClient, ranks: Ranks, numel: int) -> tuple[float, int]:
-        """T and H of the next round: the configured ones, or (autotune.interval) rank 0's choice from its
-        measured rates, RTT and step time (`geofed.tuning.interval_choice`), the same on every rank.
-
-        Each change is logged with its reason; the PS exports the H of each push (geofed_client_local_steps).
-        """
-        t, a = fed.training, fed.autotune
-        if not a.interval:
-            return t.sync_interval_s, t.local_steps
-        text = None
-        if ranks.leader:
-            choice = interval_choice(
-                LinkMeasurements(ps.link_bytes_per_s, ps.down_bytes_per_s, ps.rtt_s, self._step_s),
-                push_bytes=ps.last_push_bytes or 0, model_bytes=ps.last_model_bytes or 4 * numel,
-                comm_fraction=a.comm_fraction, min_s=a.interval_min_s, max_s=a.interval_max_s,
-                fallback=Interval(t.sync_interval_s, t.local_steps, ""))
-            if (choice.seconds, choice.steps) != self._tuned_interval:
-                self._tuned_interval = (choice.seconds, choice.steps)
-                log.info("event=autotune client=%s knob=sync_interval value=%g steps=%d reason=%r",
-                         self.cfg.client_id, choice.seconds, choice.steps, choice.reason)
-            text = json.dumps([choice.seconds, choice.steps])
-        seconds, steps = json.loads(ranks.bcast_text(text))
+    def _interval(self, ranks: Ranks) -> tuple[float, int]:
+        """T and H of the next round, rank 0's choice (`LinkTuner.interval`) on every rank."""
+        seconds, steps = json.loads(ranks.bcast_text(json.dumps(self.tuner.interval()) if ranks.leader else None))
         return float(seconds), int(steps)
-
-    def _codec_name(self, fed: FederationConfig, ps: PSClient, numel: int, values=None) -> str:
-        """'auto' picks int16 when the measured link allows it within the per-sync budget, else int8 (§III-B3);
-        bf16 when 2 bytes/param fit and `values` (the delta, when given) has outliers enough for bf16 to err less.
-
-        Each change of the choice is logged with its reason (issue 14: every tuned setting says why).
-        """
-        if fed.codec.name != "auto":
-            return fed.codec.name
-        spread = None
-        rate, budget = ps.link_bytes_per_s, fed.codec.sync_time_budget_s
-        if values is not None and rate is not None and numel * BF16_BYTES_PER_PARAM / rate <= budget:
-            spread = delta_range_to_rms(values)  # one pass over the delta, only when bf16 would fit the link
-        name, reason = codec_choice(rate, numel, budget, spread)
-        if name != self._auto_codec:
-            self._auto_codec = name
-            log.info("event=autotune client=%s knob=codec value=%s reason=%r", self.cfg.client_id, name, reason)
-        return name
 
     def _check_layout(self, ps: PSClient, paradigm: ClientParadigm, model: torch.nn.Module, ranks: Ranks) -> None:
         """The PS announced its layout at Join: a model that exchanges something else must stop here, clearly."""
@@ -628,6 +584,11 @@ def _newest_declaration(resumed: ClientCheckpoint | None, meta: dict | None) -> 
     if meta is not None and (resumed is None or meta["step"] >= resumed.step):
         return meta["paradigm"], meta["manifest"]
     return (resumed.paradigm, resumed.manifest) if resumed is not None else None
+
+
+def _downlink_decoders(fed: FederationConfig) -> dict:
+    """A paradigm may stream its own encoding (zo: one scalar per seed); the stream thread decodes it."""
+    return client_paradigm(fed.paradigm).downlink_decoders()
 
 
 def _preload_model_code() -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from client_agent.agent import ClientAgent
+from client_agent.link_tuner import LinkMeter, LinkTuner
 from client_agent.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
 from client_agent.trainer import TrainStats
 from geofed.codec import ErrorFeedback, decoder_for
@@ -60,6 +61,7 @@ def push(tmp_path, refuse: bool):
     """One `_push` of a fresh delta with error feedback that already holds a residual."""
     agent = ClientAgent(ClientConfig(client_id="t.push", data=str(tmp_path), work_dir=str(tmp_path / "w")))
     fed = FederationConfig.model_validate({"codec": {"name": "int8"}})
+    agent.tuner = LinkTuner(fed, LinkMeter(), N, "t.push")
     rng = np.random.default_rng(0)
     ef = ErrorFeedback(N)
     ef.residual[:] = rng.standard_normal(N).astype(np.float32) * 1e-3
