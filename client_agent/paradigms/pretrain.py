@@ -20,6 +20,7 @@ class Pretrain(ClientParadigm):
     """All of ClientParadigm's defaults: ϕ = θ; the sparse mode's model stream is decoded here."""
 
     name = "pretrain"
+    elementwise = True
 
     def downlink_decoders(self) -> dict[str, DownlinkDecoder]:
         return {SPARSE_DELTA: _sparse_delta}
