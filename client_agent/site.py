@@ -29,7 +29,7 @@ from .paradigms import ClientParadigm, client_paradigm
 from .precision import pick_precision
 from .ps_client import GlobalVersion, JoinSpec, PSClient
 from .ranks import Ranks
-from .shard_sync import sharded_meta
+from .slices.state import sharded_meta
 from .sync import SyncContext, SyncPath, start_restore, sync_route
 from .tokenizer import check_vocab, load_tokenizer
 from .trainer import LocalTrainer

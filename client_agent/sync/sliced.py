@@ -1,5 +1,5 @@
 """The shard-wise sync path: every rank diffs, error-corrects, encodes and checkpoints its own slice of the
-exchanged vector (`ShardSync`); rank 0 relays the frames to the PS. No rank ever holds the whole delta."""
+exchanged vector (`SliceSync`); rank 0 relays the frames to the PS. No rank ever holds the whole delta."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from geofed.codec import make_codec
 
 from ..checkpoint import ClientCheckpoint
 from ..ps_client import GlobalVersion, Upload
-from ..shard_sync import ShardSync
+from ..slices.state import SliceSync
 from ..trainer import LocalTrainer
 from .base import TAKEN, PushOutcome, Resumed, RoundResult, ShardResume, SyncContext, SyncPath
 
@@ -27,7 +27,7 @@ class SliceWiseSync(SyncPath):
     def __init__(self, ctx: SyncContext, restoring: Future | None = None) -> None:
         super().__init__(ctx)  # a whole-vector residual is not carried into slices: `restoring` is not read
         c, ranks = ctx.fed.codec, ctx.ranks
-        self.slices = ShardSync(
+        self.slices = SliceSync(
             ctx.work,
             ranks.rank,
             ranks.world,

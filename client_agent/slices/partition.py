@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .flat import Select, selected
-from .fsdp import comm_device
+from ..flat import Select, selected
+from ..fsdp import comm_device
 
 Range = tuple[int, int]
 

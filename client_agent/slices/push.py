@@ -20,8 +20,8 @@ from geofed.codec import Codec, ErrorFeedback
 from geofed.codec.base import DEFAULT_FRAME_ELEMS
 from geofed.codec.sharded import SliceCodec
 
-from .flat_shards import FlatPartition
-from .fsdp import comm_device
+from ..fsdp import comm_device
+from .partition import FlatPartition
 
 _END = -1  # length sent after a rank's last frame
 

@@ -25,8 +25,8 @@ from torch import nn
 
 from geofed.codec import ErrorFeedback
 
-from .checkpoint import CheckpointError, atomic_write
-from .flat_shards import FlatPartition, Range, exchange
+from ..checkpoint import CheckpointError, atomic_write
+from .partition import FlatPartition, Range, exchange
 
 POINTER = "latest.json"
 FORMAT = "geofed-sharded-1"
