@@ -376,10 +376,10 @@ class PSClient:
                 except grpc.RpcError as exc:
                     code = exc.code()
                     if code == grpc.StatusCode.UNAUTHENTICATED:
-                        self._rejoin_after(exc)
+                        self.rejoin_after(exc)
                         continue
                     if code == grpc.StatusCode.ALREADY_EXISTS:
-                        # One delta per client per base version and round (issue 10): this one was trained
+                        # One delta per client per base version and round: this one was trained
                         # from a version we already pushed on (e.g. after a relaunch or a re-seed). Like STALE:
                         # drop it, resync to a newer version and retrain.
                         raise StaleDeltaError(exc.details() or "already sent a delta on this base") from None

@@ -8,7 +8,7 @@ from geofed.codec.sparse_increments import apply_chain
 
 from .base import ClientParadigm, DownlinkDecoder
 
-SPARSE_DELTA = "sparse_delta"  # ps_server.aggregation.sparse_downlink's encoding (codec 'sparse', issue 16)
+SPARSE_DELTA = "sparse_delta"  # ps_server.aggregation.sparse_downlink's encoding (codec 'sparse')
 
 
 def _sparse_delta(held: np.ndarray, data: bytes, base_version: int, version: int) -> np.ndarray:

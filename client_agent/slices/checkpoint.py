@@ -1,4 +1,4 @@
-"""Sharded client checkpoints (issue 18; paper §III-B4): every rank writes its own part, any rank count reads.
+"""Sharded client checkpoints (paper §III-B4): every rank writes its own part, any rank count reads.
 
 `torch.distributed.checkpoint` (DCP) writes the FSDP-sharded model, AdamW's sharded moments and the
 error-feedback residual, each rank its own shards, so no rank gathers a full-size buffer to save; on

@@ -92,15 +92,23 @@ class FakeTrainer:
 
 
 def _run(tmp_path, *, rounds: int, non_finite: set[int] = frozenset(), keep_optimizer: bool = True):
-    fed = FederationConfig.model_validate({"training": {"local_steps": 4, "eval_every": 8,
-                                                        "keep_optimizer_state": keep_optimizer}})
+    fed = FederationConfig.model_validate(
+        {"training": {"local_steps": 4, "eval_every": 8, "keep_optimizer_state": keep_optimizer}}
+    )
     events: list = []
     ps = FakePS(events)
     trainer = FakeTrainer(events, non_finite)
-    site = Site(fed, client_paradigm(fed.paradigm), trainer, FakeSync(ps, events),
-                LinkTuner(fed, LinkMeter(), NUMEL, "t.loop"), NUMEL)
-    agent = ClientAgent(ClientConfig(client_id="t.loop", data=str(tmp_path), work_dir=str(tmp_path / "w"),
-                                     max_rounds=rounds))
+    site = Site(
+        fed,
+        client_paradigm(fed.paradigm),
+        trainer,
+        FakeSync(ps, events),
+        LinkTuner(fed, LinkMeter(), NUMEL, "t.loop"),
+        NUMEL,
+    )
+    agent = ClientAgent(
+        ClientConfig(client_id="t.loop", data=str(tmp_path), work_dir=str(tmp_path / "w"), max_rounds=rounds)
+    )
     rc = agent.loop(ps, Ranks(), site)
     records = [json.loads(line) for line in agent.metrics_path.read_text().splitlines()]
     return rc, events, records
@@ -111,12 +119,25 @@ def test_each_round_adopts_trains_pushes_waits_and_records(tmp_path):
 
     assert rc == 0
     assert events == [
-        ("wait", 0), ("adopt", 1), ("train", 4), ("push", 1, 4, None), ("wait", 1),
-        ("adopt", 2), ("train", 4), ("evaluate", 8), ("push", 2, 4, 2.5), ("wait", 2),
-        ("adopt", 3), ("train", 4), ("push", 3, 4, None),  # the last round: no wait for a next model
+        ("wait", 0),
+        ("adopt", 1),
+        ("train", 4),
+        ("push", 1, 4, None),
+        ("wait", 1),
+        ("adopt", 2),
+        ("train", 4),
+        ("evaluate", 8),
+        ("push", 2, 4, 2.5),
+        ("wait", 2),
+        ("adopt", 3),
+        ("train", 4),
+        ("push", 3, 4, None),  # the last round: no wait for a next model
     ]
     assert [(r["round"], r["step"], r["base_version"], r["version"], r["status"]) for r in records] == [
-        (1, 4, 1, 2, "APPLIED"), (2, 8, 2, 3, "APPLIED"), (3, 12, 3, 4, "APPLIED")]
+        (1, 4, 1, 2, "APPLIED"),
+        (2, 8, 2, 3, "APPLIED"),
+        (3, 12, 3, 4, "APPLIED"),
+    ]
     assert [r["eval_loss"] for r in records] == [None, 2.5, None]
     assert records[0]["ratio"] == 100 / (4 * NUMEL)
 
