@@ -12,27 +12,46 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
+from geofed.manifest import Manifest
 from geofed.protocol import geofed_pb2 as pb
 
 from .backoff import Backoff
 from .errors import JoinError
+from .link_tuner import LinkMeter
 from .model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
 from .rejoin_hold import GlobalVersion, RejoinHold
 
-if TYPE_CHECKING:
-    from .ps_client import PSClient
-
 log = logging.getLogger("geofed.client")
+
+
+class Connection(Protocol):
+    """What the stream needs of its PS connection (`PSClient`): the session, what the last Join said, where
+    to count the link, and the settling of a delta the PS had accepted."""
+
+    stub: object
+    link: LinkMeter
+    manifest: Manifest
+    server_instance: str
+    join_version: int
+    ps_version_seen: int
+
+    def metadata(self) -> tuple: ...
+
+    def rejoin_after(self, exc: grpc.RpcError) -> None: ...
+
+    def learn_shard_map(self, msg: pb.ModelChunk) -> None: ...
+
+    def settle_pending(self, version: int) -> None: ...
 
 
 class ModelStream:
     """The model-stream thread of one `PSClient` and the newest model it received."""
 
-    def __init__(self, ps: PSClient, stop: threading.Event) -> None:
+    def __init__(self, ps: Connection, stop: threading.Event) -> None:
         self.ps, self.stop = ps, stop
         self.decoders: Mapping = {}  # the paradigm's own downlink encodings, by name
         self.hold = RejoinHold()
