@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from client_agent.link_tuner import CODEC_POLICIES, FixedCodec
-from client_agent.paradigms import client_paradigm
+from client_agent.paradigms import CLIENT_PARADIGMS, client_paradigm
 from client_agent.sync import SliceWiseSync, WholeVectorSync, sync_route
 from geofed.codec import CodecError, make_codec
 from geofed.codec.sharded import SliceCodec
 from geofed.codec.sparse import SparseParams
-from geofed.config import CodecConfig, FederationConfig
+from geofed.config import SHARDED_PARADIGMS, CodecConfig, FederationConfig
 
 
 def shard_route(world: int, paradigm: str, codec: str, sharded_checkpoint: bool = False):
@@ -68,3 +68,8 @@ def test_one_rank_keeps_the_whole_vector_path_unless_it_resumes_a_sharded_checkp
     resuming = shard_route(1, "pretrain", "int8", sharded_checkpoint=True)
     assert resuming.shard_wise and "sharded checkpoint" in resuming.reason and resuming.path is SliceWiseSync
     assert not shard_route(1, "lora", "int8", sharded_checkpoint=True).shard_wise
+
+
+def test_the_elementwise_paradigms_are_the_ones_a_sharded_ps_takes():
+    """The client's capability and the federation's check of ps_shards name the same paradigms."""
+    assert {n for n, p in CLIENT_PARADIGMS.items() if p.elementwise} == set(SHARDED_PARADIGMS)
