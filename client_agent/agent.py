@@ -89,9 +89,18 @@ class ClientAgent:
         def read(p: str | None) -> bytes | None:
             return Path(p).read_bytes() if p else None
 
-        return PSClient(cfg.ps, cfg.client_id, lambda: read_token(cfg), insecure=cfg.insecure, ca_cert=read(cfg.ca),
-                        client_cert=read(cfg.cert), client_key=read(cfg.key), state_dir=self.work,
-                        join_deadline_s=cfg.join_timeout_s, retry_budget_s=cfg.retry_budget_s)
+        return PSClient(
+            cfg.ps,
+            cfg.client_id,
+            lambda: read_token(cfg),
+            insecure=cfg.insecure,
+            ca_cert=read(cfg.ca),
+            client_cert=read(cfg.cert),
+            client_key=read(cfg.key),
+            state_dir=self.work,
+            join_deadline_s=cfg.join_timeout_s,
+            retry_budget_s=cfg.retry_budget_s,
+        )
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _raise_preempted)
@@ -130,8 +139,9 @@ class ClientAgent:
                 stats = self._local_update(ranks, site, global_model)
             except NonFiniteLossError as exc:  # every rank raises it: the skip decision is global
                 bad_rounds += 1
-                log.warning("event=non_finite_round client=%s step=%d detail=%r", self.cfg.client_id, trainer.step,
-                            str(exc))
+                log.warning(
+                    "event=non_finite_round client=%s step=%d detail=%r", self.cfg.client_id, trainer.step, str(exc)
+                )
                 if bad_rounds >= MAX_NON_FINITE_ROUNDS:
                     raise
                 continue  # back to the global model (the loop's first line); nothing is pushed for this round
@@ -148,8 +158,9 @@ class ClientAgent:
             base_version, t_idle = global_model.version, time.monotonic()
             if not done:
                 global_model = ranks.lead(partial(next_model, ps, fed, global_model, outcome.status, outcome.version))
-            self._record(rounds, trainer.step, base_version, outcome, stats, eval_loss, site.numel,
-                         time.monotonic() - t_idle)
+            self._record(
+                rounds, trainer.step, base_version, outcome, stats, eval_loss, site.numel, time.monotonic() - t_idle
+            )
             if done:
                 return 0
 
@@ -164,8 +175,9 @@ class ClientAgent:
         if self.cfg.duration_s:
             deadline = min(deadline, self.t_start + self.cfg.duration_s)
         remaining = fed.training.max_steps - trainer.step if fed.training.max_steps else int(steps)
-        stats = site.paradigm.local_update(trainer, min(int(steps), remaining), deadline,
-                                           global_model.version if global_model else 0)
+        stats = site.paradigm.local_update(
+            trainer, min(int(steps), remaining), deadline, global_model.version if global_model else 0
+        )
         site.tuner.step_s = stats.step_s or site.tuner.step_s
         return stats
 
@@ -185,17 +197,50 @@ class ClientAgent:
             return True
         return bool(cfg.duration_s and time.monotonic() - self.t_start >= cfg.duration_s)
 
-    def _record(self, rounds: int, step: int, base_version: int, outcome: PushOutcome, stats: TrainStats,
-                eval_loss: float | None, numel: int, idle_s: float) -> None:
-        rec = RoundRecord(time.time(), self.cfg.client_id, rounds, step, base_version, outcome.version,
-                          outcome.status, outcome.staleness, stats.mean_loss, eval_loss, stats.tokens_per_s,
-                          outcome.payload_bytes, outcome.payload_bytes / max(1, 4 * numel), outcome.codec,
-                          outcome.seconds, idle_s, stats.seconds, stats.skipped_steps)
+    def _record(
+        self,
+        rounds: int,
+        step: int,
+        base_version: int,
+        outcome: PushOutcome,
+        stats: TrainStats,
+        eval_loss: float | None,
+        numel: int,
+        idle_s: float,
+    ) -> None:
+        rec = RoundRecord(
+            time.time(),
+            self.cfg.client_id,
+            rounds,
+            step,
+            base_version,
+            outcome.version,
+            outcome.status,
+            outcome.staleness,
+            stats.mean_loss,
+            eval_loss,
+            stats.tokens_per_s,
+            outcome.payload_bytes,
+            outcome.payload_bytes / max(1, 4 * numel),
+            outcome.codec,
+            outcome.seconds,
+            idle_s,
+            stats.seconds,
+            stats.skipped_steps,
+        )
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(rec.__dict__) + "\n")
-        log.info("event=sync client=%s round=%d step=%d version=%d status=%s loss=%.4f bytes=%d ratio=%.3f",
-                 rec.client, rec.round, rec.step, rec.version, rec.status, rec.train_loss, rec.payload_bytes,
-                 rec.ratio)
+        log.info(
+            "event=sync client=%s round=%d step=%d version=%d status=%s loss=%.4f bytes=%d ratio=%.3f",
+            rec.client,
+            rec.round,
+            rec.step,
+            rec.version,
+            rec.status,
+            rec.train_loss,
+            rec.payload_bytes,
+            rec.ratio,
+        )
 
 
 def _preload_model_code() -> None:
