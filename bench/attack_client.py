@@ -2,8 +2,8 @@
 
     GEOFED_ATTACK=sign_flip|scaled|noise python bench/attack_client.py client --insecure ...
 
-The attack is applied where the agent encodes its delta (the codec it picks is wrapped), so everything else
-(joining, streaming, training, error feedback, retries) is the real client's:
+The attack is applied where the client encodes its delta (the codec its `LinkTuner` makes for each round is
+wrapped), so everything else (joining, streaming, training, error feedback, retries) is the real client's:
 
 - sign_flip: −δ (pulls the model back the way honest clients push it);
 - scaled: 10·δ (a boosted update, the usual model-replacement trick);
@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-import client_agent.agent as agent
+import client_agent.link_tuner as link_tuner
 from geofed.codec import make_codec
 
 SCALE = 10.0
@@ -37,7 +37,7 @@ def poison(values: np.ndarray, attack: str, rng: np.random.Generator) -> np.ndar
 
 
 class PoisonedCodec:
-    """The agent's codec, encoding the poisoned delta instead of the honest one."""
+    """The round's codec, encoding the poisoned delta instead of the honest one."""
 
     def __init__(self, inner, attack: str, rng: np.random.Generator) -> None:
         self.inner, self.attack, self.rng = inner, attack, rng
@@ -53,7 +53,7 @@ class PoisonedCodec:
 def main() -> int:
     attack = os.environ["GEOFED_ATTACK"]
     rng = np.random.default_rng(int(os.environ.get("GEOFED_ATTACK_SEED", "0")))
-    agent.make_codec = lambda *a, **k: PoisonedCodec(make_codec(*a, **k), attack, rng)
+    link_tuner.make_codec = lambda *a, **k: PoisonedCodec(make_codec(*a, **k), attack, rng)
     from geofed_apps.cli import main as geofed_main
 
     return geofed_main()

@@ -9,7 +9,7 @@ a file as `PSClient.prepare` does, and the client checkpoint.
   gather: the gather path: model built as a CPU shell and sharded, the global model broadcast parameter by
           parameter, the model gathered on rank 0 (`full_flat_on_rank0`), delta, residual and encoding
           there, AdamW's state gathered to rank 0 and `latest.pt` written by rank 0.
-  shard:  the agent's `ShardSync`: the model built on the meta device and sharded, each rank receiving
+  shard:  the agent's `SliceSync`: the model built on the meta device and sharded, each rank receiving
           its slice of the global model, computing its slice of δ and its own residual, encoding it at its
           flat offsets (rank 0 relays the frames), and a sharded DCP checkpoint.
 Every rank reports its RSS high-water mark (`ru_maxrss`) and its RSS after imports. The model is a
@@ -60,7 +60,7 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
         shard_model,
     )
     from client_agent.model import build_model_shell
-    from client_agent.shard_sync import ShardSync
+    from client_agent.slices.state import SliceSync
     from geofed.codec import ErrorFeedback, make_codec
     from geofed.config import ModelConfig
 
@@ -86,8 +86,8 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
     lap("build")
     # The global model as the PS streamed it: on rank 0 only, in both paths (it has the one connection).
     glob = torch.empty(numel).normal_(0, 0.02) if rank == 0 else None
-    # The shard-wise path is the client agent's own (`ShardSync`, what `geofed client` runs on a multi-rank site).
-    shards = ShardSync(Path(tempfile.mkdtemp()), rank, world, numel, None) if path == "shard" else None
+    # The shard-wise path is the client agent's own (`SliceSync`, what `geofed client` runs on a multi-rank site).
+    shards = SliceSync(Path(tempfile.mkdtemp()), rank, world, numel, None) if path == "shard" else None
     if shards is not None:
         shards.adopt(model, glob.numpy() if glob is not None else None)
     elif world > 1:
@@ -185,10 +185,10 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
         "(`ru_maxrss`), median (min–max) over runs; the RSS after imports is included in every figure. In both "
         "paths rank 0 also holds the global model as the PS streamed it (one fp32 copy, as `PSClient` does); "
         "AdamW's state is real (one step on a synthetic gradient), training itself is not run. The shard-wise "
-        "rows run the client agent's own `ShardSync` (`client_agent/shard_sync.py`: adopt, delta, encode and "
+        "rows run the client agent's own `SliceSync` (`client_agent/slices/state.py`: adopt, delta, encode and "
         "relay, settle, sharded checkpoint), the path `geofed client` takes on a multi-rank site; the gather rows "
         "run the calls the agent makes on its gather path (one rank, a sharded PS, or the paradigms and codecs "
-        "`client_agent/shard_route.py` keeps there)."
+        "`client_agent/sync/route.py` keeps there)."
         + (" Scaled down from the issue's few hundred million parameters: estimated from this table's bytes per "
            "parameter (not run), the 4-rank gather run of a 350M model would peak near 17 GiB summed over its ranks, "
            "too close to this shared 24 GiB machine's limit." if numel < 2e8 else ""),

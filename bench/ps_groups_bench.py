@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH.parent) not in sys.path:
     sys.path.insert(0, str(BENCH.parent))
 
-from client_agent.ps_client import PSClient  # noqa: E402
+from client_agent.ps_client import JoinSpec, PSClient  # noqa: E402
 from geofed.wan import LinkProfile, WanProxy  # noqa: E402
 from geofed_apps.groups import PSGroupProcesses  # noqa: E402
 from geofed_testing.procs import PSNode, Reaper  # noqa: E402
@@ -135,9 +135,8 @@ def run_once(setup: str, work: Path, seed: int, timeout_s: float = 90.0) -> dict
                 cid = f"{region.lower()}.c{i}"
                 token = mint(ps, cid, master=(region == "A" and i == 0))
                 c = PSClient(addr, cid, lambda t=token: t, insecure=True)
-                c.group = group
                 reaper.add(c.close)
-                c.join()
+                c.join(JoinSpec(group=group))
                 clients.append(c)
         w0 = np.zeros(DIM, np.float32)
         init_model(clients[0], w0)

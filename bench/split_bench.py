@@ -37,7 +37,7 @@ def training_state(method: str, model_settings: dict) -> int:
     import torch
 
     from client_agent.model import build_model, lm_loss
-    from client_agent.split_parts import client_model, training_state_bytes
+    from client_agent.split.parts import client_model, training_state_bytes
     from geofed.config import ModelConfig
 
     cfg = ModelConfig(**model_settings)

@@ -53,7 +53,7 @@ class ClientCheckpoint:
     upload: dict[str, torch.Tensor] = field(default_factory=dict)
     # The exact global model of `base_version` the round started from, and the PS instance that published it:
     # a relaunched client holds that version again, so the PS sends only the difference to its newest one
-    # (or nothing, when it is still the newest) instead of the whole model (rejoin time, issue 14).
+    # (or nothing, when it is still the newest) instead of the whole model (it shortens a rejoin).
     base_model: torch.Tensor | None = None
     base_instance: str = ""
 

@@ -6,13 +6,24 @@ Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 
+class JoinError(Exception):
+    """Could not join: bad/used/expired token or unreachable PS; the message says which."""
+
+
+class StaleDeltaError(Exception):
+    """The PS refused the delta as too stale: fetch the current model and train again."""
+
+
+class PushError(Exception):
+    """The PS refused the push for a reason retrying cannot fix."""
+
+
 def expected_errors() -> dict[type[Exception], int]:
     """Each expected error type and its exit code (imported here, when needed: the types pull in torch)."""
     from .checkpoint import CheckpointError
     from .corpus import CorpusError
     from .data import DataError
     from .model import ModelConfigError
-    from .ps_client import JoinError, PushError
     from .tokenizer import TokenizerError
 
     return {DataError: 2, CorpusError: 2, ModelConfigError: 2, TokenizerError: 2,

@@ -104,9 +104,9 @@ def shard_model(model: nn.Module, precision: Precision | None = None) -> nn.Modu
 
 
 def build_on_meta(cfg: ModelConfig) -> nn.Module:
-    """The model's structure on the meta device (issue 18): parameters without storage, buffers built for
+    """The model's structure on the meta device: parameters without storage, buffers built for
     real (the PS does not send them). `shard_model` then allocates only this rank's shards, so no rank
-    ever holds the whole model; they are filled from the global model (`flat_shards.load_global_slices`)."""
+    ever holds the whole model; they are filled from the global model (`slices.partition.load_global_slices`)."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 

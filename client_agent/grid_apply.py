@@ -3,8 +3,8 @@
 `model_delta.decode` rebuilds the zigzag differences level by level in numpy (a uint8 mask, a uint32
 copy, a boolean-mask gather and scatter per 7-bit level), then applies them: about 2 GB of temporaries
 for a 124M-parameter model. A rejoining client decodes in a fresh process, which meets each of those pages
-for the first time, and on this VM that first touch (system CPU) was most of the decode: see
-`bench/rejoin_decode.py` and bench/results/rejoin/issue14-decode.txt (issue 14 item 5).
+for the first time, and that first touch (system CPU) can be most of the decode (`bench/rejoin_decode.py`
+measures it).
 Here the levels are read in order with one cursor each and applied straight into the output vector, so
 the only large allocation is the vector itself. The arithmetic is `_grid_kernels.apply_diff`'s
 (have + float32(d) · 2^e in fp32), so the output is bit for bit the same; the PS's sha256 checks it anyway.

@@ -1,4 +1,4 @@
-"""Restore a name-keyed optimizer state into a single-process optimizer without a warm-up step (issue 14).
+"""Restore a name-keyed optimizer state into a single-process optimizer without a warm-up step.
 
 `torch.distributed.checkpoint.set_optimizer_state_dict` first initialises the optimizer's state by running
 one step with zero gradients (`_init_optim_state`): for AdamW on a 124M-parameter model that allocates and

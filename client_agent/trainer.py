@@ -330,7 +330,7 @@ class LocalTrainer:
 
     def load_progress(self, state: dict) -> None:
         """Step, data position and scaler of `state_dict` (the optimizer restored elsewhere: a sharded
-        checkpoint's moments are loaded by every rank for its own shards, `client_agent.shard_sync`)."""
+        checkpoint's moments are loaded by every rank for its own shards, `client_agent.slices.state`)."""
         self.step = int(state["step"])
         self.stream.load_state_dict(state["data_position"])
         if state.get("scaler"):

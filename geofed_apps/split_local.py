@@ -1,6 +1,6 @@
 """`geofed local --paradigm fsl-sage`: the PS, the server-side split trainer and N split-learning clients.
 
-The PS federates the client-side part; the trainer (`python -m client_agent.split_trainer`, its own
+The PS federates the client-side part; the trainer (`python -m client_agent.split.trainer`, its own
 process) holds the server-side blocks and checks clients' sessions with the PS through the peer secret
 they share. The summary scores the whole model (federated client part + the trainer's blocks) and
 reports what a client's training holds in memory against what the full model would need.
@@ -42,7 +42,7 @@ class SplitLocal:
 
     def start(self, fed_file: Path, ps_address: str, log: Path, timeout: float = 60.0) -> subprocess.Popen:
         ready = self.out / "ready"
-        cmd = [sys.executable, "-m", "client_agent.split_trainer", "--federation", str(fed_file), "--ps", ps_address,
+        cmd = [sys.executable, "-m", "client_agent.split.trainer", "--federation", str(fed_file), "--ps", ps_address,
                "--peer-token-file", str(self.peer_token), "--host", "127.0.0.1", "--port", str(self.port),
                "--out", str(self.out), "--insecure", "--ready-file", str(ready)]
         self.out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,7 @@ class SplitLocal:
 
         from client_agent.flat import load_flat_
         from client_agent.model import build_model, lm_loss
-        from client_agent.split_parts import full_model
+        from client_agent.split.parts import full_model
 
         if flat is None:
             model = build_model(fed.model)

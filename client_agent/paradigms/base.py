@@ -41,6 +41,10 @@ class ClientParadigm:
     # model, every client must build the frozen rest itself (seeded init or `model.path`), so the
     # uninitialised shell that saves a pretraining client a random init (rejoin time) is not allowed.
     shell_ok: ClassVar[bool] = True
+    # The exchanged vector is plain parameters of the model, each element exchanged as it is (this class's
+    # own δ, adopt and checkpoint): a site of several ranks may then diff, encode and checkpoint it slice by
+    # slice (`client_agent.sync.route`). A paradigm that keeps these hooks as they are says so.
+    elementwise: ClassVar[bool] = False
 
     def __init__(self, settings: ParadigmSettings) -> None:
         self.settings = settings

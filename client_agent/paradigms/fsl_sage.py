@@ -1,6 +1,6 @@
 """FSL-SAGE, client half (paper §III-C3d): train the client-side part with an auxiliary model, federate it.
 
-The model is cut after `cut_layer` blocks (`client_agent.split_parts`): this client keeps the
+The model is cut after `cut_layer` blocks (`client_agent.split.parts`): this client keeps the
 embeddings, the first blocks, the final norm and the tied head, with a small `AuxBlock` where the
 server-side blocks were, and trains all of it locally (Algorithm 1's loop, unchanged). The client-side
 part is the exchanged vector the PS averages like any parameters; the auxiliary model is private (it
@@ -28,7 +28,7 @@ from geofed.protocol.auth import bearer
 from geofed.protocol.channel import open_channel
 
 from ..model import build_model
-from ..split_parts import aux_prefix, client_model, decode_tensor, encode_tensor, training_state_bytes
+from ..split.parts import aux_prefix, client_model, decode_tensor, encode_tensor, training_state_bytes
 from ..trainer import LocalTrainer, TrainStats
 from .base import ClientParadigm
 

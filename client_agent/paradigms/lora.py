@@ -18,7 +18,7 @@ from .base import ClientParadigm
 def inject_lora(model: nn.Module, settings: AdapterSettings) -> nn.Module:
     """`model` wrapped by peft with the settings' adapters, after checking targets and rank on its layers."""
     # peft (and the transformers it pulls in) takes ~2.7 s to import: only a LoRA client pays it, not the
-    # start-up of every client (rejoin ≤ 3 s, issue 14).
+    # start-up of every client.
     from peft import LoraConfig, get_peft_model
 
     layers = target_layers(model, list(settings.target_modules), settings.rank)

@@ -8,7 +8,7 @@ from geofed.codec.sparse_increments import apply_chain
 
 from .base import ClientParadigm, DownlinkDecoder
 
-SPARSE_DELTA = "sparse_delta"  # ps_server.aggregation.sparse_downlink's encoding (codec 'sparse', issue 16)
+SPARSE_DELTA = "sparse_delta"  # ps_server.aggregation.sparse_downlink's encoding (codec 'sparse')
 
 
 def _sparse_delta(held: np.ndarray, data: bytes, base_version: int, version: int) -> np.ndarray:
@@ -20,6 +20,7 @@ class Pretrain(ClientParadigm):
     """All of ClientParadigm's defaults: ϕ = θ; the sparse mode's model stream is decoded here."""
 
     name = "pretrain"
+    elementwise = True
 
     def downlink_decoders(self) -> dict[str, DownlinkDecoder]:
         return {SPARSE_DELTA: _sparse_delta}

@@ -249,7 +249,7 @@ def ps_restarts_behind_clients(workdir: Path, reaper: Reaper) -> ScenarioResult:
     except TimeoutError:
         resynced = False
     res.check(resynced, "client's model stream falls back to the PS's v2",
-              f"client still holds v{c.latest().version}: client_agent/ps_client.py _stream_loop asks for "
+              f"client still holds v{c.latest().version}: client_agent/model_stream.py ModelStream.run asks for "
               "have_version=3 and the PS only sends versions newer than that")
     res.resume_s = time.monotonic() - t_kill
     res.outcome = "client resynced to v2"

@@ -1,8 +1,8 @@
 """Total PS loss (process and disk): a new, empty PS is re-seeded from the master client's own checkpoint.
 
 This one runs the real agent (`geofed client`, a 1-layer GPT-2 on a few kB of text, fp32 deltas) because
-the re-seed lives in `ClientAgent._bootstrap`: a master that joins an empty PS with a local checkpoint
-streams that checkpoint's model as Θ0 with its base version (paper §III-B4: "Client 1 streams its
+the re-seed lives in the sync path's `bootstrap` (`client_agent.sync`): a master that joins an empty PS with
+a local checkpoint streams that checkpoint's model as Θ0 with its base version (paper §III-B4: "Client 1 streams its
 checkpoint to the PS").
 """
 

@@ -1,6 +1,6 @@
 """Pure builders for FSL-SAGE's server-side trainer: its Deployment, Service and state PVC.
 
-The trainer (`python -m client_agent.split_trainer`) is its own process because the PS stays torch-free:
+The trainer (`python -m client_agent.split.trainer`) is its own process because the PS stays torch-free:
 it runs the client image, serves the PS's certificate, checks client sessions at the (first group's) PS
 with the federation's peer secret, and keeps the server-side blocks on its own PVC. Created only for a
 Federation whose paradigm is fsl-sage.
@@ -49,7 +49,7 @@ def _meta(fed: FederationObject, name: str, component: str) -> dict[str, Any]:
 def trainer_args(fed: FederationObject, tls: ServedTLS = ServedTLS()) -> list[str]:
     """Command line of the trainer container."""
     args = [
-        "python", "-m", "client_agent.split_trainer",
+        "python", "-m", "client_agent.split.trainer",
         "--federation", f"{CONFIG_DIR}/{CONFIG_FILE}",
         "--ps", fed.ps_address,  # the first group's PS (or the only one) vouches for client sessions
         "--peer-token-file", f"{PEER_DIR}/{PEER_KEY}",

@@ -21,10 +21,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from client_agent.flat_shards import FlatPartition, gather_slice, load_global_slices
 from client_agent.fsdp import full_flat_on_rank0, full_optimizer_state, init_distributed, shard_model
-from client_agent.shard_checkpoint import load_sharded, save_sharded
-from client_agent.shard_push import encode_slice, frames_to_leader
+from client_agent.slices.checkpoint import load_sharded, save_sharded
+from client_agent.slices.partition import FlatPartition, gather_slice, load_global_slices
+from client_agent.slices.push import encode_slice, frames_to_leader
 from geofed.codec import ErrorFeedback, decoder_for, make_codec
 
 FRAME = 16384

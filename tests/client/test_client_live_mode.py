@@ -9,9 +9,9 @@ import io
 import numpy as np
 import pytest
 
-from client_agent.agent import ClientAgent
+from client_agent.model_waits import next_model
 from client_agent.ps_client import GlobalVersion, PSClient, Upload
-from geofed.config import ClientConfig, FederationConfig
+from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 
 
@@ -72,12 +72,11 @@ class WaitPS:
     ("async", "", False),
     ("auto", "", True),  # 'auto' starts sync
 ])
-def test_next_model_follows_the_live_mode(tmp_path, configured, live, waits):
-    agent = ClientAgent(ClientConfig(client_id="t.mode", data=str(tmp_path), work_dir=str(tmp_path / "w")))
+def test_next_model_follows_the_live_mode(configured, live, waits):
     fed = FederationConfig.model_validate({"aggregation": {"mode": configured}})
     current = GlobalVersion(3, np.zeros(4, np.float32), ())
     ps = WaitPS(live, current)
-    got = agent._next_model(ps, fed, current, "ACCEPTED", 3)  # type: ignore[arg-type]
+    got = next_model(ps, fed, current, "ACCEPTED", 3)  # type: ignore[arg-type]
     if waits:
         assert ps.calls == [("wait", 3)] and got.version == 4
     else:

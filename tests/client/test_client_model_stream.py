@@ -70,7 +70,7 @@ def test_damaged_chunks_are_refetched_from_their_offset_and_both_versions_arrive
     expected = [stub.stream.published(s).flat for s in stub.snaps]
 
     # Execute
-    thread = threading.Thread(target=client._stream_loop, daemon=True)
+    thread = threading.Thread(target=client.stream.run, daemon=True)
     thread.start()
     got = client.wait_for_version(1, timeout=30)
     client._stop.set()

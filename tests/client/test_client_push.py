@@ -1,20 +1,23 @@
-"""The agent's push: the round is checkpointed (upload included) before anything is sent, and the
-error-feedback residual moves on only when the PS takes the delta (issue 17)."""
+"""The whole-vector push: the round is checkpointed (upload included) before anything is sent, and the
+error-feedback residual moves on only when the PS takes the delta."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from client_agent.agent import ClientAgent
+from client_agent.link_tuner import LinkMeter, LinkTuner
+from client_agent.paradigms import client_paradigm
 from client_agent.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
+from client_agent.sync import RoundResult, SyncContext, WholeVectorSync
 from client_agent.trainer import TrainStats
-from geofed.codec import ErrorFeedback, decoder_for
-from geofed.config import ClientConfig, FederationConfig
+from geofed.codec import decoder_for
+from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 
 N = 5000
@@ -23,7 +26,6 @@ N = 5000
 class FakePS:
     """Takes or refuses every push; records the order of saves and sends."""
 
-    link_bytes_per_s = None
     bytes_sent = 0
     shard_cuts = ()  # a single PS: frames need not end at shard bounds (PSClient learns them at Join)
 
@@ -57,20 +59,23 @@ def decoded(upload: Upload) -> np.ndarray:
 
 
 def push(tmp_path, refuse: bool):
-    """One `_push` of a fresh delta with error feedback that already holds a residual."""
-    agent = ClientAgent(ClientConfig(client_id="t.push", data=str(tmp_path), work_dir=str(tmp_path / "w")))
+    """One whole-vector push of a fresh delta with error feedback that already holds a residual."""
     fed = FederationConfig.model_validate({"codec": {"name": "int8"}})
     rng = np.random.default_rng(0)
-    ef = ErrorFeedback(N)
-    ef.residual[:] = rng.standard_normal(N).astype(np.float32) * 1e-3
-    before = ef.residual.copy()
-    delta = rng.standard_normal(N).astype(np.float32)
-    stats = TrainStats(3, 96, 12, 2.0, 10.0, 1.0, "steps", 1e-3, 0.5)
     events: list[str] = []
     ps = FakePS(events, refuse)
-    outcome = agent._push(ps, fed, GlobalVersion(2, np.zeros(N, np.float32), ()), torch.from_numpy(delta),
-                          ef, stats, None, 3, N, lambda upload: events.append(f"save {upload.upload_id}"))
-    return outcome, ef, before, delta, events, ps
+    ranks = SimpleNamespace(leader=True, rank=0, world=1)
+    ctx = SyncContext(ps, ranks, fed, client_paradigm(fed.paradigm), LinkTuner(fed, LinkMeter(), N, "t.push"),
+                      "t.push", tmp_path, (), N)
+    sync = WholeVectorSync(ctx)
+    sync.ef.residual[:] = rng.standard_normal(N).astype(np.float32) * 1e-3
+    before = sync.ef.residual.copy()
+    delta = rng.standard_normal(N).astype(np.float32)
+    sync.delta.copy_(torch.from_numpy(delta))
+    sync._checkpoint = lambda state, flat, result, step, upload: events.append(f"save {upload.upload_id}")
+    stats = TrainStats(3, 96, 12, 2.0, 10.0, 1.0, "steps", 1e-3, 0.5)
+    outcome = sync.push(RoundResult(GlobalVersion(2, np.zeros(N, np.float32), ()), stats, None), {}, 3)
+    return outcome, sync.ef, before, delta, events, ps
 
 
 @pytest.mark.parametrize("refuse", [True, False])

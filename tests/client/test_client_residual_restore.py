@@ -1,4 +1,4 @@
-"""A rejoining client restores its error-feedback residual in a thread (agent._restore_residual): same state, same
+"""A rejoining client restores its error-feedback residual in a thread (`sync.whole.restore_residual`): same state, same
 refusals as `ErrorFeedback.load_state_dict` in the main thread."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent.agent import _in_thread, _restore_residual, _restored_residual
+from client_agent.sync.whole import restore_residual as _restore_residual
+from client_agent.sync.whole import restored_residual as _restored_residual
+from client_agent.threads import in_thread as _in_thread
 from geofed.codec import CodecError
 
 

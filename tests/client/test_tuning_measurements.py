@@ -1,4 +1,4 @@
-"""What the interval tuner measures on the client: download rate, RTT, step time; and the loop's choice of T/H."""
+"""What the interval tuner measures on the client: download rate, RTT, step time; and the tuner's choice of T/H."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from client_agent import link_tuner, model_stream
 from client_agent import ps_client as ps_client_module
-from client_agent.agent import ClientAgent
+from client_agent.link_tuner import LinkMeter, LinkTuner, blend
 from client_agent.model_transfer import ModelAssembler
-from client_agent.ps_client import PSClient, blend
+from client_agent.ps_client import PSClient
 from client_agent.trainer import TrainStats
-from geofed.config import ClientConfig, FederationConfig
+from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol.messages import manifest_to_proto
 
@@ -54,8 +55,7 @@ def test_blend_is_the_mean_of_the_estimate_and_the_sample():
 def test_download_rate_leaves_out_the_first_chunk(monkeypatch):
     # Prepare: a 2 MiB fp32 transfer in 4 chunks of 512 KiB; the first arrives at t = 100, the last at t = 101.5
     clock = {"t": 100.0}
-    monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
-                                                                        sleep=time.sleep))
+    monkeypatch.setattr(model_stream, "time", types.SimpleNamespace(monotonic=lambda: clock["t"], sleep=time.sleep))
     client = _client()
     flat = np.arange(CHUNK // 4 * 4, dtype=np.float32)
     chunks = _fp32_chunks(1, flat)
@@ -64,45 +64,44 @@ def test_download_rate_leaves_out_the_first_chunk(monkeypatch):
     # Execute
     for i, chunk in enumerate(chunks):
         clock["t"] = 100.0 + 0.5 * i
-        client._take_chunk(assembler, chunk)
+        client.stream.take_chunk(assembler, chunk)
 
     # Assert: 3 chunks (1.5 MiB) after the first, in 1.5 s: 1 MiB/s
     assert client.latest().version == 1
-    assert client.down_bytes_per_s == (3 * CHUNK) / 1.5
-    assert client.last_model_bytes == flat.nbytes
+    assert client.link.down_bytes_per_s == (3 * CHUNK) / 1.5
+    assert client.link.last_model_bytes == flat.nbytes
     client.close()
 
 
 def test_a_one_chunk_transfer_that_needed_no_wait_is_timed_from_the_stream_opening(monkeypatch):
     # Prepare: RTT 0.2 s; the stream opened at t = 100 when the PS was known to hold a newer version than ours
     clock = {"t": 100.0}
-    monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
-                                                                        sleep=time.sleep))
+    monkeypatch.setattr(model_stream, "time", types.SimpleNamespace(monotonic=lambda: clock["t"], sleep=time.sleep))
     client = _client()
-    client.rtt_s = 0.2
+    client.link.rtt_s = 0.2
     flat = np.arange(CHUNK // 4, dtype=np.float32)  # 512 KiB: one chunk
-    client._opened = (100.0, True)
+    client.link.stream_opened(100.0, True)
 
     # Execute: version 5 arrives whole at t = 100.7; then a stream opened at t = 200 with nothing newer known at
     # the PS (a sync round still open) gets version 6 when the round closes
     clock["t"] = 100.7
-    client._take_chunk(ModelAssembler(), _fp32_chunks(5, flat)[0])
-    first_rate = client.down_bytes_per_s
-    client._opened = (200.0, False)
+    client.stream.take_chunk(ModelAssembler(), _fp32_chunks(5, flat)[0])
+    first_rate = client.link.down_bytes_per_s
+    client.link.stream_opened(200.0, False)
     clock["t"] = 230.0  # version 6 was published (a round closed) while the stream waited: not a link time
-    client._take_chunk(ModelAssembler(), _fp32_chunks(6, flat)[0])
+    client.stream.take_chunk(ModelAssembler(), _fp32_chunks(6, flat)[0])
 
     # Assert: 512 KiB over 0.7 s less one RTT = 1 MiB/s; the waited-for version leaves the rate alone
     assert first_rate == pytest.approx(CHUNK / 0.5)
-    assert client.down_bytes_per_s == first_rate
+    assert client.link.down_bytes_per_s == first_rate
     client.close()
 
 
 def test_a_one_chunk_transfer_is_not_timed():
     client = _client()
     flat = np.ones(1000, dtype=np.float32)
-    client._take_chunk(ModelAssembler(), _fp32_chunks(1, flat)[0])
-    assert client.down_bytes_per_s is None and client.last_model_bytes == 4000
+    client.stream.take_chunk(ModelAssembler(), _fp32_chunks(1, flat)[0])
+    assert client.link.down_bytes_per_s is None and client.link.last_model_bytes == 4000
     client.close()
 
 
@@ -117,19 +116,18 @@ def test_the_heartbeat_times_its_round_trip():
 
     client.stub = Stub()
     client._heartbeat_loop()
-    assert 0.05 <= client.rtt_s < 1.0
+    assert 0.05 <= client.link.rtt_s < 1.0
     client.close()
 
 
 def test_the_rtt_is_the_least_recent_round_trip_so_a_stalled_heartbeat_does_not_count():
-    client = _client()
+    meter = LinkMeter()
     for sample in (0.05, 3.5, 0.06):  # the middle heartbeat waited out a black hole
-        client._note_rtt(sample)
-    assert client.rtt_s == 0.05
-    for _ in range(ps_client_module.RTT_WINDOW):  # the path itself got slower: after a window, that is the RTT
-        client._note_rtt(0.2)
-    assert client.rtt_s == 0.2
-    client.close()
+        meter.round_trip(sample)
+    assert meter.rtt_s == 0.05
+    for _ in range(link_tuner.RTT_WINDOW):  # the path itself got slower: after a window, that is the RTT
+        meter.round_trip(0.2)
+    assert meter.rtt_s == 0.2
 
 
 def test_step_time_of_a_round():
@@ -139,30 +137,29 @@ def test_step_time_of_a_round():
     assert TrainStats(0, 0, 0, 0.0, 0.0, 0.0, "deadline", 0.0, 0.0).step_s is None
 
 
-def test_the_loop_takes_the_tuned_interval_and_logs_each_change(tmp_path, caplog):
+def test_the_tuner_lengthens_the_interval_from_its_measurements_and_logs_each_change(caplog):
     # Prepare
-    agent = ClientAgent(ClientConfig(client_id="t.tune", data=str(tmp_path), work_dir=str(tmp_path / "w")))
     fixed = FederationConfig.model_validate({"training": {"sync_interval_s": 6, "local_steps": 40}})
     tuned = FederationConfig.model_validate({"training": {"sync_interval_s": 6, "local_steps": 40},
                                              "autotune": {"interval": True, "comm_fraction": 0.2}})
-    ps = SimpleNamespace(link_bytes_per_s=None, down_bytes_per_s=None, rtt_s=None, last_push_bytes=None,
-                         last_model_bytes=None)
-    ranks = SimpleNamespace(leader=True, bcast_text=lambda text: text)
+    meter = LinkMeter()
+    measured = SimpleNamespace(up_bytes_per_s=1e6, down_bytes_per_s=4e6, rtt_s=0.05, last_push_bytes=2_000_000,
+                               last_model_bytes=8_000_000)
+    tuner = LinkTuner(tuned, meter, 1000, "t.tune")
 
     # Execute and assert
-    assert agent._interval(fixed, ps, ranks, 1000) == (6.0, 40)
     with caplog.at_level(logging.INFO, logger="geofed.client"):
-        assert agent._interval(tuned, ps, ranks, 1000) == (6.0, 40)  # nothing measured: the configured T, H
-        ps.link_bytes_per_s, ps.down_bytes_per_s, ps.rtt_s = 1e6, 4e6, 0.05
-        ps.last_push_bytes, ps.last_model_bytes = 2_000_000, 8_000_000
-        agent._step_s = 0.5
+        assert LinkTuner(fixed, meter, 1000, "t.fixed").interval() == (6.0, 40)
+        assert tuner.interval() == (6.0, 40)  # nothing measured: the configured T, H
+        meter.__dict__.update(measured.__dict__)
+        tuner.step_s = 0.5
         # C = 4.1 s: T = 17 s (test_tuning_policy), longer than the configured 6 s round: lengthened
-        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 34)
-        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 34)
-        agent._step_s = 2.0  # the client slowed down: same T, fewer steps
-        assert agent._interval(tuned, ps, ranks, 1000) == (17.0, 9)
+        assert tuner.interval() == (17.0, 34)
+        assert tuner.interval() == (17.0, 34)
+        tuner.step_s = 2.0  # the client slowed down: same T, fewer steps
+        assert tuner.interval() == (17.0, 9)
     lines = [r.getMessage() for r in caplog.records if "event=autotune" in r.getMessage()]
-    assert len(lines) == 3
+    assert len(lines) == 3  # the fixed interval is not logged as a tuned one
     assert "knob=sync_interval value=6 steps=40" in lines[0] and "not measured yet" in lines[0]
     assert "knob=sync_interval value=17 steps=34" in lines[1]
     assert "knob=sync_interval value=17 steps=9" in lines[2]
@@ -196,7 +193,7 @@ def test_a_duplicate_answer_is_not_timed_as_an_upload(monkeypatch):
 
     # Assert: the rate is the APPLIED push's 1 MiB/s, not blended with 1 GiB/s
     assert (applied.status, duplicate.status) == ("APPLIED", "DUPLICATE")
-    assert client.link_bytes_per_s == float(1 << 20)
+    assert client.link.up_bytes_per_s == float(1 << 20)
     client.close()
 
 
@@ -229,7 +226,7 @@ def test_the_model_stream_survives_an_unexpected_error():
     client.stub = Stub()
 
     # Execute: the stream loop alone, on a thread of ours (start() would open the heartbeat loop too)
-    thread = threading.Thread(target=client._stream_loop, daemon=True)
+    thread = threading.Thread(target=client.stream.run, daemon=True)
     thread.start()
     got = client.wait_for_version(0, timeout=20)
     client.close()
@@ -244,10 +241,9 @@ def test_the_model_stream_survives_an_unexpected_error():
 def test_the_stream_loop_times_a_transfer_the_ps_could_send_at_once(monkeypatch):
     # Prepare: the client holds nothing, a Join named version 1; the PS answers the stream after 0.7 s (RTT 0.2 s)
     clock = {"t": 50.0}
-    monkeypatch.setattr(ps_client_module, "time", types.SimpleNamespace(monotonic=lambda: clock["t"],
-                                                                        sleep=time.sleep))
+    monkeypatch.setattr(model_stream, "time", types.SimpleNamespace(monotonic=lambda: clock["t"], sleep=time.sleep))
     client = _client()
-    client.rtt_s, client.ps_version_seen = 0.2, 1
+    client.link.rtt_s, client.ps_version_seen = 0.2, 1
     flat = np.arange(CHUNK // 4, dtype=np.float32)
 
     class Stub:
@@ -261,9 +257,9 @@ def test_the_stream_loop_times_a_transfer_the_ps_could_send_at_once(monkeypatch)
     client.stub = Stub()
 
     # Execute
-    client._stream_loop()
+    client.stream.run()
 
     # Assert: 512 KiB in 0.7 s less one RTT
     assert client.latest().version == 1
-    assert client.down_bytes_per_s == pytest.approx(CHUNK / 0.5)
+    assert client.link.down_bytes_per_s == pytest.approx(CHUNK / 0.5)
     client.close()

@@ -15,9 +15,9 @@ import pytest
 import torch
 import yaml
 
-from client_agent.agent import private_digest
 from client_agent.checkpoint import CheckpointManager
 from client_agent.model import build_model
+from client_agent.site import private_digest
 from geofed.config import FederationConfig
 from geofed_apps.finetune.base_model import base_key
 from geofed_apps.finetune.preset import FinetuneTask

@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from client_agent.corpus import stdlib_split, write_file_list
-from client_agent.flat_shards import FlatPartition
+from client_agent.slices.partition import FlatPartition
 from geofed.codec.base import DEFAULT_FRAME_ELEMS
 from geofed_apps.launch import child_env, write_token
 from geofed_apps.shards import ShardedPS

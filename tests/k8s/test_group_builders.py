@@ -140,7 +140,7 @@ def test_fsl_sage_gets_a_trainer_and_the_paradigm_points_clients_at_it() -> None
     c = container(dep)
     assert c["image"] == "client:1" and c["resources"]["limits"]["nvidia.com/gpu"] == 1
     cmd = c["command"]
-    assert cmd[:3] == ["python", "-m", "client_agent.split_trainer"]
+    assert cmd[:3] == ["python", "-m", "client_agent.split.trainer"]
     assert flags(cmd, "--ps") == "demo-ps.ml.svc:7443"
     assert flags(cmd, "--peer-token-file") == "/etc/geofed/peer/token"
     assert flags(cmd, "--tls-cert") == "/etc/geofed/tls/tls.crt" and flags(cmd, "--ca") == "/etc/geofed/tls/ca.crt"

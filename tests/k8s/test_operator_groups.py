@@ -85,7 +85,7 @@ async def test_groups_get_a_ps_each_the_trainer_and_per_group_status(api, fake_p
             cmd = _command(api, f"demo-ps-{group}")
             assert cmd[cmd.index("--group") + 1] == group and "--peer-token-file" in cmd
         trainer = _command(api, "demo-trainer")
-        assert trainer[:3] == ["python", "-m", "client_agent.split_trainer"]
+        assert trainer[:3] == ["python", "-m", "client_agent.split.trainer"]
         assert trainer[trainer.index("--ps") + 1] == f"demo-ps-us-east.{NAMESPACE}.svc:7443"
         # What the PSs load: each group's in-cluster address, the trainer's address for clients.
         config_map = get(api, "v1/configmaps", NAMESPACE, "demo-config")

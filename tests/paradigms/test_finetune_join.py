@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_agent.ps_client import JoinError, PSClient, PushError
+from client_agent.ps_client import JoinError, JoinSpec, PSClient, PushError
 from geofed.manifest import TensorEntry
 from geofed_testing.procs import PSNode, Reaper
 from geofed_testing.wire import join, mint, push
@@ -30,21 +30,17 @@ def test_join_refuses_another_adapter_shape_or_paradigm_and_the_token_survives(t
     ps = PSNode(tmp_path / "ps", LORA).start()
     reaper.proc(ps.proc)
     master = join(ps, "site.master", master=True, reaper=reaper, start=False)
-    master.paradigm = "lora"
     push(master, 0, np.zeros(8 * 32 + 96 * 8, np.float32), init=True, manifest=_adapters(8))
     token = mint(ps, "site.b")
     client = PSClient(ps.address, "site.b", lambda: token, insecure=True, state_dir=tmp_path / "b", join_deadline_s=5)
     reaper.add(client.close)
 
-    client.paradigm, client.declared_manifest = "lora", _adapters(4)  # rank 4 against the federation's 8
     with pytest.raises(JoinError, match=r"lora_A.default.weight \[4, 32\] here but .*lora_A.default.weight \[8, 32\]"):
-        client.join()
-    client.paradigm, client.declared_manifest = "hybrid-lora", _adapters(8)
+        client.join(JoinSpec(paradigm="lora", manifest=_adapters(4)))  # rank 4 against the federation's 8
     with pytest.raises(JoinError, match="runs paradigm 'hybrid-lora' but the federation runs 'lora'"):
-        client.join()
+        client.join(JoinSpec(paradigm="hybrid-lora", manifest=_adapters(8)))
 
-    client.paradigm = "lora"
-    client.join()  # the same one-time token: nothing was spent by the refusals
+    client.join(JoinSpec(paradigm="lora"))  # the same one-time token: nothing was spent by the refusals
     assert client.session
 
 

@@ -50,7 +50,7 @@ def test_raw_data_never_leaves_and_a_preempted_split_client_rejoins(tmp_path):
         reaper.add(to_ps.close)
         ready = tmp_path / "trainer.ready"
         trainer = reaper.proc(spawn(
-            [sys.executable, "-m", "client_agent.split_trainer", "--federation", str(ps.fed_file), "--ps", ps.address,
+            [sys.executable, "-m", "client_agent.split.trainer", "--federation", str(ps.fed_file), "--ps", ps.address,
              "--peer-token-file", str(peer), "--host", "127.0.0.1", "--port", str(trainer_port),
              "--out", str(tmp_path / "server-part"), "--insecure", "--ready-file", str(ready)],
             tmp_path / "trainer.log"))  # fmt: skip
@@ -67,7 +67,8 @@ def test_raw_data_never_leaves_and_a_preempted_split_client_rejoins(tmp_path):
         first = launch("client-1.log", 60)
         wait_until(lambda: "event=split_aligned" in (tmp_path / "client-1.log").read_text(), 120,
                    "the client's first exchange with the trainer")
-        wait_until(lambda: list((work / "checkpoints").glob("*")), 30, "a client checkpoint")
+        # latest.pt itself: while the first one is written only its hidden temp file is there
+        wait_until((work / "checkpoints" / "latest.pt").is_file, 30, "a client checkpoint")
         stop(first, signal.SIGKILL)
         version_at_kill = ps.status()["version"]
         ckpt = CheckpointManager(work / "checkpoints").load_latest()

@@ -13,7 +13,7 @@ import torch
 
 from client_agent.data import TokenStream, load_tokens
 from client_agent.paradigms import client_paradigm
-from client_agent.split_trainer import SplitTrainerServicer
+from client_agent.split.trainer import SplitTrainerServicer
 from client_agent.tokenizer import ByteTokenizer
 from client_agent.trainer import LocalTrainer
 from geofed.config import FederationConfig

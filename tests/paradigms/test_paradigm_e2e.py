@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from client_agent.model import build_model
-from client_agent.ps_client import JoinError, PSClient
+from client_agent.ps_client import JoinError, JoinSpec, PSClient
 from geofed.config import FederationConfig
 from geofed.manifest import TensorEntry
 from geofed_testing.procs import PSNode, Reaper
@@ -62,13 +62,10 @@ def test_join_refuses_a_client_of_another_paradigm_before_spending_its_token(tmp
     token = mint(ps, "site.a")
     client = PSClient(ps.address, "site.a", lambda: token, insecure=True, state_dir=tmp_path / "a", join_deadline_s=5)
     reaper.add(client.close)
-    client.paradigm = "bitfit"
-
     with pytest.raises(JoinError, match="runs paradigm 'bitfit' but the federation runs 'pretrain'"):
-        client.join()
+        client.join(JoinSpec(paradigm="bitfit"))
 
-    client.paradigm = "pretrain"
-    client.join()  # the same one-time token still works: nothing was spent
+    client.join(JoinSpec(paradigm="pretrain"))  # the same one-time token still works: nothing was spent
     assert client.session
 
 
@@ -80,9 +77,6 @@ def test_join_refuses_a_client_whose_exchanged_layout_differs_naming_the_tensor(
     token = mint(ps, "site.b")
     client = PSClient(ps.address, "site.b", lambda: token, insecure=True, state_dir=tmp_path / "b", join_deadline_s=5)
     reaper.add(client.close)
-    client.declared_manifest = (TensorEntry("other.weight", (7, 3), "float32"),)
-
     with pytest.raises(JoinError, match=r"tensor #0 is other.weight \[7, 3\] here but w \[1000\] in the federation"):
-        client.join()
-    client.declared_manifest = (TensorEntry(*manifest_for(1000)[0]),)
-    client.join()  # the token was not spent by the refusal
+        client.join(JoinSpec(manifest=(TensorEntry("other.weight", (7, 3), "float32"),)))
+    client.join(JoinSpec(manifest=(TensorEntry(*manifest_for(1000)[0]),)))  # the token was not spent by the refusal

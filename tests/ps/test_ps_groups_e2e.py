@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
-from client_agent.ps_client import PSClient
+from client_agent.ps_client import JoinSpec, PSClient
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.wan import LinkProfile, WanProxy
@@ -63,9 +63,8 @@ def join(ps, client_id, *, reaper, group="", master=False):
     """A joined, streaming `PSClient` of `group` (empty: it names none)."""
     token = mint(ps, client_id, master)
     client = PSClient(ps.address, client_id, lambda: token, insecure=True)
-    client.group = group
     reaper.add(client.close)
-    client.join()
+    client.join(JoinSpec(group=group))
     client.start()
     return client
 

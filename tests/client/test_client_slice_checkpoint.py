@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from client_agent.checkpoint import CheckpointError
-from client_agent.flat_shards import FlatPartition
-from client_agent.shard_checkpoint import POINTER, load_sharded, save_sharded
+from client_agent.slices.checkpoint import POINTER, load_sharded, save_sharded
+from client_agent.slices.partition import FlatPartition
 from geofed.codec import ErrorFeedback
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")

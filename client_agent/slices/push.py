@@ -1,10 +1,10 @@
-"""A site's push, shard-wise (issue 18): every rank encodes its own slice, rank 0 relays the frames.
+"""A site's push, shard-wise: every rank encodes its own slice, rank 0 relays the frames.
 
 Each rank error-corrects and encodes its `FlatPartition` range with a `SliceCodec` (the ranks agree on
 the header's global min/max and entropy table through `DistAgreement`), then hands its frames to rank
 0 one at a time over the process group, as raw bytes (a length, then the bytes; nothing is pickled).
 Rank 0, which alone holds the connection to the PS (paper §III), streams its own frames and then each
-other rank's in rank order, which is flat-offset order: one stream today's PS decodes unchanged. No
+other rank's in rank order, which is flat-offset order: one stream the PS decodes as any other. No
 rank holds more than its slice and one frame in flight; rank 0 never holds the whole delta.
 """
 
@@ -20,8 +20,8 @@ from geofed.codec import Codec, ErrorFeedback
 from geofed.codec.base import DEFAULT_FRAME_ELEMS
 from geofed.codec.sharded import SliceCodec
 
-from .flat_shards import FlatPartition
-from .fsdp import comm_device
+from ..fsdp import comm_device
+from .partition import FlatPartition
 
 _END = -1  # length sent after a rank's last frame
 

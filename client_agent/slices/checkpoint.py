@@ -1,4 +1,4 @@
-"""Sharded client checkpoints (issue 18; paper §III-B4): every rank writes its own part, any rank count reads.
+"""Sharded client checkpoints (paper §III-B4): every rank writes its own part, any rank count reads.
 
 `torch.distributed.checkpoint` (DCP) writes the FSDP-sharded model, AdamW's sharded moments and the
 error-feedback residual, each rank its own shards, so no rank gathers a full-size buffer to save; on
@@ -25,8 +25,8 @@ from torch import nn
 
 from geofed.codec import ErrorFeedback
 
-from .checkpoint import CheckpointError, atomic_write
-from .flat_shards import FlatPartition, Range, exchange
+from ..checkpoint import CheckpointError, atomic_write
+from .partition import FlatPartition, Range, exchange
 
 POINTER = "latest.json"
 FORMAT = "geofed-sharded-1"

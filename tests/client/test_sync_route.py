@@ -1,15 +1,24 @@
-"""The sync path a site takes (issue 18): shard-wise only where it fits, otherwise today's path, with a reason."""
+"""The sync path a site takes: shard-wise only where it fits, otherwise the whole-vector path, with a reason."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from client_agent.shard_route import shard_route
+from client_agent.link_tuner import CODEC_POLICIES, FixedCodec
+from client_agent.paradigms import CLIENT_PARADIGMS, client_paradigm
+from client_agent.sync import SliceWiseSync, WholeVectorSync, sync_route
 from geofed.codec import CodecError, make_codec
 from geofed.codec.sharded import SliceCodec
 from geofed.codec.sparse import SparseParams
-from geofed.config import CodecConfig
+from geofed.config import SHARDED_PARADIGMS, CodecConfig, FederationConfig
+
+
+def shard_route(world: int, paradigm: str, codec: str, sharded_checkpoint: bool = False):
+    """The route for paradigm and codec names, as the site asks it (the codec's per-round candidates)."""
+    settings = FederationConfig.model_validate({"paradigm": {"name": paradigm}}).paradigm
+    codecs = CODEC_POLICIES.get(codec, FixedCodec)(codec).candidates
+    return sync_route(world, client_paradigm(settings), codecs, sharded_checkpoint)
 
 
 class _Alone:
@@ -47,14 +56,20 @@ def test_sparse_falls_back_and_auto_goes_shard_wise():
 
 
 @pytest.mark.parametrize("paradigm", ["lora", "zo", "fsl-sage"])
-def test_small_vector_paradigms_keep_todays_path(paradigm):
+def test_small_vector_paradigms_keep_the_whole_vector_path(paradigm):
     route = shard_route(2, paradigm, "int8")
     assert not route.shard_wise and repr(paradigm) in route.reason
+    assert route.path is WholeVectorSync
 
 
-def test_one_rank_keeps_todays_path_unless_it_resumes_a_sharded_checkpoint():
+def test_one_rank_keeps_the_whole_vector_path_unless_it_resumes_a_sharded_checkpoint():
     one = shard_route(1, "pretrain", "int8")
     assert not one.shard_wise and "one rank" in one.reason
     resuming = shard_route(1, "pretrain", "int8", sharded_checkpoint=True)
-    assert resuming.shard_wise and "sharded checkpoint" in resuming.reason
+    assert resuming.shard_wise and "sharded checkpoint" in resuming.reason and resuming.path is SliceWiseSync
     assert not shard_route(1, "lora", "int8", sharded_checkpoint=True).shard_wise
+
+
+def test_the_elementwise_paradigms_are_the_ones_a_sharded_ps_takes():
+    """The client's capability and the federation's check of ps_shards name the same paradigms."""
+    assert {n for n, p in CLIENT_PARADIGMS.items() if p.elementwise} == set(SHARDED_PARADIGMS)

@@ -1,11 +1,11 @@
-"""A site's sync, shard-wise (issue 18): every rank keeps, diffs, error-corrects, encodes and checkpoints
-only its own slice of the flat vector; rank 0 relays the frames to the PS.
+"""One rank's slice state for the shard-wise sync: every rank keeps, diffs, error-corrects, encodes and
+checkpoints only its own slice of the flat vector; rank 0 relays the frames to the PS.
 
-Today's path gathers the whole model on rank 0 for each delta and checkpoint, about seven full-size fp32
+The whole-vector path gathers the model on rank 0 for each delta and checkpoint, about seven full-size fp32
 buffers on one rank (global model, delta, residual and its corrected copy, the checkpoint's flat model and
 AdamW's gathered moments). Here each rank holds its `FlatPartition` range of the base model, the delta and
 the residual (O(model / ranks)); rank 0 spools the frames as they arrive (`PSClient.prepare`, spilled to
-disk past 64 MB), and checkpoints are written by every rank for its own shards (`shard_checkpoint`, DCP),
+disk past 64 MB), and checkpoints are written by every rank for its own shards (`slices.checkpoint`, DCP),
 so a site relaunched on another number of ranks restores them. Rank 0 still receives the new global model
 whole from the PS (one fp32 vector: the model stream is one connection, paper §III) and sends each rank
 its range from it (`load_global_slices`).
@@ -32,13 +32,13 @@ from torch import nn
 from geofed.codec import Codec, ErrorFeedback
 from geofed.codec.base import DEFAULT_FRAME_ELEMS
 
-from .checkpoint import CheckpointError, atomic_write
-from .flat import Select
-from .flat_shards import FlatPartition, gather_slice, load_global_slices
-from .fsdp import is_distributed, reshard
-from .ps_client import Upload
-from .shard_checkpoint import load_sharded, read_pointer, save_sharded
-from .shard_push import encode_slice, frames_to_leader
+from ..checkpoint import CheckpointError, atomic_write
+from ..flat import Select
+from ..fsdp import is_distributed, reshard
+from ..ps_client import Upload
+from .checkpoint import load_sharded, read_pointer, save_sharded
+from .partition import FlatPartition, gather_slice, load_global_slices
+from .push import encode_slice, frames_to_leader
 
 log = logging.getLogger("geofed.client")
 
@@ -52,7 +52,7 @@ def sharded_meta(work: Path) -> dict[str, Any] | None:
     return None if body is None else body["meta"]
 
 
-class ShardSync:
+class SliceSync:
     """One rank's part of a shard-wise sync (see the module docstring)."""
 
     def __init__(self, work: Path, rank: int, world: int, numel: int, select: Select, *, block: int = 0,

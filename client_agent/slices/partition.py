@@ -1,4 +1,4 @@
-"""Each rank's own contiguous slice of the flat vector, moved to and from its FSDP shards (issue 18).
+"""Each rank's own contiguous slice of the flat vector, moved to and from its FSDP shards.
 
 The flat vector (`client_agent.flat`, manifest order) is cut into one contiguous, frame-aligned range
 per rank (`FlatPartition`): rank r encodes, error-corrects and checkpoints only its range, and the
@@ -7,8 +7,8 @@ order when the ranks' frames are sent in rank order. FSDP2 shards each parameter
 (`Shard(0)`), so a parameter's rows usually live on other ranks than its part of the flat range:
 `gather_slice` and `scatter_slice` move them with one `all_to_all_single` per parameter, each rank
 sending exactly the elements another rank owns. No rank ever holds more than its shards, its slice
-and one parameter's local rows (paper §III: the client is an FSDP worker group; the issue's goal is
-per-rank memory O(model / ranks + one frame)).
+and one parameter's local rows (paper §III: the client is an FSDP worker group), so per-rank memory is
+O(model / ranks + one frame).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .flat import Select, selected
-from .fsdp import comm_device
+from ..flat import Select, selected
+from ..fsdp import comm_device
 
 Range = tuple[int, int]
 

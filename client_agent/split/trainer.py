@@ -1,6 +1,6 @@
 """FSL-SAGE's server-side trainer (paper §III-C3d): its own process and gRPC service, beside the torch-free PS.
 
-    python -m client_agent.split_trainer --federation fed.yaml --ps HOST:PORT --peer-token-file F \
+    python -m client_agent.split.trainer --federation fed.yaml --ps HOST:PORT --peer-token-file F \
         --port 7450 --out DIR (--tls-cert C --tls-key K [--ca PS_CA] | --insecure) [--ready-file R]
 
 It holds the server-side blocks (`ServerPart`, seeded like every client's model). A client's `Align` call
@@ -34,7 +34,7 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import AUTH_KEY, credential_from
 from geofed.protocol.channel import open_channel
 
-from .split_parts import AuxBlock, ServerPart, decode_tensor, encode_tensor
+from .parts import AuxBlock, ServerPart, decode_tensor, encode_tensor
 
 log = logging.getLogger("geofed.split")
 
@@ -169,7 +169,7 @@ def serve(argv: list[str] | None = None) -> int:
     from geofed.cli_flags import apply_overrides, load_settings_file, validate_settings
     from geofed.logs import setup_logging
 
-    ap = argparse.ArgumentParser(prog="python -m client_agent.split_trainer", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m client_agent.split.trainer", description=__doc__.splitlines()[0])
     ap.add_argument("--federation", required=True)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--ps", required=True, help="the PS that vouches for client sessions")

@@ -1,0 +1,58 @@
+"""The waits for a global model between rounds: the first one, and the next one after a push."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from geofed.config import FederationConfig
+from geofed.tuning import initial_mode
+
+from .errors import JoinError
+from .ps_client import GlobalVersion, PSClient
+
+log = logging.getLogger("geofed.client")
+
+
+def first_model(ps: PSClient, timeout_s: float) -> GlobalVersion:
+    """The first global model; JoinError (exit 3, a readable reason) if the master never installs one."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        got = ps.wait_for_version(0, timeout=min(30.0, left))
+        if got is not None:
+            return got
+        log.info("event=waiting_for_model newer_than=0")
+    raise JoinError(
+        f"NoGlobalModel: the PS has no global model after {timeout_s:.0f}s; the federation's master client "
+        "has not installed it (Kubernetes: the Federation's spec.server.masterClientID names the master; "
+        "is its SiteClient running?)"
+    )
+
+
+def next_model(ps: PSClient, fed: FederationConfig, current: GlobalVersion, status: str, version: int) -> GlobalVersion:
+    """sync: wait for the round to close; async: adopt the newest version (ours, if it was applied).
+
+    The mode is the one the PS said it runs in its last push response (aggregation.mode 'auto' switches it
+    between rounds), else the FederationConfig's, as for a PS that predates the field.
+    """
+    if status == "STALE":  # resync: any model the PS streams next (it may be older after a PS restart)
+        while True:
+            got = ps.wait_for_fresh(current, timeout=30.0)
+            if got is not None:
+                return got
+            log.info("event=waiting_for_model after=stale")
+    if (ps.aggregation_mode or initial_mode(fed.aggregation.mode)) == "sync":
+        while True:
+            got = ps.wait_for_version(current.version, timeout=5.0)
+            if got is not None:
+                return got
+            fresh = ps.latest()
+            if fresh is not None and fresh is not current and fresh.version < current.version:
+                return fresh  # the PS restarted behind us: its round will never reach our version
+            log.info("event=waiting_for_round version=%d", current.version)
+    if status == "APPLIED":
+        got = ps.wait_for_version(version - 1, timeout=30.0)
+        if got is not None:
+            return got
+    latest = ps.latest()
+    return latest if latest is not None and latest.version >= current.version else current

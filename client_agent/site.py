@@ -1,0 +1,218 @@
+"""A site's start, before its first round: data, Join, the model, the trainer and the sync path.
+
+Data first (a bad data directory fails before the one-time token is spent); rank 0 joins while the model
+code imports and the first global model streams in; the model is built the way the sync path needs it; the
+site's checkpoint is restored; the master bootstraps Θ0 (or re-seeds it after a total PS loss); an upload
+a preemption interrupted is resent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from geofed.config import ClientConfig, FederationConfig
+from geofed.manifest import TensorEntry
+
+from .checkpoint import CheckpointManager, ClientCheckpoint
+from .corpus import read_file_list
+from .data import TokenStream, load_tokens
+from .flat import ManifestMismatch, check_manifest
+from .fsdp import build_on_meta, shard_model
+from .link_tuner import CODEC_POLICIES, FixedCodec, LinkTuner
+from .paradigms import ClientParadigm, client_paradigm
+from .precision import pick_precision
+from .ps_client import GlobalVersion, JoinSpec, PSClient
+from .ranks import Ranks
+from .slices.state import sharded_meta
+from .sync import SyncContext, SyncPath, start_restore, sync_route
+from .tokenizer import check_vocab, load_tokenizer
+from .trainer import LocalTrainer
+
+log = logging.getLogger("geofed.client")
+
+FEDERATION_CACHE = "federation.json"  # the federation of the last Join: checked before the next one
+
+
+@dataclass(frozen=True)
+class Site:
+    """What the round loop works with once the site is set up."""
+
+    fed: FederationConfig
+    paradigm: ClientParadigm
+    trainer: LocalTrainer
+    sync: SyncPath
+    tuner: LinkTuner
+    numel: int  # elements of one push
+
+
+def private_digest(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over a private state's names and bytes (logged on restore, so a rejoin can be checked)."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        h.update(name.encode())
+        h.update(state[name].detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: threading.Thread) -> Site:
+    """Everything before the first round (see the module docstring), on every rank."""
+    # Data first: a bad data directory must fail before the one-time token is spent.
+    if cfg.tokenizer is not None:
+        preload.join()  # AutoTokenizer imports transformers too: never two threads in its lazy modules
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
+    if report.skipped:
+        log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
+    # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
+    resumed = ranks.share_resume(CheckpointManager(work / "checkpoints").load_latest() if ranks.leader else None)
+    # A site that ran shard-wise has a sharded checkpoint instead (every rank wrote its own shards).
+    shard_meta = sharded_meta(work) if ranks.leader else None
+    declared = _newest_declaration(resumed, shard_meta)
+    # Declare what we ran: a federation that changed refuses us at Join.
+    spec = JoinSpec(
+        paradigm=declared[0] if declared else "",
+        manifest=tuple(TensorEntry(n, tuple(s), d) for n, s, d in declared[1]) if declared else (),
+        group=cfg.group or "",
+        decoders=_downlink_decoders,
+    )
+
+    def join() -> tuple[str, bool]:
+        # A tokenizer the model cannot embed: refuse before a token is spent when the federation is known,
+        # else right after Join (the saved rejoin token serves the corrected relaunch).
+        if (vocab := _cached_vocab(work / FEDERATION_CACHE)) is not None:
+            check_vocab(tokenizer, vocab)
+        ps.join(spec)
+        joined = ps.federation.model_dump_json()
+        (work / FEDERATION_CACHE).write_text(joined)
+        check_vocab(tokenizer, ps.federation.model.vocab_size)
+        master = ps.master and ps.join_version == 0
+        if not master:
+            if resumed is not None:
+                _hold_base(ps, resumed)
+            ps.start()  # fetch the global model while the model is being built
+        return joined, master
+
+    # Rank 0 joins while the other ranks wait in short polls (`Ranks.lead`): a slow PS cannot time them out.
+    fed_json, bootstrap = ranks.lead(join) or (None, False)
+    fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
+    bootstrap = ranks.bcast_flag(bootstrap)
+    device = ranks.device(pick_device(cfg.device))
+    # The error-feedback residual needs only the checkpoint: restore it now, beside the model code import.
+    restoring = start_restore(resumed, fed, cfg.client_id, ranks.leader)
+    preload.join()
+    paradigm = client_paradigm(fed.paradigm)
+    paradigm.bind_ps(ps)
+    codecs = CODEC_POLICIES.get(fed.codec.name, FixedCodec)(fed.codec.name).candidates
+    route = sync_route(
+        ranks.world, paradigm, codecs, ranks.bcast_flag(shard_meta is not None if ranks.leader else None)
+    )
+    if ranks.leader:
+        log.info(
+            "event=sync_path client=%s shard_wise=%s ranks=%d reason=%r",
+            cfg.client_id,
+            route.shard_wise,
+            ranks.world,
+            route.reason,
+        )
+    # Only the master's Θ0 needs a random init when everything is exchanged; a paradigm that keeps a
+    # frozen part builds it on every client (`shell_ok`).
+    if route.path.slices_only and ranks.distributed and not bootstrap and paradigm.shell_ok and not fed.model.path:
+        model = paradigm.prepare(build_on_meta(fed.model))  # only this rank's shards are ever allocated
+    else:
+        model = paradigm.prepare(paradigm.build(fed, initialise=bootstrap))
+    _check_layout(ps, paradigm, model, ranks)
+    if resumed is not None and resumed.private:
+        paradigm.load_private_state(model, resumed.private)  # before sharding: full tensors here
+        log.info(
+            "event=private_restored client=%s tensors=%d sha256=%s",
+            cfg.client_id,
+            len(resumed.private),
+            private_digest(resumed.private),
+        )
+    precision = pick_precision(fed.training.precision, device)
+    if ranks.distributed:
+        model = shard_model(model, precision)  # only this rank's shards are allocated on the device
+    if fed.training.torch_threads:
+        torch.set_num_threads(fed.training.torch_threads)
+    stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
+    trainer = LocalTrainer(
+        model,
+        fed.training,
+        stream,
+        device,
+        precision=precision,
+        slowdown=cfg.slowdown,
+        rank=ranks.rank,
+        world=ranks.world,
+        micro_batch_size=cfg.micro_batch_size or None,
+    )
+    manifest = paradigm.manifest(model)
+    numel = paradigm.payload_numel(sum(t.numel for t in manifest))
+    tuner = LinkTuner(fed, ps.link, numel, cfg.client_id)
+    ctx = SyncContext(ps, ranks, fed, paradigm, tuner, cfg.client_id, work, tuple(manifest), numel)
+    sync = route.path(ctx, restoring)
+    resumed = sync.restore(trainer, resumed, shard_meta is not None)
+    if bootstrap:
+        sync.bootstrap(model, resumed)
+    resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
+    sync.resend()
+    return Site(fed, paradigm, trainer, sync, tuner, numel)
+
+
+def _check_layout(ps: PSClient, paradigm: ClientParadigm, model: torch.nn.Module, ranks: Ranks) -> None:
+    """The PS announced its layout at Join: a model that exchanges something else must stop here, clearly."""
+    if not ranks.leader or not ps.manifest:
+        return
+    try:
+        check_manifest(model, ps.manifest, paradigm.exchanged)
+    except ManifestMismatch as exc:
+        raise ManifestMismatch(f"paradigm {paradigm.name!r}: {exc}") from None
+
+
+def _newest_declaration(resumed: ClientCheckpoint | None, meta: dict | None) -> tuple[str, list] | None:
+    """(paradigm, manifest) of the newer of the two checkpoints a site may have, declared at Join."""
+    if meta is not None and (resumed is None or meta["step"] >= resumed.step):
+        return meta["paradigm"], meta["manifest"]
+    return (resumed.paradigm, resumed.manifest) if resumed is not None else None
+
+
+def _downlink_decoders(fed: FederationConfig) -> dict:
+    """A paradigm may stream its own encoding (zo: one scalar per seed); the stream thread decodes it."""
+    return client_paradigm(fed.paradigm).downlink_decoders()
+
+
+def _hold_base(ps: PSClient, resumed: ClientCheckpoint) -> None:
+    """Offer the PS client the exact global model the checkpointed round started from (see `PSClient.hold`)."""
+    base = resumed.base_model
+    if base is None or not base.numel():
+        return
+    kept = GlobalVersion(resumed.base_version, base.numpy(), ps.manifest, instance=resumed.base_instance)
+    log.info("event=model_held version=%d use=%s", kept.version, ps.hold(kept))
+
+
+def _cached_vocab(path: Path) -> int | None:
+    """The model vocabulary of the federation saved at the last Join, if one was saved and is readable."""
+    try:
+        return FederationConfig.model_validate_json(path.read_text()).model.vocab_size
+    except (OSError, ValueError):
+        return None
+
+
+def _data_source(data: str):
+    """A directory, or a `.list` file naming one file per line (how `geofed local` splits a corpus)."""
+    p = Path(data)
+    if p.suffix == ".list":
+        return read_file_list(p)
+    return p

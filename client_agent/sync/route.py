@@ -1,0 +1,81 @@
+"""Which sync path a site takes: shard-wise (`SliceWiseSync`) or whole-vector (`WholeVectorSync`), and why.
+
+Shard-wise keeps every rank at O(model / ranks): each rank diffs, error-corrects and encodes its own slice,
+and rank 0 relays the frames (paper §III: the site is an FSDP worker group behind one connection). It only
+pays, and only fits, when
+- the site has more than one rank (one rank would hold the whole vector either way), or its checkpoint
+  was written shard-wise (a site relaunched on one rank restores it, as on any other rank count);
+- the paradigm exchanges parameters element by element (`ClientParadigm.elementwise`): the others exchange
+  small vectors (adapters, seeds, cut-layer tensors) through their own `delta`/`adopt`, which the slices
+  do not model;
+- every codec the round can choose has a shard-wise encoder (`SliceCodec`: fp32, bf16, int8, int16).
+A sharded PS is served too: each rank's frames also end at the PS's shard bounds inside its slice
+(`SliceCodec` with `cuts`; a slice starts on the frame grid, so the frames are the one-rank stream's).
+Anything else takes the whole-vector path, which works for all of them; the reason is logged, never silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from geofed.codec import make_codec
+from geofed.codec.errors import CodecError
+from geofed.codec.sharded import SliceCodec
+
+from ..paradigms import ClientParadigm
+from .base import SyncPath
+from .sliced import SliceWiseSync
+from .whole import WholeVectorSync
+
+
+@dataclass(frozen=True)
+class Route:
+    path: type[SyncPath]
+    reason: str
+
+    @property
+    def shard_wise(self) -> bool:
+        return self.path.slices_only
+
+
+class _NoAgreement:
+    """Construction only: a `SliceCodec` built to ask whether the codec has a shard-wise encoder."""
+
+    def max(self, values):  # pragma: no cover - never called
+        raise AssertionError("not for encoding")
+
+    sum = max
+
+
+def _shard_wise_codec(names: Sequence[str]) -> str | None:
+    """Why one of `names` has no shard-wise encoder, or None; asks `SliceCodec` itself rather than keeping a list."""
+    for name in names:
+        if name == "sparse":
+            return "codec 'sparse' has no shard-wise encoder (its chunks' top-k are not split by rank)"
+        try:
+            SliceCodec(make_codec(name), 0, 0, _NoAgreement())
+        except CodecError as exc:
+            return str(exc)
+    return None
+
+
+def sync_route(world: int, paradigm: ClientParadigm, codecs: Sequence[str], sharded_checkpoint: bool = False) -> Route:
+    """The path for a site of `world` ranks running `paradigm`, whose rounds choose among `codecs`
+    (`LinkTuner.codec_policy.candidates`).
+
+    `sharded_checkpoint`: the site's newest checkpoint was written shard-wise (it ran on several ranks); a
+    single rank then keeps the shard-wise path too, which on one rank is the whole vector and reads it."""
+    if world <= 1 and not sharded_checkpoint:
+        return Route(WholeVectorSync, "one rank: it holds the whole vector either way")
+    if not paradigm.elementwise:
+        return Route(
+            WholeVectorSync,
+            f"paradigm {paradigm.name!r} exchanges its own small vector; shard-wise "
+            "covers paradigms that exchange parameters element by element",
+        )
+    if (why := _shard_wise_codec(codecs)) is not None:
+        return Route(WholeVectorSync, why)
+    if world <= 1:
+        return Route(SliceWiseSync, "one rank resuming a sharded checkpoint (written on several ranks)")
+    return Route(SliceWiseSync, f"{world} ranks each encode their slice")

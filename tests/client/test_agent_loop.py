@@ -1,0 +1,162 @@
+"""The agent's round loop in process, against a fake sync path, a fake PS and a fake trainer: each round adopts
+the model it trains from, pushes what it trained on that model, waits for the next one and records the round."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from client_agent.agent import ClientAgent
+from client_agent.link_tuner import LinkMeter, LinkTuner
+from client_agent.paradigms import client_paradigm
+from client_agent.ps_client import GlobalVersion
+from client_agent.ranks import Ranks
+from client_agent.site import Site
+from client_agent.sync import PushOutcome, RoundResult, SyncPath
+from client_agent.trainer import NonFiniteLossError, TrainStats
+from geofed.config import ClientConfig, FederationConfig
+
+NUMEL = 8
+
+
+class FakePS:
+    """A PS in sync mode whose round closes as soon as a delta is applied.
+
+    Its waits answer as `PSClient`'s do: a version newer than asked for, or None after the timeout (here at
+    once, where the real one blocks). It publishes version v + 1 when a push on v is applied; a real PS
+    closes the round only at quorum or the straggler timeout, and streams the model over the network."""
+
+    aggregation_mode = "sync"
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+        self.versions = [GlobalVersion(1, np.zeros(NUMEL, np.float32), ())]
+
+    def publish(self, version: int) -> None:
+        self.versions.append(GlobalVersion(version, np.full(NUMEL, version, np.float32), ()))
+
+    def wait_for_version(self, newer_than: int, timeout: float | None = None) -> GlobalVersion | None:
+        self.events.append(("wait", newer_than))
+        newer = [v for v in self.versions if v.version > newer_than]
+        return newer[-1] if newer else None
+
+    def latest(self) -> GlobalVersion | None:
+        return self.versions[-1]
+
+
+class FakeSync(SyncPath):
+    """Records what the loop hands it; every push is APPLIED and makes the PS publish the next version.
+
+    The real paths diff, encode, checkpoint and send over the PS client; this one only checks that the
+    round it is asked to push started from the model it last adopted."""
+
+    def __init__(self, ps: FakePS, events: list) -> None:
+        self.ps, self.events, self.adopted = ps, events, None
+
+    def adopt(self, model, global_model: GlobalVersion | None) -> None:
+        self.adopted = global_model
+        self.events.append(("adopt", global_model.version))
+
+    def push_round(self, trainer, result: RoundResult) -> PushOutcome:
+        assert result.base is self.adopted, "a round is pushed on the model it trained from"
+        self.events.append(("push", result.base.version, result.stats.steps, result.eval_loss))
+        self.ps.publish(result.base.version + 1)
+        return PushOutcome("APPLIED", result.base.version + 1, 0, 100, 0.01, "int8")
+
+
+class FakeTrainer:
+    """Takes `steps` steps per call (no model, no data); raises NonFiniteLossError for the rounds listed in
+    `non_finite` (as the real trainer does when no step of a round had a finite loss). The real one trains a
+    model on token batches and may stop at the deadline before `steps`."""
+
+    def __init__(self, events: list, non_finite: set[int] = frozenset()) -> None:
+        self.events, self.non_finite, self.step, self.calls, self.model = events, set(non_finite), 0, 0, None
+
+    def train(self, steps: int, deadline: float | None = None) -> TrainStats:
+        self.calls += 1
+        if self.calls in self.non_finite:
+            self.events.append(("non_finite",))
+            raise NonFiniteLossError("loss is nan at every step")
+        self.step += steps
+        self.events.append(("train", steps))
+        return TrainStats(steps, 32 * steps, steps, 3.0, 100.0, 0.1 * steps, "steps", 1e-3, 0.5)
+
+    def evaluate(self, n_batches: int) -> float:
+        self.events.append(("evaluate", self.step))
+        return 2.5
+
+    def reset_optimizer(self) -> None:
+        self.events.append(("reset",))
+
+
+def _run(tmp_path, *, rounds: int, non_finite: set[int] = frozenset(), keep_optimizer: bool = True):
+    fed = FederationConfig.model_validate(
+        {"training": {"local_steps": 4, "eval_every": 8, "keep_optimizer_state": keep_optimizer}}
+    )
+    events: list = []
+    ps = FakePS(events)
+    trainer = FakeTrainer(events, non_finite)
+    site = Site(
+        fed,
+        client_paradigm(fed.paradigm),
+        trainer,
+        FakeSync(ps, events),
+        LinkTuner(fed, LinkMeter(), NUMEL, "t.loop"),
+        NUMEL,
+    )
+    agent = ClientAgent(
+        ClientConfig(client_id="t.loop", data=str(tmp_path), work_dir=str(tmp_path / "w"), max_rounds=rounds)
+    )
+    rc = agent.loop(ps, Ranks(), site)
+    records = [json.loads(line) for line in agent.metrics_path.read_text().splitlines()]
+    return rc, events, records
+
+
+def test_each_round_adopts_trains_pushes_waits_and_records(tmp_path):
+    rc, events, records = _run(tmp_path, rounds=3)
+
+    assert rc == 0
+    assert events == [
+        ("wait", 0),
+        ("adopt", 1),
+        ("train", 4),
+        ("push", 1, 4, None),
+        ("wait", 1),
+        ("adopt", 2),
+        ("train", 4),
+        ("evaluate", 8),
+        ("push", 2, 4, 2.5),
+        ("wait", 2),
+        ("adopt", 3),
+        ("train", 4),
+        ("push", 3, 4, None),  # the last round: no wait for a next model
+    ]
+    assert [(r["round"], r["step"], r["base_version"], r["version"], r["status"]) for r in records] == [
+        (1, 4, 1, 2, "APPLIED"),
+        (2, 8, 2, 3, "APPLIED"),
+        (3, 12, 3, 4, "APPLIED"),
+    ]
+    assert [r["eval_loss"] for r in records] == [None, 2.5, None]
+    assert records[0]["ratio"] == 100 / (4 * NUMEL)
+
+
+def test_a_non_finite_round_pushes_nothing_and_trains_again_on_the_same_model(tmp_path):
+    rc, events, records = _run(tmp_path, rounds=1, non_finite={1})
+
+    assert rc == 0
+    assert events[:6] == [("wait", 0), ("adopt", 1), ("non_finite",), ("adopt", 1), ("train", 4), ("push", 1, 4, None)]
+    assert len(records) == 1 and records[0]["round"] == 1
+
+
+def test_three_non_finite_rounds_in_a_row_stop_the_client(tmp_path):
+    with pytest.raises(NonFiniteLossError):
+        _run(tmp_path, rounds=5, non_finite={1, 2, 3})
+
+
+def test_without_kept_optimizer_state_every_round_after_the_first_starts_afresh(tmp_path):
+    _, events, _ = _run(tmp_path, rounds=2, keep_optimizer=False)
+
+    assert events.count(("reset",)) == 1
+    assert events.index(("reset",)) == events.index(("adopt", 2)) + 1
