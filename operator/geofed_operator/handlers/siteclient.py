@@ -126,19 +126,32 @@ def _mint(deps: Deps, sc: SiteClientObject) -> tuple[str, float]:
 
 
 class _Replacing(Exception):
-    """The previous attempt's pod is still stopping; the next one starts once it is gone."""
+    """An earlier attempt's pod is still stopping; the next attempt starts once it is gone."""
 
 
-def _stop_previous(kube: Kube, sc: SiteClientObject, attempt: int) -> None:
-    """Delete the replaced attempt's Job; _Replacing while its pod still runs (one pod per client id)."""
-    kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, attempt), propagation="Foreground")
-    alive = [
-        p["metadata"]["name"]
-        for p in _attempt_pods(kube, sc, attempt)
-        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    ]
+def _still_running(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod may still run the client: not in a final phase, or a container still running.
+
+    A deleted (preempted, evicted) pod keeps its phase and its containers for its grace period, with
+    `metadata.deletionTimestamp` set: it counts until the kubelet reports the containers stopped.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        return True
+    return any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or ())
+
+
+def _wait_for_earlier_pods(kube: Kube, sc: SiteClientObject, attempt: int) -> None:
+    """_Replacing while a pod of an attempt before `attempt` still runs: one pod per client id and work PVC."""
+    selector = {names.LABEL_SITECLIENT: sc.name}
+    pods = kube.list("v1", "Pod", sc.namespace, selector)
+    alive = [p for p in pods if _attempt_of(p) < attempt and _still_running(p)]
     if alive:
-        raise _Replacing(f"waiting for pod {alive[0]} of attempt {attempt} to stop before attempt {attempt + 1}")
+        name = alive[0]["metadata"]["name"]
+        stopping = " (terminating)" if (alive[0].get("metadata") or {}).get("deletionTimestamp") else ""
+        raise _Replacing(
+            f"waiting for pod {name}{stopping} of attempt {_attempt_of(alive[0])} to stop before attempt {attempt}"
+        )
 
 
 def _usable_token(kube: Kube, sc: SiteClientObject, attempt: int, now: dt.datetime) -> tuple[str, str] | None:
@@ -160,8 +173,11 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
     secret_name = names.token_secret_name(sc.name, n)
     expires_at: str | None = None
     if kube.get("batch/v1", "Job", sc.namespace, names.job_name(sc.name, n)) is None:
-        if decision.replace and state.attempt:
-            _stop_previous(kube, sc, state.attempt)
+        if decision.replace and state.attempt:  # a spec change: stop the running attempt first
+            kube.delete(
+                "batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt), propagation="Foreground"
+            )
+        _wait_for_earlier_pods(kube, sc, n)
         reused = _usable_token(kube, sc, n, now)
         if reused is None:
             token, expires = _mint(deps, sc)
@@ -338,7 +354,8 @@ def reconcile_siteclient(deps: Deps, body: Any, patch: Any, logger: logging.Logg
                 post_event(deps.kube, body, "Warning", exc.reason, exc.message, now)
             update = _degraded(body, generation, now, exc.reason, exc.message)
         except _Replacing as exc:
-            update = _fields(conditions=_conds(body, generation, now, {"Progressing": (True, "SpecChanged", str(exc))}))
+            waiting: Conditions = {"Progressing": (True, "WaitingForPreviousPod", str(exc))}
+            update = _fields(conditions=_conds(body, generation, now, waiting))
         _announce(deps, body, status, decision, now)
         if update.get("phase", status.get("phase")) == "Running":
             update.update(last_sync(deps, sc, logger))
@@ -370,8 +387,11 @@ def revoke_unused_tokens(deps: Deps, body: Any, logger: logging.Logger) -> None:
         with _site_admin(deps, sc) as admin:
             tokens, sessions = admin.revoke_client(sc.client_id)
     except Exception as exc:  # never block a deletion on the PS
-        logger.warning("could not revoke the tokens of %s at the PS (they expire with their TTL): %s",
-                       body["metadata"]["name"], exc)
+        logger.warning(
+            "could not revoke the tokens of %s at the PS (they expire with their TTL): %s",
+            body["metadata"]["name"],
+            exc,
+        )
         return
     logger.info("revoked %d unused token(s) and %d session(s) of %s", tokens, sessions, sc.client_id)
 

@@ -1,0 +1,93 @@
+"""A SiteClient's attempts against the real operator and the emulated API server: one pod per client id,
+at most one token per attempt.
+
+Pods are played by the test as a real API server holds them: a deleted pod keeps existing, with
+`metadata.deletionTimestamp` set and phase Running, until its kubelet has stopped the containers and the
+Job controller has dropped its `batch.kubernetes.io/job-tracking` finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+from .conftest import NAMESPACE, operator_running, wait_for, watches_open
+from .emulator import GeofedEmulator
+from .objects import create, get, patch
+from .test_operator_siteclient import CREDENTIAL, SITECLIENT, _runner, _status
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"  # the Job controller's finalizer on its pods
+
+
+def _condition(api: GeofedEmulator, kind: str) -> dict:
+    return next((c for c in _status(api).get("conditions") or [] if c["type"] == kind), {})
+
+
+async def _terminating_pod(api: GeofedEmulator, attempt: int) -> str:
+    """The attempt's pod, preempted: DisruptionTarget set, deletionTimestamp set, containers still running."""
+    job = await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, f"gpu0-{attempt}"), what=f"Job {attempt}")
+    name = f"gpu0-{attempt}-abcde"
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": job["spec"]["template"]["metadata"]["labels"],
+            "deletionTimestamp": now,
+            "deletionGracePeriodSeconds": 60,
+            "finalizers": [JOB_TRACKING],
+        },
+        "spec": job["spec"]["template"]["spec"],
+    }
+    await create(api, pod)
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+              "message": "Preempted in order to admit critical pod"}  # fmt: skip
+    running = {"name": "client", "state": {"running": {"startedAt": now}}}
+    status = {"phase": "Running", "conditions": [target], "containerStatuses": [running]}
+    await patch(api, "v1", "Pod", NAMESPACE, name, {"status": status}, status=True)
+    return name
+
+
+async def _launched_and_preempted(api: GeofedEmulator) -> str:
+    """The SiteClient applied once the operator watches; its first pod preempted and still stopping."""
+    await watches_open(api, {"siteclients"})
+    await create(api, CREDENTIAL)
+    await create(api, SITECLIENT)
+    return await _terminating_pod(api, 1)
+
+
+async def test_a_preempted_clients_next_attempt_waits_for_its_old_pod(api, fake_ps) -> None:
+    """Preempted with a 60 s grace period: no second Job (pod, token) for uw.gpu0 until the old pod is gone."""
+    async with operator_running(_runner(fake_ps)) as runner:
+        old_pod = await _launched_and_preempted(api)
+        await wait_for(lambda: _status(api).get("lastFailureReason") == "PreemptionByScheduler", what="preempted")
+        # The backoff (0.5-1 s) runs out while the pod is still stopping: several ticks must not launch.
+        await asyncio.sleep(2.0)
+        assert get(api, "batch/v1/jobs", NAMESPACE, "gpu0-2") is None, "two pods would share uw.gpu0 and its PVC"
+        assert len(fake_ps.tokens) == 1, "no token for an attempt that cannot start"
+        progressing = _condition(api, "Progressing")
+        assert progressing["reason"] == "WaitingForPreviousPod" and old_pod in progressing["message"]
+
+        # The kubelet has stopped it; the Job controller drops its finalizer; the pod is removed.
+        await patch(api, "v1", "Pod", NAMESPACE, old_pod, {"metadata": {"finalizers": []}})
+        assert get(api, "v1/pods", NAMESPACE, old_pod) is None
+        await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-2"), what="Job of attempt 2")
+        await wait_for(lambda: _status(api).get("attempt") == 2, what="status of attempt 2")
+        assert len(fake_ps.tokens) == 2 and _status(api)["restarts"] == 1
+    assert runner.exception is None
+
+
+async def test_a_stopped_but_not_yet_removed_pod_does_not_hold_the_next_attempt(api, fake_ps) -> None:
+    """A pod whose containers have terminated (phase Failed) may still be listed: the next attempt may start."""
+    async with operator_running(_runner(fake_ps)) as runner:
+        old_pod = await _launched_and_preempted(api)
+        done = {"name": "client", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}
+        await patch(api, "v1", "Pod", NAMESPACE, old_pod, {"status": {"phase": "Failed",
+                    "containerStatuses": [done]}}, status=True)  # fmt: skip
+        await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-2"), what="Job of attempt 2")
+    assert runner.exception is None
