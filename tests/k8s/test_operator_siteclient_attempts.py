@@ -15,7 +15,7 @@ import pytest
 
 from .conftest import NAMESPACE, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
-from .objects import create, get, patch
+from .objects import create, get, names_of, patch
 from .test_operator_siteclient import CREDENTIAL, SITECLIENT, _runner, _status
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
@@ -90,4 +90,46 @@ async def test_a_stopped_but_not_yet_removed_pod_does_not_hold_the_next_attempt(
         await patch(api, "v1", "Pod", NAMESPACE, old_pod, {"status": {"phase": "Failed",
                     "containerStatuses": [done]}}, status=True)  # fmt: skip
         await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-2"), what="Job of attempt 2")
+    assert runner.exception is None
+
+
+async def test_a_refused_token_secret_mints_no_token_and_says_why(api, fake_ps) -> None:
+    """A quota on count/secrets: Degraded with the API server's message, no token minted over many ticks."""
+    quota = ('secrets "gpu0-token-1" is forbidden: exceeded quota: objects, requested: count/secrets=1, '
+             "used: count/secrets=10, limited: count/secrets=10")  # fmt: skip
+    async with operator_running(_runner(fake_ps)) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, CREDENTIAL)  # created before the quota is full
+        api.refuse("secrets", quota)
+        await create(api, SITECLIENT)
+        await wait_for(lambda: _condition(api, "Degraded").get("reason") == "SecretRejected", what="SecretRejected")
+        assert "exceeded quota" in _condition(api, "Degraded")["message"] and _status(api)["phase"] == "Degraded"
+        await asyncio.sleep(1.5)  # several ticks
+        assert fake_ps.tokens == [], "a token minted for a Secret that cannot be stored is wasted (one per tick)"
+
+        api.allow("secrets")  # the quota raised: the attempt starts with a single token
+        await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="the Job once allowed")
+        assert len(fake_ps.tokens) == 1
+    assert runner.exception is None
+
+
+async def test_a_name_too_long_for_labels_is_degraded_before_any_token(api, fake_ps) -> None:
+    """A 64-character SiteClient name cannot label its children: Degraded InvalidName, nothing minted or created."""
+    long_name = "g" * 64
+    async with operator_running(_runner(fake_ps)) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, CREDENTIAL)
+        await create(api, {**SITECLIENT, "metadata": {**SITECLIENT["metadata"], "name": long_name}})
+
+        def degraded() -> dict:
+            status = (get(api, "geofed.io/v1alpha1/siteclients", NAMESPACE, long_name) or {}).get("status") or {}
+            return next((c for c in status.get("conditions") or [] if c["type"] == "Degraded"), {})
+
+        await wait_for(lambda: degraded().get("reason") == "InvalidName", what="InvalidName")
+        assert "64 characters" in degraded()["message"] and "63" in degraded()["message"]
+        await asyncio.sleep(1.0)
+        assert fake_ps.tokens == []
+        assert not names_of(api, "batch/v1/jobs", NAMESPACE) and names_of(api, "v1/secrets", NAMESPACE) == {
+            "uw-credential"
+        }
     assert runner.exception is None

@@ -180,6 +180,9 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
         _wait_for_earlier_pods(kube, sc, n)
         reused = _usable_token(kube, sc, n, now)
         if reused is None:
+            placeholder = build_token_secret(sc, n, None, "")  # refused here (quota, policy): no token minted
+            kopf.adopt(placeholder, owner=body)
+            _create_child(kube, placeholder)
             token, expires = _mint(deps, sc)
             expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.UTC)) if expires else None
             secret = build_token_secret(sc, n, token, expires_at or "")
@@ -331,36 +334,54 @@ def reconcile_siteclient(deps: Deps, body: Any, patch: Any, logger: logging.Logg
     status = body.get("status") or {}
     now = deps.clock()
     generation = int(body["metadata"].get("generation") or 1)
+    too_long = names.too_long_for_labels(names.SITECLIENT_KIND, body["metadata"]["name"])
     try:
         sc = SiteClientObject.from_body(body, deps.settings.client_image)
     except ValidationError as exc:
         update = _degraded(body, generation, now, "InvalidSpec", readable(exc))
     else:
-        state = SiteState.from_status(status)
-        observed = observe_attempt(deps.kube, sc, state.attempt) if state.attempt else None
-        policy = BackoffPolicy.from_spec(sc.spec.backoff)
-        decision = decide(state, observed, generation=generation, now=now, policy=policy)
-        try:
-            if isinstance(decision, Launch):
-                update = launch(deps, sc, body, state, decision)
-                logger.info("%s: launched attempt %d (%s)", sc.client_id, decision.attempt, decision.reason)
-            else:
-                update = _report(body, sc, state, decision, now)
-                if isinstance(decision, Finish):
-                    prune(deps.kube, sc, state.attempt + 1)  # no token of a finished run is needed
-        except _LaunchBlocked as exc:
-            logger.warning("%s: cannot launch: %s", sc.client_id, exc.message)
-            if status.get("phase") != "Degraded":
-                post_event(deps.kube, body, "Warning", exc.reason, exc.message, now)
-            update = _degraded(body, generation, now, exc.reason, exc.message)
-        except _Replacing as exc:
-            waiting: Conditions = {"Progressing": (True, "WaitingForPreviousPod", str(exc))}
-            update = _fields(conditions=_conds(body, generation, now, waiting))
-        _announce(deps, body, status, decision, now)
-        if update.get("phase", status.get("phase")) == "Running":
-            update.update(last_sync(deps, sc, logger))
-        update.update(_fields(client_id=sc.client_id))
+        if too_long is not None:  # its children's labels would be refused: launch nothing, mint nothing
+            update = _degraded(body, generation, now, "InvalidName", too_long)
+        else:
+            update = _step(deps, sc, body, status, now, logger)
     update["observedGeneration"] = generation
+    _write(status, update, patch)
+
+
+def _step(
+    deps: Deps, sc: SiteClientObject, body: Any, status: Mapping[str, Any], now: dt.datetime, logger: logging.Logger
+) -> dict[str, Any]:
+    """Observe the current attempt, decide, act; the status fields to set."""
+    generation = sc.generation
+    state = SiteState.from_status(status)
+    observed = observe_attempt(deps.kube, sc, state.attempt) if state.attempt else None
+    policy = BackoffPolicy.from_spec(sc.spec.backoff)
+    decision = decide(state, observed, generation=generation, now=now, policy=policy)
+    try:
+        if isinstance(decision, Launch):
+            update = launch(deps, sc, body, state, decision)
+            logger.info("%s: launched attempt %d (%s)", sc.client_id, decision.attempt, decision.reason)
+        else:
+            update = _report(body, sc, state, decision, now)
+            if isinstance(decision, Finish):
+                prune(deps.kube, sc, state.attempt + 1)  # no token of a finished run is needed
+    except _LaunchBlocked as exc:
+        logger.warning("%s: cannot launch: %s", sc.client_id, exc.message)
+        if status.get("phase") != "Degraded":
+            post_event(deps.kube, body, "Warning", exc.reason, exc.message, now)
+        update = _degraded(body, generation, now, exc.reason, exc.message)
+    except _Replacing as exc:
+        waiting: Conditions = {"Progressing": (True, "WaitingForPreviousPod", str(exc))}
+        update = _fields(conditions=_conds(body, generation, now, waiting))
+    _announce(deps, body, status, decision, now)
+    if update.get("phase", status.get("phase")) == "Running":
+        update.update(last_sync(deps, sc, logger))
+    update.update(_fields(client_id=sc.client_id))
+    return update
+
+
+def _write(status: Mapping[str, Any], update: Mapping[str, Any], patch: Any) -> None:
+    """Patch the status fields that changed."""
     for key, value in update.items():
         if status.get(key) != value:
             patch.status[key] = value
