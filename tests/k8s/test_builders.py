@@ -173,6 +173,7 @@ def test_config_map_holds_the_federation_config_and_its_hash_tracks_it() -> None
     assert (loaded["name"], loaded["aggregation"]["mode"]) == ("demo", "sync")
     assert config_hash(a, b"cert") != config_hash(b, b"cert") != config_hash(b, b"other cert")
     assert config_hash(a, b"cert") == config_hash(fed(aggregation={"mode": "sync"}), b"cert")
+    assert config_hash(a, b"cert", [b"credential-1"]) != config_hash(a, b"cert", [b"credential-2"])  # PS rolls
 
 
 def test_secrets_and_self_signed_tls() -> None:
