@@ -11,6 +11,15 @@ from geofed_operator.openapi import INT_OR_STRING
 
 # A DNS-1123 label: what Kubernetes accepts as most object names (and what we derive names from).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A DNS-1123 subdomain (lower-case labels joined by dots), or a wildcard `*.` before one: a certificate name.
+DNS_NAME = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# A TCP port, 1..65535.
+PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+# An IPv4 address (dotted quad) or an IPv6 address (hex groups and colons, IPv4-mapped tail allowed).
+IP_ADDRESS = (
+    r"^(((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+    r"|[0-9a-fA-F]{0,4}(:[0-9a-fA-F]{0,4}){2,7}(:[0-9.]+)?)$"
+)
 # A resource quantity such as `500m`, `16Gi` or `2` (the API server's own int-or-string form).
 QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
 Quantity = Annotated[int | str, Field(json_schema_extra={INT_OR_STRING: True, "pattern": QUANTITY})]

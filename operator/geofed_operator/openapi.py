@@ -195,6 +195,8 @@ def _leaf(node: dict[str, Any], flavour: Flavour) -> dict[str, Any]:
         out.update({k: node[k] for k in ("pattern", "default", "description") if k in node})
     else:
         out = {k: copy.deepcopy(node[k]) for k in _LEAF_KEYS if k in node}
+        if out.get("default", "unset") is None:
+            del out["default"]  # absent means None (`default: null` is no value of its type)
         if "type" not in out:
             raise TypeError(f"schema node without a single type cannot be structural: {node!r}")
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 from geofed.ps_groups import GROUP_NAME
 from geofed_operator.k8s_types import (
     DNS_LABEL,
+    PORT,
     Affinity,
     CASecretRef,
     EnvVar,
@@ -30,8 +31,8 @@ from geofed_operator.keys import from_k8s_keys
 
 _IMMUTABLE = "self == oldSelf"
 HOST_PATH_MESSAGE = "data.hostPath.path must be a data directory: not / and without '..'"
-# host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address.
-PS_ADDRESS = r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
+# host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address, and port is 1..65535.
+PS_ADDRESS = rf"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):{PORT}$"
 
 
 class PVCSource(K8sModel):

@@ -1,4 +1,6 @@
-"""The Federation's CA and admin credential are never replaced unasked (the real operator against the emulator).
+"""Federations the operator accepts but must not serve as asked (the real operator against the emulator).
+
+The CA and the admin credential are never replaced unasked, and a name no child can carry is reported.
 
 A deleted `<fed>-ca` Secret while `<fed>-tls` still serves is reported, not regenerated (a new CA would
 make every site fail as TLSUntrusted at the next re-issue); a deleted `<fed>-admin` Secret gets a new
@@ -13,10 +15,10 @@ import pytest
 
 from geofed_operator import names
 
-from .conftest import NAMESPACE, operator_running, rolled_out_until, wait_for
+from .conftest import NAMESPACE, operator_running, rolled_out_until, wait_for, watches_open
 from .emulator import GeofedEmulator
-from .objects import create, delete, get, patch
-from .test_operator_federation_children import _condition, _hash, _runner, _started, _status
+from .objects import create, delete, get, names_of, patch
+from .test_operator_federation_children import FED, FED_KEY, _condition, _hash, _runner, _started, _status
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
 
@@ -85,4 +87,22 @@ async def test_a_deleted_admin_secret_rolls_the_ps_to_its_new_credential(api, fa
         )
         assert new != old
         await wait_for(lambda: _hash(api) != old_hash, what="the PS rolled to read the new credential")
+    assert runner.exception is None
+
+
+async def test_a_name_too_long_for_labels_is_degraded_and_creates_nothing(api, fake_ps) -> None:
+    """A 64-character Federation name (admitted by an API server without the CRD's CEL rules): Degraded."""
+    long_name = "f" * 64
+    async with operator_running(_runner(fake_ps)) as runner:
+        await watches_open(api, {"federations"})
+        await create(api, {**FED, "metadata": {"name": long_name, "namespace": NAMESPACE}})
+
+        def degraded() -> dict:
+            status = (get(api, FED_KEY, NAMESPACE, long_name) or {}).get("status") or {}
+            return next((c for c in status.get("conditions") or [] if c["type"] == "Degraded"), {})
+
+        await wait_for(lambda: degraded().get("reason") == "InvalidSpec", what="InvalidSpec")
+        assert "at most 63 characters" in degraded()["message"]
+        await asyncio.sleep(1.0)
+        assert not names_of(api, "apps/v1/deployments", NAMESPACE) and not names_of(api, "v1/secrets", NAMESPACE)
     assert runner.exception is None
