@@ -28,6 +28,8 @@ from geofed_operator.k8s_types import (
 )
 from geofed_operator.keys import from_k8s_keys
 
+# What the PS asks for when the spec names no resources (it holds the global model and the pushes in memory).
+PS_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 # ServerConfig fields the operator sets itself (paths inside the pod, ports from `service`, TLS files).
 OPERATOR_OWNED_SERVER_FIELDS = frozenset(
     {
@@ -171,7 +173,12 @@ class _FederationK8sFields(K8sModel):
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list, description="Secrets for pulling the PS image from a private registry."
     )
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="PS container resources.")
+    resources: ResourceRequirements = Field(
+        default_factory=lambda: ResourceRequirements(requests=dict(PS_REQUESTS)),
+        description="PS container resources; when omitted, requests of 1 CPU and 2Gi of memory (so the PS "
+        "is not the first pod a node evicts under pressure).",
+        json_schema_extra={"default": {"requests": PS_REQUESTS}},
+    )
     service: ServiceSpec = Field(default_factory=ServiceSpec, description="The PS Service.")
     storage: StorageSpec = Field(default_factory=StorageSpec, description="The PS checkpoint volume.")
     tls_secret_name: str | None = Field(

@@ -82,7 +82,8 @@ def _object(model: type[BaseModel], node: dict[str, Any], defs: dict[str, Any], 
         info = model.model_fields[name]
         sub = _node(node["properties"][name], shape, defs, flavour)
         if shape[0] in ("model", "union") and info.default_factory is not None:
-            sub["default"] = {}  # let the API server apply the section's own defaults
+            # let the API server apply the section's own defaults (or the field's, when it names one)
+            sub["default"] = copy.deepcopy(node["properties"][name].get("default", {}))
         props[key] = sub
         if info.is_required():
             required.append(key)

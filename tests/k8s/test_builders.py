@@ -294,3 +294,14 @@ def test_host_path_data_is_read_only_and_the_log_tail_is_the_termination_message
     for bad in ("/", "//", "/data/../etc"):
         with pytest.raises(ValueError, match="host_path"):
             site(data={"hostPath": {"path": bad}})
+
+
+def test_the_ps_has_resource_requests_when_the_spec_names_none() -> None:
+    """Without requests the PS pod would be BestEffort, the first evicted under node pressure."""
+    container = build_ps_deployment(fed(), config_hash="h")["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
+    own = build_ps_deployment(fed(resources={"limits": {"memory": "8Gi"}}), config_hash="h")
+    assert own["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {},
+        "limits": {"memory": "8Gi"},
+    }

@@ -76,12 +76,20 @@ def _attempt_of(obj: Mapping[str, Any]) -> int:
     return int(((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ATTEMPT, "0"))
 
 
+def _delete_token_secrets(kube: Kube, namespace: str, siteclient: str, attempts: range) -> None:
+    """Delete the token Secrets of `attempts` by name (the operator never lists Secrets)."""
+    for attempt in attempts:
+        kube.delete("v1", "Secret", namespace, names.token_secret_name(siteclient, attempt))
+
+
 def prune(kube: Kube, sc: SiteClientObject, current: int) -> None:
-    """Delete the token Secrets of earlier attempts and the Jobs beyond `historyLimit`."""
+    """Delete the previous attempt's token Secret and the Jobs beyond `historyLimit`.
+
+    Every launch prunes its predecessor, so no older token Secret is left; any that is (a failed
+    delete) belongs to the SiteClient and goes with it.
+    """
+    _delete_token_secrets(kube, sc.namespace, sc.name, range(max(1, current - 1), current))
     selector = {names.LABEL_SITECLIENT: sc.name}
-    for secret in kube.list("v1", "Secret", sc.namespace, selector):
-        if _attempt_of(secret) < current:
-            kube.delete("v1", "Secret", sc.namespace, secret["metadata"]["name"])
     for job in kube.list("batch/v1", "Job", sc.namespace, selector):
         if _attempt_of(job) < current - sc.spec.history_limit:
             kube.delete("batch/v1", "Job", sc.namespace, job["metadata"]["name"])
@@ -425,8 +433,8 @@ def cleanup_siteclient(deps: Deps, body: Any, logger: logging.Logger) -> None:
     kube = deps.kube
     for job in kube.list("batch/v1", "Job", meta["namespace"], selector):
         kube.delete("batch/v1", "Job", meta["namespace"], job["metadata"]["name"])
-    for secret in kube.list("v1", "Secret", meta["namespace"], selector):
-        kube.delete("v1", "Secret", meta["namespace"], secret["metadata"]["name"])
+    attempt = int((body.get("status") or {}).get("attempt") or 0)  # older ones were pruned at each launch
+    _delete_token_secrets(kube, meta["namespace"], meta["name"], range(max(1, attempt - 1), attempt + 1))
     logger.info("siteclient %s/%s cleaned up", meta["namespace"], meta["name"])
 
 
