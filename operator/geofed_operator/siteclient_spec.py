@@ -186,6 +186,11 @@ class SiteClientSpec(K8sModel):
     )
     backoff: BackoffSpec = Field(default_factory=BackoffSpec, description="Relaunch backoff.")
     history_limit: int = Field(2, ge=0, le=100, description="Finished attempts' Jobs kept for inspection.")
+    suspend: bool = Field(
+        False,
+        description="Suspended: the running attempt's Job is stopped and no attempt is launched until it is "
+        "set back to false (then a new attempt starts with a fresh token; not counted as a restart).",
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the client pod requires.")
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Tolerations, e.g. for preemptible GPU nodes."

@@ -1,5 +1,5 @@
 """A SiteClient's attempts against the real operator and the emulated API server: one pod per client id,
-at most one token per attempt.
+at most one token per attempt, Job-like conditions at the end, and suspension.
 
 Pods are played by the test as a real API server holds them: a deleted pod keeps existing, with
 `metadata.deletionTimestamp` set and phase Running, until its kubelet has stopped the containers and the
@@ -15,7 +15,7 @@ import pytest
 
 from .conftest import NAMESPACE, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
-from .objects import create, get, names_of, patch
+from .objects import create, delete, get, names_of, patch
 from .test_operator_siteclient import CREDENTIAL, SITECLIENT, _runner, _status
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
@@ -132,4 +132,68 @@ async def test_a_name_too_long_for_labels_is_degraded_before_any_token(api, fake
         assert not names_of(api, "batch/v1/jobs", NAMESPACE) and names_of(api, "v1/secrets", NAMESPACE) == {
             "uw-credential"
         }
+    assert runner.exception is None
+
+
+async def _pod_in(api: GeofedEmulator, attempt: int, phase: str) -> str:
+    """Play the Job controller and the kubelet: the attempt's pod, in `phase`."""
+    job = await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, f"gpu0-{attempt}"), what=f"Job {attempt}")
+    name = f"gpu0-{attempt}-fghij"
+    meta = {"name": name, "namespace": NAMESPACE, "labels": job["spec"]["template"]["metadata"]["labels"]}
+    await create(api, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": job["spec"]["template"]["spec"]})
+    await patch(api, "v1", "Pod", NAMESPACE, name, {"status": {"phase": phase}}, status=True)
+    return name
+
+
+async def test_a_finished_siteclient_has_a_complete_condition_and_times(api, fake_ps) -> None:
+    """Succeeded: condition Complete=True (what `kubectl wait --for=condition=Complete` reads), start and end."""
+    async with operator_running(_runner(fake_ps)) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, CREDENTIAL)
+        await create(api, SITECLIENT)
+        await _pod_in(api, 1, "Succeeded")
+        await wait_for(lambda: _condition(api, "Complete").get("status") == "True", what="Complete=True")
+        st = _status(api)
+        assert st["phase"] == "Succeeded" and "Failed" not in {c["type"] for c in st["conditions"]}
+        assert st["startTime"] <= st["completionTime"]
+    assert runner.exception is None
+
+
+async def test_a_siteclient_that_gives_up_has_a_failed_condition(api, fake_ps) -> None:
+    """backoff.maxRestarts reached: condition Failed=True, no Complete."""
+    spec = {**SITECLIENT["spec"], "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.2, "maxRestarts": 1}}
+    async with operator_running(_runner(fake_ps)) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, CREDENTIAL)
+        await create(api, {**SITECLIENT, "spec": spec})
+        await _pod_in(api, 1, "Failed")
+        await _pod_in(api, 2, "Failed")
+        await wait_for(lambda: _condition(api, "Failed").get("status") == "True", what="Failed=True")
+        assert _status(api)["phase"] == "Failed" and _condition(api, "Failed")["reason"] == "RestartLimit"
+        assert not _condition(api, "Complete") and _status(api)["completionTime"]
+    assert runner.exception is None
+
+
+async def test_suspend_stops_the_job_and_resume_starts_a_new_attempt(api, fake_ps) -> None:
+    """spec.suspend: the Job goes, nothing launches; back to false: attempt 2 with a fresh token, no restart."""
+    async with operator_running(_runner(fake_ps)) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, CREDENTIAL)
+        await create(api, SITECLIENT)
+        pod = await _pod_in(api, 1, "Running")
+        await wait_for(lambda: _status(api).get("phase") == "Running", what="Running")
+
+        await patch(api, "geofed.io/v1alpha1", "SiteClient", NAMESPACE, "gpu0", {"spec": {"suspend": True}})
+        await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1") is None, what="Job stopped")
+        await wait_for(lambda: _condition(api, "Suspended").get("status") == "True", what="Suspended=True")
+        await delete(api, "v1", "Pod", NAMESPACE, pod)  # the Job's pod is gone with it
+        await asyncio.sleep(1.0)
+        assert get(api, "batch/v1/jobs", NAMESPACE, "gpu0-2") is None and len(fake_ps.tokens) == 1
+        assert _status(api)["phase"] == "Suspended" and _condition(api, "Ready")["status"] == "False"
+
+        await patch(api, "geofed.io/v1alpha1", "SiteClient", NAMESPACE, "gpu0", {"spec": {"suspend": False}})
+        await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-2"), what="Job of attempt 2")
+        await wait_for(lambda: _status(api).get("attempt") == 2, what="attempt 2")
+        assert _status(api)["restarts"] == 0 and len(fake_ps.tokens) == 2
+        assert _condition(api, "Suspended")["status"] == "False"
     assert runner.exception is None

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from geofed_operator import names
 from geofed_operator.attempts import (
     CONFIG_REASONS,
+    TERMINAL,
     AttemptState,
     Backoff,
     BackoffPolicy,
@@ -215,6 +216,7 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
         token_secret=secret_name,
         token_expires_at=expires_at,
         launch_time=rfc3339(now),
+        start_time=(body.get("status") or {}).get("startTime") or rfc3339(now),
         next_launch_time=None,
         running_since=None,
         conditions=_conds(
@@ -225,9 +227,25 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
                 "Ready": (False, "Launching", message),
                 "Progressing": (True, decision.reason, message),
                 "Degraded": (False, "Healthy", ""),
+                "Suspended": (False, "NotSuspended", ""),
             },
         ),
     )
+
+
+def suspend(kube: Kube, sc: SiteClientObject, body: Any, state: SiteState, now: dt.datetime) -> dict[str, Any]:
+    """spec.suspend: stop the current attempt's Job (its pods get their grace period) and launch nothing."""
+    if state.attempt:
+        kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt), propagation="Foreground")
+    message = "spec.suspend is true: no attempt runs until it is set back to false"
+    updates: Conditions = {
+        "Ready": (False, "Suspended", message),
+        "Progressing": (False, "Suspended", message),
+        "Degraded": (False, "Healthy", ""),
+        "Suspended": (True, "Suspended", message),
+    }
+    return _fields(phase="Suspended", next_launch_time=None, running_since=None,
+                   conditions=_conds(body, sc.generation, now, updates))  # fmt: skip
 
 
 def _create_child(kube: Kube, obj: dict[str, Any], *, apply: bool = False) -> None:
@@ -284,8 +302,11 @@ def _report(body: Any, sc: SiteClientObject, state: SiteState, decision: Decisio
             "Ready": (False, decision.reason, decision.message),
             "Progressing": (False, decision.reason, decision.message),
             "Degraded": (degraded, decision.reason if degraded else "Healthy", decision.message if degraded else ""),
+            # What `kubectl wait --for=condition=Complete` (and Kueue, Argo) look for, as on a Job.
+            "Failed" if degraded else "Complete": (True, decision.reason, decision.message),
         }
-        return _fields(phase=decision.phase, conditions=_conds(body, gen, now, updates))
+        completed = (body.get("status") or {}).get("completionTime") or rfc3339(now)
+        return _fields(phase=decision.phase, completion_time=completed, conditions=_conds(body, gen, now, updates))
     assert isinstance(decision, Observe)
     if decision.phase == "Running":
         since = state.running_since or decision.running_since or now
@@ -362,6 +383,10 @@ def _step(
     """Observe the current attempt, decide, act; the status fields to set."""
     generation = sc.generation
     state = SiteState.from_status(status)
+    if sc.spec.suspend and state.phase not in TERMINAL:
+        if status.get("phase") != "Suspended":
+            post_event(deps.kube, body, "Normal", "Suspended", "spec.suspend: the client is stopped", now)
+        return {**suspend(deps.kube, sc, body, state, now), **_fields(client_id=sc.client_id)}
     observed = observe_attempt(deps.kube, sc, state.attempt) if state.attempt else None
     policy = BackoffPolicy.from_spec(sc.spec.backoff)
     decision = decide(state, observed, generation=generation, now=now, policy=policy)
