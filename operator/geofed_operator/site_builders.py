@@ -175,7 +175,7 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "GEOFED_SITE", "value": spec.site},
         {"name": "GEOFED_ATTEMPT", "value": str(attempt)},
-        *({"name": e.name, "value": e.value} for e in spec.env),
+        *(k8s_dump(e) for e in spec.env),
     ]
     container = {
         "name": "client",
@@ -183,6 +183,7 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         "imagePullPolicy": spec.image_pull_policy,
         "command": client_command(sc),
         "env": env,
+        **({"envFrom": [k8s_dump(e) for e in spec.env_from]} if spec.env_from else {}),
         "resources": _resources(sc),
         "volumeMounts": mounts,
         # The client's last log line (e.g. "NoGlobalModel: ...") becomes the pod's termination message.

@@ -18,6 +18,7 @@ from geofed_operator.k8s_types import (
     PORT,
     Affinity,
     CASecretRef,
+    EnvFromSource,
     EnvVar,
     K8sModel,
     LocalObjectReference,
@@ -205,7 +206,15 @@ class SiteClientSpec(K8sModel):
         "a failure and is relaunched with a new token. Unset: no limit.",
     )
     service_account_name: str | None = Field(None, max_length=253, description="ServiceAccount of the client pod.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Extra environment variables: a literal value, or valueFrom a Secret (credentials such as "
+        "HF_TOKEN never need to be in the SiteClient), a ConfigMap or a pod field.",
+    )
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list, max_length=64, description="Every key of these Secrets or ConfigMaps as a variable."
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments appended to the client command.")
 
     @model_validator(mode="after")

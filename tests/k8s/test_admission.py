@@ -116,6 +116,28 @@ INVALID = [
     ("site site upper case", _site(site="UW"), "does not match"),
     ("site no data source", _site(data={}), "exactly one of data.pvc and data.hostPath"),
     ("site insecure with a CA", _site(insecure=True, caSecretRef={"name": "c"}), "exclude each other"),
+    (
+        "site env value and valueFrom",
+        _site(env=[{"name": "X", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+        "value and valueFrom exclude each other",
+    ),
+    (
+        "site env two sources",
+        _site(
+            env=[
+                {
+                    "name": "X",
+                    "valueFrom": {
+                        "fieldRef": {"fieldPath": "spec.nodeName"},
+                        "secretKeyRef": {"name": "s", "key": "k"},
+                    },
+                }
+            ]
+        ),
+        "exactly one of secretKeyRef",
+    ),
+    ("site env no source", _site(env=[{"name": "X", "valueFrom": {}}]), "exactly one of secretKeyRef"),
+    ("site envFrom no source", _site(envFrom=[{"prefix": "A_"}]), "exactly one of secretRef, configMapRef"),
     ("site hostPath with ..", _site(data={"hostPath": {"path": "/data/../etc"}}), "data directory"),
 ]
 VALID = [
@@ -128,6 +150,9 @@ VALID = [
     ("site port 1", _site(psAddress="10.0.0.1:1")),
     ("site IPv6 address", _site(psAddress="[2001:db8::1]:7443")),
     ("site name 63 chars", _site("s" * 63)),
+    ("site env from a Secret", _site(env=[{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf",
+                                     "key": "token"}}}, {"name": "LOG_LEVEL", "value": "debug"}],
+                                     envFrom=[{"secretRef": {"name": "wandb"}, "prefix": "WANDB_"}])),
 ]  # fmt: skip
 
 

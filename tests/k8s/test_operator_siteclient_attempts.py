@@ -197,3 +197,29 @@ async def test_suspend_stops_the_job_and_resume_starts_a_new_attempt(api, fake_p
         assert _status(api)["restarts"] == 0 and len(fake_ps.tokens) == 2
         assert _condition(api, "Suspended")["status"] == "False"
     assert runner.exception is None
+
+
+def _events(api: GeofedEmulator, reason: str) -> list[dict]:
+    live = [
+        o.raw
+        for (r, ns, _), o in list(api.objects.items())
+        if r.plural == "events" and ns == NAMESPACE and not o.deleted
+    ]
+    return [e for e in live if e.get("reason") == reason]
+
+
+async def test_env_from_a_secret_keeps_the_credential_out_and_a_literal_one_is_warned_about(api, fake_ps) -> None:
+    """valueFrom.secretKeyRef reaches the Job as a reference; a literal HF_TOKEN launches with a Warning event."""
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+           {"name": "WANDB_API_KEY", "value": "wandb-literal-1234"}]  # fmt: skip
+    async with operator_running(_runner(fake_ps)) as runner:
+        await watches_open(api, {"siteclients"})
+        await create(api, CREDENTIAL)
+        await create(api, {**SITECLIENT, "spec": {**SITECLIENT["spec"], "env": env}})
+        job = await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="Job 1")
+        job_env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert job_env["HF_TOKEN"] == env[0]
+        warning = await wait_for(lambda: _events(api, "LiteralSecretEnv"), what="a LiteralSecretEnv event")
+        assert "WANDB_API_KEY" in warning[0]["message"] and "HF_TOKEN" not in warning[0]["message"]
+        assert warning[0]["type"] == "Warning" and "wandb-literal-1234" not in warning[0]["message"]
+    assert runner.exception is None

@@ -34,6 +34,7 @@ from geofed_operator.attempts import (
 from geofed_operator.conditions import parse_time, rfc3339, set_conditions
 from geofed_operator.events import post_event
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
+from geofed_operator.k8s_types import literal_secret_names
 from geofed_operator.kube import Kube, KubeError
 from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.site_builders import TOKEN_KEY, SiteClientObject, build_client_job, build_token_secret
@@ -205,6 +206,11 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
         post_event(
             kube, body, "Normal", "Launched", f"attempt {n} (Job {job['metadata']['name']}): {decision.reason}", now
         )
+        literal = literal_secret_names(sc.spec.env)
+        if literal:
+            post_event(kube, body, "Warning", "LiteralSecretEnv", (
+                f"env {', '.join(literal)}: literal values are stored in clear in the SiteClient and its Job; "
+                "put them in a Secret and use valueFrom.secretKeyRef (or envFrom)"), now)  # fmt: skip
     prune(kube, sc, n)
     message = f"launched attempt {n} (Job {names.job_name(sc.name, n)}): {decision.reason}"
     return _fields(
