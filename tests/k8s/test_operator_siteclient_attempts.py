@@ -9,9 +9,18 @@ Job controller has dropped its `batch.kubernetes.io/job-tracking` finalizer.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
+from kopf.testing import KopfRunner
+
+from geofed_operator.handlers import build_registry
+from geofed_operator.handlers.deps import Deps
+from geofed_operator.kube import Kube, KubeError
+from geofed_operator.settings import OperatorSettings
 
 from .conftest import NAMESPACE, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
@@ -222,4 +231,44 @@ async def test_env_from_a_secret_keeps_the_credential_out_and_a_literal_one_is_w
         warning = await wait_for(lambda: _events(api, "LiteralSecretEnv"), what="a LiteralSecretEnv event")
         assert "WANDB_API_KEY" in warning[0]["message"] and "HF_TOKEN" not in warning[0]["message"]
         assert warning[0]["type"] == "Warning" and "wandb-literal-1234" not in warning[0]["message"]
+    assert runner.exception is None
+
+
+class _RefusingSecretWrites(Kube):
+    """The operator's Kube adapter in front of an API server whose admission refuses writing token data.
+
+    A real cluster would answer so with a validating webhook or a ValidatingAdmissionPolicy on Secret
+    updates; the emulator has no admission of updates, so the refusal is played here, with the 403 an
+    API server returns, while every other call goes to the emulator unchanged.
+    """
+
+    refusing = True
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if type(self).refusing and obj["kind"] == "Secret" and obj.get("data"):
+            raise KubeError(
+                403, "Forbidden", f'admission webhook "secrets.example.org" denied {obj["metadata"]["name"]}'
+            )
+        return super().apply(obj)
+
+
+async def test_a_token_whose_secret_cannot_be_written_is_minted_once(api, fake_ps) -> None:
+    """Minted, then its Secret's data refused: later ticks store the same token, never mint another."""
+    _RefusingSecretWrites.refusing = True
+    settings = OperatorSettings(status_interval_s=0.3, site_interval_s=0.3, admin_timeout_s=2)
+    deps = Deps(settings=settings, admin_factory=fake_ps.factory,
+                kube_factory=lambda: _RefusingSecretWrites(Kube.from_environment().api))  # fmt: skip
+    runner = KopfRunner(["run", "--standalone", "-A"], registry=build_registry("site", deps), timeout=30)
+    async with operator_running(runner):
+        await watches_open(api, {"siteclients"})
+        await create(api, CREDENTIAL)
+        await create(api, SITECLIENT)
+        await wait_for(lambda: _condition(api, "Degraded").get("reason") == "SecretRejected", what="SecretRejected")
+        assert "denied" in _condition(api, "Degraded")["message"]
+        await asyncio.sleep(1.5)  # several ticks
+        assert len(fake_ps.tokens) == 1
+        _RefusingSecretWrites.refusing = False  # the policy is fixed: the one token is stored and used
+        await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="the Job")
+        secret = get(api, "v1/secrets", NAMESPACE, "gpu0-token-1")
+        assert base64.b64decode(secret["data"]["token"]).decode() == fake_ps.tokens[0][0] and len(fake_ps.tokens) == 1
     assert runner.exception is None

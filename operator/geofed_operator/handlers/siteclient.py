@@ -193,11 +193,17 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
             placeholder = build_token_secret(sc, n, None, "")  # refused here (quota, policy): no token minted
             kopf.adopt(placeholder, owner=body)
             _create_child(kube, placeholder)
-            token, expires = _mint(deps, sc)
+            key = (sc.namespace, str(body["metadata"].get("uid", sc.name)), n)
+            cached = deps.unstored_tokens.get(key)
+            if cached is not None and cached[1] and cached[1] <= now.timestamp() + 60:
+                cached = None  # expired (or about to) while its Secret was refused: a fresh one
+            token, expires = cached or _mint(deps, sc)
+            deps.unstored_tokens[key] = (token, expires)  # until stored: a refused write mints no second one
             expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.UTC)) if expires else None
             secret = build_token_secret(sc, n, token, expires_at or "")
             kopf.adopt(secret, owner=body)
             _create_child(kube, secret, apply=True)
+            deps.unstored_tokens.pop(key, None)
         else:
             expires_at = reused[1] or None
         job = build_client_job(sc, n, secret_name)
