@@ -179,3 +179,8 @@ def test_notes_enrol_command_is_the_documented_one() -> None:
     assert "--server-name <federation>-ps.<namespace>.svc" in notes and "--master" in notes
     assert "ca.crt" in notes.split("geofed site enroll")[0]  # the CA it passes is fetched first
     assert "geofed site enroll" not in _notes({"role": "site"})
+
+
+def test_notes_warn_about_cluster_wide_secret_access_unless_namespaces_are_listed() -> None:
+    assert "watchNamespaces to confine it" in _notes({})
+    assert "watchNamespaces to confine it" not in _notes({"watchNamespaces": ["lab-a"]})
