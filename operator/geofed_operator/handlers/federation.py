@@ -235,7 +235,7 @@ def reconcile_pvc(
 ) -> None:
     """Create the checkpoint PVC; keep its ownership in line with retainOnDelete; grow it on request.
 
-    Only a change handler (`may_adopt`, fresh spec) re-adopts an existing PVC: a status-loop pass that started
+    Only a change handler (`may_adopt`, fresh spec) re-adopts an existing PVC: a timer pass that started
     before `retainOnDelete: true` must never hand the global model back to the garbage collector.
     `pvc` is another claim of the same storage spec (a PS shard's); the group's PS's when None.
     """
@@ -451,9 +451,9 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
 def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
     """Attach the Federation handlers to `registry`."""
 
-    # kopf runs the status loop next to the change handlers, in other threads: without a lock, a loop pass that read the
+    # kopf runs the timer next to the change handlers, in other threads: without a lock, a timer pass that read the
     # old spec could re-apply the old ConfigMap and Deployment just after an update applied the new ones,
-    # rolling the PS back and forth. The loop's body is live, so under the lock it reads the newest spec.
+    # rolling the PS back and forth. The timer's body is live, so under the lock it reads the newest spec.
     locks: dict[str, threading.Lock] = {}  # one small lock per Federation uid the operator has seen
     guard = threading.Lock()
 
@@ -468,10 +468,10 @@ def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
         with lock_of(body):
             reconcile_federation(deps, body, patch, logger)
 
-    # The status loop is a daemon that ends when its Federation is gone, and it needs no finalizer (see
-    # handlers/finalizers.py): deleting a Federation never waits for the operator. kopf stops daemons and
-    # timers only on a deletionTimestamp, which an object without finalizers never shows, so the loop
-    # itself watches for the DELETED event.
+    # The status timer needs no finalizer (see handlers/finalizers.py): deleting a Federation never waits
+    # for the operator. kopf stops timers only on a deletionTimestamp, which an object without finalizers
+    # never shows, so a deleted Federation's timer keeps being called: the DELETED event marks its uid,
+    # and every later call returns at once (no child is re-created, nothing is written).
     gone: set[str] = set()
 
     @kopf.on.event(*RESOURCE, registry=registry)
@@ -482,38 +482,14 @@ def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
                 gone.add(uid)
                 locks.pop(uid, None)
 
-    @kopf.daemon(*RESOURCE, registry=registry, cancellation_timeout=10.0, backoff=deps.settings.status_interval_s)
-    def poll(body: kopf.Body, logger: logging.Logger, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    @kopf.timer(*RESOURCE, interval=deps.settings.status_interval_s, registry=registry)
+    def poll(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:
         # Level-triggered: re-create deleted children, roll a renewed certificate, then read the PS.
-        meta = body["metadata"]
-        while not stopped and meta["uid"] not in gone:
-            patch = StatusPatch()
-            with lock_of(body):
-                if meta["uid"] in gone:
-                    return
-                if reconcile_federation(deps, body, patch, logger, on_change=False):
-                    poll_federation(deps, body, patch, logger)
-            if not patch.write(deps.kube, meta["namespace"], meta["name"], logger):
-                return  # the Federation is gone
-            stopped.wait(deps.settings.status_interval_s)
+        uid = body["metadata"]["uid"]
+        if uid in gone:
+            return
+        with lock_of(body):
+            if uid not in gone and reconcile_federation(deps, body, patch, logger, on_change=False):
+                poll_federation(deps, body, patch, logger)
 
     release_finalizer(registry, poll)  # a Federation never waits for the operator to be deleted
-
-
-class StatusPatch:
-    """The `.status` merge patch one pass of the status loop collects (what kopf's patch is to a handler)."""
-
-    def __init__(self) -> None:
-        self.status: dict[str, Any] = {}
-
-    def write(self, kube: Kube, namespace: str, name: str, logger: logging.Logger) -> bool:
-        """Apply it to the Federation's status subresource; False if the Federation no longer exists."""
-        if not self.status:
-            return True
-        try:
-            kube.patch(names.API_VERSION, names.FEDERATION_KIND, namespace, name, {"status": self.status}, "status")
-        except KubeError as exc:
-            if exc.status == 404:
-                return False
-            logger.warning("could not write the status of federation %s/%s: %s", namespace, name, exc)
-        return True
