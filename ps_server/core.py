@@ -255,9 +255,9 @@ class ParameterServerCore:
         self.persist_registry()
         return out
 
-    def create_site(self, principal: Principal, site: str, max_client_ids: int = 0) -> str:
+    def create_site(self, principal: Principal, site: str, max_client_ids: int = 0, *, rotate: bool = False) -> str:
         """Issue the site credential; `max_client_ids` client ids it may mint (0: max_client_ids_per_site)."""
-        out = self.registry.create_site(principal, site)
+        out = self.registry.create_site(principal, site, rotate=rotate)
         self.registry.set_site_quota(principal, site, max_client_ids)
         self.persist_registry()
         return out

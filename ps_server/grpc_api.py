@@ -31,7 +31,7 @@ from .errors import (
 from .ingest import PushHeader
 from .log_limits import BoundedLog
 from .ratelimit import RateLimiter
-from .registry import AuthError, Session
+from .registry import AuthError, Session, SiteExists
 from .status_page.view import client_rows, wire_fields
 from .stream_slots import StreamCapExceeded, StreamSlot
 
@@ -283,6 +283,8 @@ class AdminServicer(pb_grpc.AdminServicer):
         except AuthError as exc:
             code = grpc.StatusCode.PERMISSION_DENIED if exc.permission else grpc.StatusCode.UNAUTHENTICATED
             context.abort(code, str(exc))
+        except SiteExists as exc:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
@@ -300,9 +302,11 @@ class AdminServicer(pb_grpc.AdminServicer):
     def CreateSiteCredential(self, request: pb.SiteRequest, context) -> pb.SiteCredentialResponse:
         principal = self._principal(context)
         credential = self._guard(
-            context, lambda: self.core.create_site(principal, request.site, request.max_client_ids))
-        log.info("event=site_enrolled site=%r max_client_ids=%d", request.site,
-                 self.core.registry.site_quota(request.site))
+            context,
+            lambda: self.core.create_site(principal, request.site, request.max_client_ids, rotate=request.rotate),
+        )
+        log.info("event=site_enrolled site=%r max_client_ids=%d rotated=%s", request.site,
+                 self.core.registry.site_quota(request.site), request.rotate)
         return pb.SiteCredentialResponse(credential=credential)
 
     def RevokeSite(self, request: pb.SiteRequest, context) -> pb.RevokeSiteResponse:

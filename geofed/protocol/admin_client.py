@@ -63,9 +63,10 @@ class AdminClient:
                        pb.CreateTokenRequest(client_id=client_id, site=site, ttl_s=ttl_s, master=master))
         return r.token, r.expires_at
 
-    def create_site_credential(self, site: str, max_client_ids: int = 0) -> str:
-        """The site's credential; it may mint tokens for `max_client_ids` client ids (0: the PS's default)."""
-        request = pb.SiteRequest(site=site, max_client_ids=max_client_ids)
+    def create_site_credential(self, site: str, rotate: bool = False, max_client_ids: int = 0) -> str:
+        """A new credential for `site`, which may mint tokens for `max_client_ids` client ids (0: the PS's
+        default); an enrolled site's is replaced only with `rotate` (ALREADY_EXISTS without it)."""
+        request = pb.SiteRequest(site=site, rotate=rotate, max_client_ids=max_client_ids)
         return self._call(self.stub.CreateSiteCredential, request).credential
 
     def revoke_site(self, site: str) -> bool:

@@ -343,12 +343,14 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, token: _Optional[str] = ..., expires_at: _Optional[float] = ...) -> None: ...
 
 class SiteRequest(_message.Message):
-    __slots__ = ("site", "max_client_ids")
+    __slots__ = ("site", "rotate", "max_client_ids")
     SITE_FIELD_NUMBER: _ClassVar[int]
+    ROTATE_FIELD_NUMBER: _ClassVar[int]
     MAX_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
     site: str
+    rotate: bool
     max_client_ids: int
-    def __init__(self, site: _Optional[str] = ..., max_client_ids: _Optional[int] = ...) -> None: ...
+    def __init__(self, site: _Optional[str] = ..., rotate: _Optional[bool] = ..., max_client_ids: _Optional[int] = ...) -> None: ...
 
 class SiteCredentialResponse(_message.Message):
     __slots__ = ("credential",)
