@@ -28,9 +28,10 @@ NAMESPACE = "geofed-test"
 
 @pytest.fixture()
 def api(kmock: GeofedEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GeofedEmulator:
-    """The emulator with our CRDs and the built-ins declared, and a kubeconfig pointing at it."""
+    """The emulator with our CRDs and the built-ins declared, namespace NAMESPACE, and a kubeconfig pointing at it."""
     kmock.declare_builtins()
     kmock.declare_crds(REPO / "crds")
+    kmock.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -193,8 +194,9 @@ async def mark_ready(api: GeofedEmulator, name: str) -> None:
     await patch_object(api, "apps/v1", "Deployment", NAMESPACE, name, {"status": ready}, status=True)
 
 
-async def rolled_out_until(api: GeofedEmulator, deployments: set[str], predicate: Callable[[], Any], what: str,
-                           timeout: float = 60.0) -> Any:
+async def rolled_out_until(
+    api: GeofedEmulator, deployments: set[str], predicate: Callable[[], Any], what: str, timeout: float = 60.0
+) -> Any:
     """Play the Deployment controller (every new template rolled out and ready) until `predicate` holds.
 
     The operator may re-apply a Deployment at any time (drift correction, a renewed certificate): marking it

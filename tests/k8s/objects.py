@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kmock
@@ -53,3 +54,24 @@ def names_of(api: GeofedEmulator, plural_key: str, ns: str) -> set[str]:
         for (resource, namespace, name), obj in list(api.objects.items())
         if resource == wanted and namespace == ns and not obj.deleted
     }
+
+
+async def call(
+    api: GeofedEmulator,
+    method: str,
+    path: str,
+    body: Any = None,
+    content_type: str = "application/json",
+    token: str | None = None,
+    params: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    """One raw request (as `token`'s user, else the harness's admin); (HTTP status, decoded JSON body)."""
+    headers = {"Content-Type": content_type}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    async with api.request(method, path, json=body, headers=headers, params=params or {}) as resp:
+        text = await resp.text()
+        try:
+            return resp.status, json.loads(text) if text else None
+        except ValueError:
+            return resp.status, text

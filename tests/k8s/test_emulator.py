@@ -20,9 +20,19 @@ def _cm(name: str, labels: dict[str, str] | None = None, owner_uid: str | None =
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
 
 
+@pytest.fixture(autouse=True)
+def _namespace(api: GeofedEmulator) -> None:
+    api.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+
+
+DEPLOYMENT_SPEC = {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
+                   "template": {"metadata": {"labels": {"app": "d"}},
+                                "spec": {"containers": [{"name": "c", "image": "i"}]}}}  # fmt: skip
+
+
 async def test_resource_version_generation_and_status_subresource(api: GeofedEmulator) -> None:
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": NS},
-                  "spec": {"replicas": 1}, "status": {"readyReplicas": 9}}  # fmt: skip
+                  "spec": DEPLOYMENT_SPEC, "status": {"readyReplicas": 9}}  # fmt: skip
     created = await create(api, deployment)
     rv, uid = created["metadata"]["resourceVersion"], created["metadata"]["uid"]
     assert created["metadata"]["generation"] == 1 and uid and "status" not in created
