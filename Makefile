@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-walkthrough lint generate bench clean
+.PHONY: demo test test-slow test-walkthrough images test-images lint generate bench clean
 
 $(STAMP): pyproject.toml constraints.txt setup.py geofed/codec/_huffman_c.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,12 +17,21 @@ demo: $(STAMP)
 	$(BIN)/geofed local
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not containers"
 
 # The Kubernetes walk-through (README / docs/kubernetes.md) end to end against the emulated API server with a
 # minimal kubelet: 1-3 minutes, so it is marked slow and CI runs it on its own after `make test`.
 test-walkthrough: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/k8s/test_walkthrough.py
+
+# The three images (localhost/geofed/ps:dev, localhost/geofed/operator:dev, localhost/geofed/client:dev-cpu)
+# with podman, from a Debian base made with debootstrap when no registry is reachable: images/build.sh.
+images:
+	images/build.sh
+
+# The images (rebuilt first: a layer-cached rebuild takes seconds) run as the operator's pods with podman.
+test-images: $(STAMP) images
+	$(BIN)/python -m pytest -q -m containers tests/images
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

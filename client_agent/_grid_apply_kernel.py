@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from geofed.codec.numba_jit import cached_njit
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def apply_levels(have, levels, exps, block, limit, out):  # pragma: no cover - compiled
     """out[i] = have[i] + float32(unzigzag(z[i])) · 2^exps[i // block], z[i] read from the 7-bit `levels`.
 
@@ -39,7 +40,7 @@ def apply_levels(have, levels, exps, block, limit, out):  # pragma: no cover - c
     return 0
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def count_continued(syms):  # pragma: no cover - compiled
     """How many symbols have bit 7 set (values that continue in the next level), without numpy's bool temporary."""
     c = 0

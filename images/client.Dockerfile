@@ -26,7 +26,8 @@ COPY geofed_testing ./geofed_testing
 RUN pip install --no-deps . \
     && rm -rf /src
 RUN groupadd --gid 10001 geofed && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin geofed
-ENV PYTHONUNBUFFERED=1 HOME=/home/geofed
+# numba's compiled kernels are cached under /tmp, writable under a read-only root filesystem with an emptyDir.
+ENV PYTHONUNBUFFERED=1 HOME=/home/geofed NUMBA_CACHE_DIR=/tmp/numba
 WORKDIR /work
 USER 10001
 # The operator sets the command per pod (`geofed client ...` or `torchrun --nproc-per-node N -m client_agent ...`).

@@ -31,7 +31,8 @@ RUN pip install --no-deps .
 FROM python:${PYTHON_VERSION}-slim-bookworm
 RUN groupadd --gid 10001 geofed && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin geofed
 COPY --from=build /opt/geofed /opt/geofed
-ENV PATH=/opt/geofed/bin:$PATH PYTHONUNBUFFERED=1
+# numba's compiled kernels are cached under /tmp (the pod's emptyDir): the root filesystem is read-only.
+ENV PATH=/opt/geofed/bin:$PATH PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
 USER 10001
 EXPOSE 7443 9090
 ENTRYPOINT ["geofed"]

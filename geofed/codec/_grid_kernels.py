@@ -8,10 +8,11 @@ operations; the scalings are by powers of two, so they are exact either way).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from geofed.codec.numba_jit import cached_njit
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def zigzag_diff(have, new, exps, block, limit, out):  # pragma: no cover - compiled
     """out[i] = zigzag((new[i] - have[i]) / 2^exps[i // block]); 1 when a value is off its grid or too large."""
     n = new.size
@@ -30,7 +31,7 @@ def zigzag_diff(have, new, exps, block, limit, out):  # pragma: no cover - compi
     return 0
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def apply_diff(have, z, exps, block, out):  # pragma: no cover - compiled
     """out[i] = have[i] + float32(unzigzag(z[i])) * 2^exps[i // block], in fp32."""
     n = have.size
@@ -44,7 +45,7 @@ def apply_diff(have, z, exps, block, out):  # pragma: no cover - compiled
             out[i] = have[i] + np.float32(d) * scale
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def block_stats(true, prev, block, peak, sq):  # pragma: no cover - compiled
     """Per block: max |true| into `peak`, and the sum of squares of (true - prev) into `sq` (of true when
     `prev` is empty), accumulated in float64."""
@@ -66,7 +67,7 @@ def block_stats(true, prev, block, peak, sq):  # pragma: no cover - compiled
         sq[b] = s
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def snap(true, exps, block, out):  # pragma: no cover - compiled
     """out[i] = rint(true[i] / 2^e) * 2^e + 0.0 in fp32 (exact scalings; +0.0 turns -0.0 into +0.0)."""
     n = true.size

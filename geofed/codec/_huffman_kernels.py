@@ -4,12 +4,13 @@ process that never entropy-codes (a rejoining client's first step) does not pay 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from geofed.codec.numba_jit import cached_njit
 
 _U = np.uint64
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def _encode(syms, codes, lens, pair_codes, pair_lens, lane_syms, words, lane_bits):  # pragma: no cover
     """MSB-first bitstream as 32-bit words; per-lane bit counts. Returns bits written, -1: no code.
 
@@ -59,14 +60,14 @@ def _encode(syms, codes, lens, pair_codes, pair_lens, lane_syms, words, lane_bit
         words[wi] = np.uint32((acc << _U(32 - nacc)) & _U(0xFFFFFFFF))
     return total
 
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+@cached_njit(nogil=True, boundscheck=False, inline="always")
 def _bits64(words, p):  # pragma: no cover - compiled
     """The 64 bits of the stream starting at bit `p` (words: big-endian 64-bit words, zero-padded)."""
     q = p >> 6
     off = _U(p & 63)
     return (words[q] << off) | ((words[q + 1] >> _U(1)) >> (_U(63) - off))
 
-@njit(cache=True, nogil=True, inline="always", boundscheck=False)
+@cached_njit(nogil=True, inline="always", boundscheck=False)
 def _one(w, fast, fast_bits, dec_sym, dec_len, max_len):  # pragma: no cover - compiled
     """(symbol, length) of the code at the top of `w`: a small table first, the full one for long codes."""
     e = fast[w >> _U(64 - fast_bits)]
@@ -75,7 +76,7 @@ def _one(w, fast, fast_bits, dec_sym, dec_len, max_len):  # pragma: no cover - c
     i = w >> _U(64 - max_len)
     return np.int64(dec_sym[i]), np.int64(dec_len[i])
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def _decode(words, starts, counts, lane_syms, fast, fast_bits, dec_sym, dec_len, max_len, per_fill, out,
             ends):  # pragma: no cover - compiled
     """Decode every lane into `out` (stream order) and each lane's final bit into `ends`; four lanes at
@@ -114,7 +115,7 @@ def _decode(words, starts, counts, lane_syms, fast, fast_bits, dec_sym, dec_len,
         ends[lane] = p
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def _decode_pairs(words, starts, counts, lane_syms, fast2, fast_bits, dec_sym, dec_len, max_len, per_fill,
                   out, ends):  # pragma: no cover - compiled
     """`_decode` for byte alphabets with a two-symbol first-level table: entry = n | len << 2 | s0 << 8 |

@@ -9,14 +9,15 @@ context, the caller turns the code into a `CodecError` that says which chunk and
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from geofed.codec.numba_jit import cached_njit
 
 _U = np.uint64
 
 OK, E_TRUNCATED, E_RANGE, E_ORDER, E_UNARY = 0, 1, 2, 3, 4
 
 
-@njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def rice_bits(gaps, r):  # pragma: no cover - compiled
     """Bits a Rice code with parameter `r` needs for `gaps`."""
     total = 0
@@ -25,7 +26,7 @@ def rice_bits(gaps, r):  # pragma: no cover - compiled
     return total
 
 
-@njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def encode(values, r, width, out):  # pragma: no cover - compiled
     """Each value in `width` bits (width > 0), else as a Rice code: (v >> r) one-bits, a zero bit, the low
     `r` bits. Returns bytes used."""
@@ -63,7 +64,7 @@ def encode(values, r, width, out):  # pragma: no cover - compiled
     return pos
 
 
-@njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _bits(buf, bit, n):  # pragma: no cover - compiled
     v = 0
     for i in range(n):
@@ -71,7 +72,7 @@ def _bits(buf, bit, n):  # pragma: no cover - compiled
     return v
 
 
-@njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def decode(buf, r, width, chunk_lens, k_per_chunk, out):  # pragma: no cover - compiled
     """Frame-relative positions of every chunk's entries, written by `encode` as chunk-relative positions
     (width > 0) or as Rice-coded gaps; returns (error code, chunk index, bytes read)."""
