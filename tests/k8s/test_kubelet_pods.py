@@ -154,6 +154,12 @@ async def test_preemption_gives_the_grace_period(api: GeofedEmulator, node_root:
         containers = {n: kubelet.pods[n].container for n in ("polite", "stubborn")}
         await kubelet.preempt("polite")
         await kubelet.preempt("stubborn")
+        terminating = get(api, "v1/pods", NS, "polite")  # Terminating while its container checkpoints
+        assert terminating is not None and terminating["metadata"]["deletionTimestamp"]
+        assert {
+            c["type"]: c["reason"] for c in terminating["status"]["conditions"] if c["type"] == "DisruptionTarget"
+        } == {"DisruptionTarget": "PreemptionByScheduler"}
+        await wait_for(lambda: get(api, "v1/pods", NS, "polite") is None, 30, "the pod gone once stopped")
         await wait_for(lambda: all(c is not None and c.poll() is not None for c in containers.values()), 30, "stopped")
     assert "checkpointed" in logs["polite"].read_text() and containers["polite"].poll() == 143
     assert "ignored" in logs["stubborn"].read_text() and containers["stubborn"].poll() == 137

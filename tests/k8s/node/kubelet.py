@@ -14,7 +14,8 @@ API: a `DisruptionTarget` condition, then a graceful delete.
 What differs from a real node: the kubelet reads pods from the emulator's store each pass (0.2 s)
 instead of a watch; one node, no scheduling (no resources, affinity, taints; a missing PVC leaves the
 pod `Pending` as `Unschedulable`); only a pod's first container runs (no init or sidecar containers);
-the Service proxy is `resolve()`, used by tests and, under the process runtime, to rewrite Service
+pods are bound by setting `spec.nodeName` (a scheduler POSTs a
+`pods/<name>/binding`); the Service proxy is `resolve()`, used by tests and, under the process runtime, to rewrite Service
 addresses in a pod's arguments; a pod whose object vanishes without a graceful delete (a force delete)
 gets the kubelet's minimum 2 s grace.
 """
@@ -38,6 +39,7 @@ from .images import ImageConfig
 from .probes import Prober, run_probe
 from .runtime import Container, ProcessRuntime, Runtime, stop
 
+NODE = "node-1"
 MIN_GRACE_S = 2.0  # the kubelet's minimum grace for a pod deleted with grace 0
 BACKOFF_S, BACKOFF_MAX_S = 10.0, 300.0
 SERVICE = re.compile(r"([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)")
@@ -180,6 +182,8 @@ class Kubelet:
             phase = (pod.get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 continue
+            if (pod.get("spec") or {}).get("nodeName") not in (None, "", NODE):
+                continue  # bound to another node
             refs = meta.get("ownerReferences") or []
             owner = next((f"{r['kind']}/{r['name']}" for r in refs if r.get("controller")), "")
             worker = PodWorker(meta["namespace"], meta["name"], meta["uid"], owner, self.root / "pods" / meta["uid"])
@@ -193,6 +197,9 @@ class Kubelet:
 
     async def _work(self, worker: PodWorker) -> None:
         try:
+            pod = self._pod(worker)
+            if pod is not None and not pod["spec"].get("nodeName"):  # the scheduler's binding
+                await patch(self.api, "v1", "Pod", worker.namespace, worker.name, {"spec": {"nodeName": NODE}})
             while True:
                 pod = self._pod(worker)
                 if pod is None:  # force-deleted (or never graceful): stop with the minimum grace
@@ -380,14 +387,14 @@ class Kubelet:
         ]
         if not scheduled:
             conditions[0]["message"] = worker.waiting[1] if worker.waiting else ""
-        name = pod["spec"]["containers"][0]["name"]
+        name, image = pod["spec"]["containers"][0]["name"], pod["spec"]["containers"][0].get("image", "")
         status: dict[str, Any] = {
             "phase": phase,
             "conditions": conditions,
             "hostIP": "127.0.0.1",
             "podIP": "127.0.0.1",
             "containerStatuses": [{
-                "name": name, "image": pod["spec"]["containers"][0].get("image", ""), "ready": ready,
+                "name": name, "image": image, "imageID": f"host-filesystem:{image}", "ready": ready,
                 "started": running and worker.started, "restartCount": worker.restarts, "state": state,
             }],
         }  # fmt: skip
