@@ -19,8 +19,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not containers"
 
-# The Kubernetes walk-through (README / docs/kubernetes.md) end to end against the emulated API server with a
-# minimal kubelet: 1-3 minutes, so it is marked slow and CI runs it on its own after `make test`.
+# docs/kubernetes.md's shell blocks run with bash (real kubectl, helm over helm-python-sdk, geofed) against two
+# emulated clusters whose nodes (tests/k8s/node/) run every pod, the operator's included; needs root (mount
+# namespaces). Minutes, so it is marked slow and CI runs it on its own after `make test`.
 test-walkthrough: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/k8s/test_walkthrough.py
 

@@ -14,10 +14,11 @@ API: a `DisruptionTarget` condition, then a graceful delete.
 What differs from a real node: the kubelet reads pods from the emulator's store each pass (0.2 s)
 instead of a watch; one node, no scheduling (no resources, affinity, taints; a missing PVC leaves the
 pod `Pending` as `Unschedulable`); only a pod's first container runs (no init or sidecar containers);
-pods are bound by setting `spec.nodeName` (a scheduler POSTs a
-`pods/<name>/binding`); the Service proxy is `resolve()`, used by tests and, under the process runtime, to rewrite Service
-addresses in a pod's arguments; a pod whose object vanishes without a graceful delete (a force delete)
-gets the kubelet's minimum 2 s grace.
+pods are bound by setting `spec.nodeName` (a scheduler POSTs a `pods/<name>/binding`);
+with `network=True` the node runs kube-proxy, cluster DNS and a TLS front for the API server
+(`network.py`) and pods get in-cluster config (a ServiceAccount token minted by the emulator,
+KUBERNETES_SERVICE_HOST/PORT); a pod whose object vanishes without a graceful delete (a force
+delete) gets the kubelet's minimum 2 s grace.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..emulator import GeofedEmulator
 from ..objects import patch
 from . import spec as specs
 from .images import ImageConfig
+from .network import ApiBridge, ServiceProxy
 from .probes import Prober, run_probe
 from .runtime import Container, ProcessRuntime, Runtime, stop
 
@@ -84,7 +86,7 @@ class Kubelet:
     def __init__(
         self, api: GeofedEmulator, root: Path, *, runtime: Runtime | None = None,
         images: dict[str, ImageConfig] | None = None, access: specs.ClusterAccess | None = None,
-        controllers: bool = True,
+        controllers: bool = True, network: bool = False,
     ) -> None:  # fmt: skip
         self.api, self.root = api, root
         self.runtime = runtime or ProcessRuntime()
@@ -94,6 +96,9 @@ class Kubelet:
         self.dns: dict[str, str] = {}  # extra "host:port" -> "host:port" (a load balancer the test plays)
         self._task: asyncio.Task | None = None
         self._controllers = controllers
+        self.network = network
+        self.proxy: ServiceProxy | None = None
+        self.bridge: ApiBridge | None = None
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o711)  # pods run as other users and must reach their volumes
 
@@ -110,33 +115,36 @@ class Kubelet:
         wanted = plural.rsplit("/", 1)[-1]
         return [o.raw for (r, _, _), o in list(self.api.objects.items()) if r.plural == wanted and not o.deleted]
 
+    def endpoint(self, ns: str, name: str, port: int) -> tuple[str, int] | None:
+        """Where Service `ns/name`'s `port` leads on this node: a ready pod's container port (kube-proxy)."""
+        svc = self.lookup("v1/services", ns, name)
+        if svc is None:
+            return None
+        ports = svc["spec"].get("ports") or []
+        target = next((p.get("targetPort", p["port"]) for p in ports if p["port"] == port), None)
+        selector = svc["spec"].get("selector") or {}
+        not_ready_too = bool(svc["spec"].get("publishNotReadyAddresses"))
+        for worker in list(self.pods.values()):
+            pod = self._pod(worker)
+            if pod is None or worker.namespace != ns or worker.container is None or worker.cfg is None:
+                continue
+            labels = pod["metadata"].get("labels") or {}
+            if not selector or any(labels.get(k) != v for k, v in selector.items()) or target is None:
+                continue
+            if pod["metadata"].get("deletionTimestamp") or not (worker.ready or not_ready_too):
+                continue
+            container_port = int(target) if str(target).isdigit() else worker.cfg.ports.get(str(target))
+            if container_port is not None:
+                return worker.container.endpoint(container_port)
+        return None
+
     def resolve(self, address: str) -> str:
-        """What a pod dialling `address` reaches: a Service's ready endpoint on this node (kube-proxy)."""
+        """What `<svc>.<ns>.svc:<port>` leads to on this node (unknown names stay as they are)."""
         if address in self.dns:
             return self.dns[address]
         match = SERVICE.fullmatch(address)
-        if not match:
-            return address
-        name, ns, port = match.group(1), match.group(2), int(match.group(3))
-        svc = self.lookup("v1/services", ns, name)
-        if svc is None:
-            return address
-        target = next(
-            (p.get("targetPort", p["port"]) for p in svc["spec"].get("ports") or [] if p["port"] == port), None
-        )
-        selector = svc["spec"].get("selector") or {}
-        for worker in self.pods.values():
-            pod = self.lookup("v1/pods", worker.namespace, worker.name)
-            labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
-            if (
-                pod is not None and worker.namespace == ns and worker.container is not None and worker.cfg
-                and selector and all(labels.get(k) == v for k, v in selector.items()) and target is not None
-            ):  # fmt: skip
-                container_port = int(target) if str(target).isdigit() else worker.cfg.ports.get(str(target))
-                if container_port is not None:
-                    host, local = worker.container.endpoint(container_port)
-                    return f"{host}:{local}"
-        return address
+        found = self.endpoint(match.group(2), match.group(1), int(match.group(3))) if match else None
+        return f"{found[0]}:{found[1]}" if found else address
 
     def running(self, name: str) -> bool:
         """Whether pod `name`'s container still runs (or may run again) on this node."""
@@ -148,6 +156,13 @@ class Kubelet:
     # ---- lifecycle -----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Kubelet:
+        if self.network:
+            self.bridge = ApiBridge((self.api.url.host, self.api.url.port))
+            await self.bridge.start()
+            self.proxy = ServiceProxy(self.endpoint, self.bridge.prefix, self.bridge.ip)
+            self.access = self.access or specs.ClusterAccess(
+                host=self.bridge.ip, port=443, ca_pem=self.bridge.tls.ca_pem, token_for=self.api.mint_token
+            )
         self._task = asyncio.create_task(self._loop())
         return self
 
@@ -158,6 +173,9 @@ class Kubelet:
             if worker.task:
                 worker.task.cancel()
         await asyncio.gather(*(asyncio.to_thread(stop, w.container, 0) for w in self.pods.values() if w.container))
+        for part in (self.proxy, self.bridge):
+            if part is not None:
+                await part.stop()
 
     async def _loop(self) -> None:
         from .controllers import sync_deployments, sync_jobs  # controllers use the kubelet's view
@@ -168,6 +186,11 @@ class Kubelet:
                     await sync_deployments(self)
                     await sync_jobs(self)
                 self._admit()
+                if self.proxy is not None and await self.proxy.sync(self.objects("v1/services")):
+                    hosts = self.proxy.hosts()
+                    for worker in list(self.pods.values()):
+                        if worker.container is not None:
+                            worker.container.set_hosts(hosts)
             except Exception as exc:  # noqa: BLE001 - a node must keep going and say why
                 print(f"kubelet: {exc!r}", file=sys.stderr)
             await asyncio.sleep(0.2)
@@ -245,8 +268,7 @@ class Kubelet:
             worker.waiting = (exc.reason, exc.message)
             worker.next_start = time.monotonic() + 1.0
             return
-        if isinstance(self.runtime, ProcessRuntime):  # host network: Service names become node endpoints
-            cfg.argv = [SERVICE.sub(lambda m: self.resolve(m.group(0)), w) for w in cfg.argv]
+        cfg.hosts = self.proxy.hosts() if self.proxy else {}
         if worker.container is not None:
             worker.restarts += 1
             worker.last = worker.terminated

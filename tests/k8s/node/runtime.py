@@ -58,6 +58,8 @@ class Container(Protocol):
 
     def endpoint(self, container_port: int) -> tuple[str, int]: ...
 
+    def set_hosts(self, entries: dict[str, str]) -> None: ...
+
 
 class Runtime(Protocol):
     def start(self, cfg: ContainerConfig, pod_dir: Path) -> Container: ...
@@ -83,9 +85,22 @@ def _rewrite_ports(words: list[str], ports: dict[int, int]) -> list[str]:
     return out
 
 
+def write_hosts(path: Path, entries: dict[str, str]) -> None:
+    """The host's /etc/hosts plus the cluster's names (rewritten in place: the container sees the change)."""
+    extra = "".join(f"{ip}\t{name}\n" for name, ip in entries.items())
+    with open(path, "w") as out:
+        out.write(Path("/etc/hosts").read_text() + extra)
+
+
 class ProcessContainer:
-    def __init__(self, proc: subprocess.Popen, log: Path, cfg: ContainerConfig, ports: dict[int, int]) -> None:
-        self.proc, self.log, self.cfg, self.ports = proc, log, cfg, ports
+    def __init__(
+        self, proc: subprocess.Popen, log: Path, cfg: ContainerConfig, ports: dict[int, int], hosts: Path
+    ) -> None:
+        self.proc, self.log, self.cfg, self.ports, self.hosts = proc, log, cfg, ports, hosts
+
+    def set_hosts(self, entries: dict[str, str]) -> None:
+        if self.proc.poll() is None:
+            write_hosts(self.hosts, entries)
 
     def poll(self) -> int | None:
         return _exit_code(self.proc.poll())
@@ -148,9 +163,9 @@ class ProcessRuntime:
         interpreter = Path(os.path.realpath(sys.executable))
         # The interpreter may live in root's home (0700): other users may pass through it in this overlay only.
         lines += [f"chmod o+x {q(inside(root, str(p)))}" for p in interpreter.parents if p != Path("/")]
-        if cfg.hosts:
-            entries = "".join(f"{ip}\t{name}\n" for name, ip in cfg.hosts.items())
-            lines.append(f"printf %s {q(entries)} >> {q(inside(root, '/etc/hosts'))}")
+        hosts = upper / os.path.realpath("/etc/hosts").lstrip("/")
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        write_hosts(hosts, cfg.hosts)
         for mount in sorted(cfg.mounts, key=lambda m: m.target.count("/")):
             target = q(inside(root, mount.target))
             make = f"mkdir -p {target}" if mount.source.is_dir() else f"mkdir -p $(dirname {target}); touch {target}"
@@ -174,7 +189,7 @@ class ProcessRuntime:
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         cfg.env = env
-        return ProcessContainer(proc, log, cfg, ports)
+        return ProcessContainer(proc, log, cfg, ports, hosts)
 
 
 def stop(container: Container, grace: float) -> int | None:
