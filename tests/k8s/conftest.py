@@ -26,26 +26,35 @@ REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "geofed-test"
 
 
+def write_kubeconfig(api: GeofedEmulator, path: Path, token: str = "emulated-token") -> Path:
+    """A kubeconfig for the emulator, authenticating with `token` (by default the cluster-admin's)."""
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulated", "cluster": {"server": str(api.url).rstrip("/")}}],
+        "users": [{"name": "tester", "user": {"token": token}}],
+        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "tester"}}],
+        "current-context": "emulated",
+    }
+    path.write_text(yaml.safe_dump(kubeconfig))
+    return path
+
+
+def use_kubeconfig(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Point kubectl, helm, kopf and the kubernetes client at `path`."""
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    # The client library reads KUBECONFIG once, at import time.
+    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
 @pytest.fixture()
 def api(kmock: GeofedEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GeofedEmulator:
     """The emulator with our CRDs and the built-ins declared, namespace NAMESPACE, and a kubeconfig pointing at it."""
     kmock.declare_builtins()
     kmock.declare_crds(REPO / "crds")
     kmock.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "emulated", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-        "users": [{"name": "tester", "user": {"token": "emulated-token"}}],
-        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "tester"}}],
-        "current-context": "emulated",
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(kubeconfig))
-    monkeypatch.setenv("KUBECONFIG", str(path))
-    # The client library reads KUBECONFIG once, at import time.
-    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    use_kubeconfig(monkeypatch, write_kubeconfig(kmock, tmp_path / "kubeconfig"))
     return kmock
 
 
@@ -120,15 +129,23 @@ def fake_ps() -> FakePS:
 KUBECTL = shutil.which("kubectl")
 
 
-async def kubectl(*args: str) -> str:
-    """Run the real kubectl (test kubeconfig) while the emulator keeps serving; its stdout."""
+async def run_kubectl(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """Run the real kubectl (test kubeconfig) while the emulator keeps serving; (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         KUBECTL or "kubectl", *args, env={**os.environ, "HOME": tempfile.gettempdir()},
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def kubectl(*args: str) -> str:
+    """Run the real kubectl, which must succeed; its stdout."""
+    code, out, err = await run_kubectl(*args)
+    assert code == 0, err
+    return out
 
 
 @contextlib.asynccontextmanager

@@ -12,10 +12,18 @@ from geofed_operator.kube import resource_path
 from .emulator import GeofedEmulator
 
 
+def path_of(api: GeofedEmulator, obj: dict[str, Any], namespace: str | None = None) -> str:
+    """The collection URL of `obj`'s kind (any kind the emulator serves) in its namespace."""
+    rtype = api.registry.by_kind(obj["apiVersion"], obj["kind"])
+    assert rtype is not None, f"{obj['apiVersion']} {obj['kind']} is not served"
+    base = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
+    ns = namespace or obj["metadata"].get("namespace")
+    return f"{base}/namespaces/{ns}/{rtype.plural}" if rtype.namespaced else f"{base}/{rtype.plural}"
+
+
 async def create(api: GeofedEmulator, obj: dict[str, Any]) -> dict[str, Any]:
     """POST an object (like kubectl create)."""
-    path = resource_path(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"])
-    async with api.post(path, json=obj) as resp:
+    async with api.post(path_of(api, obj), json=obj) as resp:
         assert resp.status < 300, await resp.text()
         return await resp.json()
 

@@ -22,7 +22,6 @@ from .test_operator_siteclient import CREDENTIAL, SITECLIENT
 from .test_operator_siteclient import _runner as site_runner
 
 Call = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
-_VERBS = {"LIST": "list", "WATCH": "watch", "FETCH": "get", "CREATE": "create", "DELETE": "delete"}
 # Grants the operator needs though no scenario here exercises them: kopf's namespace scan (cluster-wide
 # mode) and CRD discovery, and the PDB delete when a Federation turns podDisruptionBudget off.
 UNEXERCISED: dict[str, set[Call]] = {
@@ -35,17 +34,17 @@ CLUSTER_READS = {("", "namespaces", v) for v in ("get", "list", "watch")} | {
 
 
 def operator_calls(api: GeofedEmulator) -> set[Call]:
-    """What the operator (its Kube adapter and kopf, not the test) asked the emulator for."""
-    calls = set()
-    for request in list(api):
-        agent = request.headers.get("User-Agent", "")
-        if request.resource is None or not request.resource.plural or not agent.startswith(("kopf", "OpenAPI-Gen")):
-            continue
-        action = request.action.name
-        verb = _VERBS.get(action) or ("patch" if request.method.name == "PATCH" else "update")
-        resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
-        calls.add((request.resource.group or "", resource, verb))
-    return calls
+    """What the operator (its Kube adapter and kopf, not the test) needed the authorizer to allow.
+
+    The emulator's authorizer records each decision: a request's own verb (an apply that creates needs
+    `create`), and the checks admission makes for it (`update` on an owner's `finalizers` to set
+    blockOwnerDeletion).
+    """
+    return {
+        (check.group, check.resource, check.verb)
+        for check in api.checks
+        if check.agent.startswith(("kopf", "OpenAPI-Gen"))
+    }
 
 
 def granted(docs: Iterable[dict[str, Any]], kinds: tuple[str, ...] = ("ClusterRole", "Role")) -> set[Call]:

@@ -48,6 +48,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [geofed.io]
   resources: [{{ range $i, $p := splitList "," (include "geofed.plurals" .) }}{{ if $i }}, {{ end }}{{ $p }}/status{{ end }}]
   verbs: [patch]
+{{- /* Children carry ownerReferences with blockOwnerDeletion, which needs update on the owner's finalizers. */}}
+- apiGroups: [geofed.io]
+  resources: [{{ range $i, $p := splitList "," (include "geofed.plurals" .) }}{{ if $i }}, {{ end }}{{ $p }}/finalizers{{ end }}]
+  verbs: [update]
 {{- if has .Values.role (list "cloud" "both") }}
 - apiGroups: [""]
   resources: [events]

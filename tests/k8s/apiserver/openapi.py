@@ -4,9 +4,10 @@ Built from the built-in types kubernetes-validate ships (1.32) and the served CR
 served resource has its paths with get/put/patch/delete operations carrying
 `x-kubernetes-group-version-kind` and the `fieldValidation`, `fieldManager`, `dryRun` and `force`
 query parameters, which is how kubectl decides to use server-side field validation. `/openapi/v2`
-is served as JSON; a client that accepts only protobuf gets 406 Not Acceptable and falls back. The
-real documents also describe every other operation (list, watch, deletecollection, subresources) and
-every response type; these describe the types and the object paths only.
+is served as JSON, and to a client that asks for protobuf only (kubectl) as a protobuf document without
+paths or definitions (see `v2_protobuf`). The real documents also describe every other operation
+(list, watch, deletecollection, subresources) and every response type; these describe the types and the
+object paths only.
 """
 
 from __future__ import annotations
@@ -121,6 +122,25 @@ def v2(server: GeofedEmulator) -> dict[str, Any]:
             "definitions": _schemas(types, "#/definitions/")}  # fmt: skip
 
 
+PROTOBUF_V2 = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"  # the type a real server answers with
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (lengths here stay under 128 bytes)."""
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def v2_protobuf() -> bytes:
+    """The gnostic `openapi_v2.Document` kubectl asks for: `swagger` and `info` only, no paths or definitions.
+
+    kubectl needs the document to exist; it validates through the server (`fieldValidation`, found in the
+    v3 documents) and, with no v2 definition of a type, falls back to its compiled-in patch metadata.
+    """
+    info = _field(1, b"Kubernetes") + _field(2, f"v{k8s_schemas.KUBE_VERSION}".encode())
+    return _field(1, b"2.0") + _field(2, info)
+
+
 def _group_versions(server: GeofedEmulator) -> dict[str, list[ResourceType]]:
     found: dict[str, list[ResourceType]] = {}
     for rtype in server.registry.types.values():
@@ -145,10 +165,8 @@ def _digest(doc: dict[str, Any]) -> str:
 async def serve(server: GeofedEmulator, path: str, accept: str) -> aiohttp.web.StreamResponse | None:
     """The response for an OpenAPI path, or None for any other path."""
     if path == "/openapi/v2":
-        if "json" not in accept and "*/*" not in accept and accept:
-            return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                              "message": "only application/json is served", "reason": "NotAcceptable",
-                                              "code": 406}, status=406)  # fmt: skip
+        if "protobuf" in accept and "json" not in accept:
+            return aiohttp.web.Response(body=v2_protobuf(), content_type=PROTOBUF_V2)
         return aiohttp.web.json_response(v2(server))
     if path in ("/openapi/v3", "/openapi/v3/"):
         listing = {}

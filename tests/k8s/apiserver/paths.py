@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from kmock._internal import parsing
+
 
 @dataclasses.dataclass
 class RequestInfo:
     group: str
-    version: str
+    version: str | None  # None: a group's discovery document (`/apis/geofed.io`)
     plural: str | None  # None: a discovery document (`/api/v1`, `/apis/geofed.io/v1alpha1`)
     namespace: str | None = None
     name: str | None = None
@@ -23,6 +25,8 @@ def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
         group, version, rest = "", parts[1], parts[2:]
     elif len(parts) >= 3 and parts[0] == "apis":
         group, version, rest = parts[1], parts[2], parts[3:]
+    elif len(parts) == 2 and parts[0] == "apis":
+        return RequestInfo(parts[1], None, None)  # a group's discovery document
     else:
         return None
     info = RequestInfo(group, version, None)
@@ -47,3 +51,18 @@ def parse(method: str, path: str, query: dict[str, str]) -> RequestInfo | None:
     if info.subresource and method.upper() == "POST":
         info.verb = "create"
     return info
+
+
+_KMOCK_PARSE = parsing.parse_path
+
+
+def kmock_parse_path(path: str) -> parsing.ParsedPath:
+    """kmock's request parsing with this module's reading of resource paths (kmock fails on `/api/v1/namespaces`)."""
+    info = parse("GET", path, {})
+    if info is None:
+        return _KMOCK_PARSE(path)
+    namespace = None if info.plural == "namespaces" else info.namespace
+    return parsing.ParsedPath(info.group, info.version, info.plural, namespace, info.name, info.subresource)
+
+
+parsing.parse_path = kmock_parse_path  # kmock's Request._parse looks it up here, for every request it records

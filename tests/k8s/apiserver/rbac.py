@@ -16,6 +16,7 @@ Aggregated ClusterRoles (`aggregationRule`) and impersonation are not supported.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import secrets
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,21 @@ if TYPE_CHECKING:
     from .server import GeofedEmulator
 
 ADMIN_TOKEN = "emulated-token"
+AGENT: contextvars.ContextVar[str] = contextvars.ContextVar("agent", default="")  # the request's User-Agent
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One authorization decision: a request's own, or one an admission plugin asked for."""
+
+    agent: str
+    user: str
+    verb: str
+    group: str
+    resource: str  # plural or plural/subresource
+    namespace: str | None
+    name: str | None
+    allowed: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,11 +136,13 @@ def allowed(
     server: GeofedEmulator, user: User, verb: str, group: str, resource: str, namespace: str | None, name: str | None
 ) -> bool:
     """Whether RBAC lets `user` do `verb` on `resource` (`plural` or `plural/sub`) of `group` there."""
-    if user.admin:
-        return True
     if verb in ("list", "watch", "create", "deletecollection"):
         name = None
-    return any(_rule_matches(r, verb, group, resource, name) for r in _rules_for(server, user, namespace))
+    decision = user.admin or any(
+        _rule_matches(r, verb, group, resource, name) for r in _rules_for(server, user, namespace)
+    )
+    server.checks.append(Check(AGENT.get(), user.name, verb, group, resource, namespace, name, decision))
+    return decision
 
 
 def denial(user: User, verb: str, group: str, resource: str, namespace: str | None) -> str:

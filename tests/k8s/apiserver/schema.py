@@ -234,10 +234,33 @@ class Walker:
 # ---- built-in kinds -------------------------------------------------------------------------------
 
 
-class BuiltinWalker:
-    """Prunes unknown fields and checks JSON types, `required` and `enum` against a built-in type's schema."""
+# The `required` fields the built-in types' hand-written validation enforces (the OpenAPI `required` lists
+# say more: a decoded object gets zero values for missing fields, which most validation accepts).
+ENFORCED_REQUIRED = {
+    "io.k8s.api.core.v1.Container": ["name", "image"],
+    "io.k8s.api.core.v1.PodSpec": ["containers"],
+    "io.k8s.api.core.v1.EnvVar": ["name"],
+    "io.k8s.api.core.v1.Volume": ["name"],
+    "io.k8s.api.core.v1.VolumeMount": ["name", "mountPath"],
+    "io.k8s.api.core.v1.KeyToPath": ["key", "path"],
+    "io.k8s.api.core.v1.ContainerPort": ["containerPort"],
+    "io.k8s.api.core.v1.ServicePort": ["port"],
+    "io.k8s.api.core.v1.ObjectReference": [],
+    "io.k8s.api.apps.v1.DeploymentSpec": ["selector", "template"],
+    "io.k8s.api.batch.v1.JobSpec": ["template"],
+    "io.k8s.api.rbac.v1.PolicyRule": ["verbs"],
+    "io.k8s.api.rbac.v1.RoleRef": ["apiGroup", "kind", "name"],
+    "io.k8s.api.rbac.v1.Subject": ["kind", "name"],
+    "io.k8s.api.rbac.v1.RoleBinding": ["roleRef"],
+    "io.k8s.api.rbac.v1.ClusterRoleBinding": ["roleRef"],
+}
 
-    def __init__(self) -> None:
+
+class BuiltinWalker:
+    """Prunes unknown fields and checks JSON types, enforced `required` fields and `enum` of a built-in type."""
+
+    def __init__(self, root: str = "") -> None:
+        self.root = root  # the definition name of the node walked first (its `required` apply there)
         self.unknown: list[str] = []
         self.type_errors: list[str] = []
         self.errors: list[FieldError] = []
@@ -253,6 +276,7 @@ class BuiltinWalker:
         return [t for alt in alternatives for t in BuiltinWalker._types(alt)]
 
     def walk(self, node: dict[str, Any], value: Any, path: str) -> Any:
+        name = node.get("$ref", "").rsplit("/", 1)[-1] if isinstance(node, dict) else ""
         node = k8s_schemas.resolve(node)
         types = self._types(node)
         if value is None:
@@ -279,8 +303,8 @@ class BuiltinWalker:
                     out[key] = item
                 else:
                     self.unknown.append(sub)
-            for key in node.get("required") or []:
-                if key not in out:
+            for key in ENFORCED_REQUIRED.get(name or (self.root if not path else ""), []):
+                if key not in out or out[key] in ("", None, []):
                     self.errors.append(FieldError(f"{path}.{key}" if path else key, "Required"))
             return out
         if isinstance(value, list):
@@ -293,6 +317,36 @@ class BuiltinWalker:
 
 
 ROOT_KEYS = {"apiVersion", "kind", "metadata"}
+
+
+_STEP = re.compile(r"\.?([^.\[]+)|\[([^\]]*)\]")
+_MISSING = object()
+
+
+def _at(obj: Any, path: str) -> Any:
+    """The value at a field path (`spec.groups[0].name`, `<nil>` for the root), or a marker if absent."""
+    if path == "<nil>":
+        return obj
+    for key, index in _STEP.findall(path):
+        if isinstance(obj, dict):
+            obj = obj.get(key or index, _MISSING)
+        elif isinstance(obj, list) and index.isdigit() and int(index) < len(obj):
+            obj = obj[int(index)]
+        else:
+            return _MISSING
+    return obj
+
+
+def _ratchet(found: list[FieldError], obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    """CRD validation ratcheting (on by default since 1.30): an update may keep an invalid value it did not change."""
+    if old is None:
+        return found
+    kept = []
+    for error in found:
+        path = error.path if error.kind != "Required" else error.path.rpartition(".")[0] or "<nil>"
+        if _at(obj, path) is _MISSING or _at(obj, path) != _at(old, path):
+            kept.append(error)
+    return kept
 
 
 def _unknown_fields(rtype: ResourceType, unknown: list[str], validation: str) -> list[str]:
@@ -312,6 +366,17 @@ def _metadata(obj: dict[str, Any], unknown: list[str]) -> None:
     walker = BuiltinWalker()
     obj["metadata"] = walker.walk(object_meta, obj.get("metadata") or {}, "metadata")
     unknown += walker.unknown
+
+
+def prune_and_default(rtype: ResourceType, obj: dict[str, Any]) -> None:
+    """What reading from storage does to a custom resource: unknown fields pruned, defaults applied."""
+    if rtype.custom and rtype.schema is not None:
+        root = dict(rtype.schema)
+        root["properties"] = {k: v for k, v in (root.get("properties") or {}).items() if k not in ROOT_KEYS}
+        body = Walker().walk(root, {k: v for k, v in obj.items() if k not in ROOT_KEYS}, "")
+        for key in [k for k in obj if k not in ROOT_KEYS]:
+            del obj[key]
+        obj.update(body)
 
 
 def prune_default_validate(
@@ -335,16 +400,16 @@ def prune_default_validate(
                 del obj[key]
         obj.update(pruned)
         warnings = _unknown_fields(rtype, unknown, validation)
-        found = walker.errors
+        found = _ratchet(walker.errors, obj, old)
         if not found:
-            found = cel.validate(rtype.schema, obj, old)
+            found = _ratchet(cel.validate(rtype.schema, obj, old), obj, old)
         if found:
             raise errors.invalid(rtype.kind, rtype.group, name, found)
         return warnings
     schema = k8s_schemas.schema_for(rtype.group, rtype.version, rtype.kind)
     if schema is None:
         return _unknown_fields(rtype, unknown, validation)
-    builtin = BuiltinWalker()
+    builtin = BuiltinWalker(k8s_schemas.definition_name(rtype.group, rtype.version, rtype.kind) or "")
     body = {k: v for k, v in obj.items() if k not in ROOT_KEYS}
     node = dict(k8s_schemas.resolve(schema))
     node["properties"] = {k: v for k, v in (node.get("properties") or {}).items() if k not in ROOT_KEYS}

@@ -42,7 +42,7 @@ import yaml
 from kmock._internal import k8s, references, rendering
 
 from .. import tables
-from . import admission, errors, lifecycle, meta, patching, paths, rbac, registry, schema
+from . import admission, discovery, errors, lifecycle, meta, openapi, patching, paths, protobuf, rbac, registry, schema
 from .errors import status_error
 from .registry import ResourceType
 
@@ -50,6 +50,12 @@ MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0", "gitCommit": "emulated", "gitTreeState": "clean",
+           "buildDate": "2024-12-11T00:00:00Z", "goVersion": "go1.23.3", "compiler": "gc",
+           "platform": "linux/amd64"}  # fmt: skip
 
 
 def now(offset: float = 0.0) -> str:
@@ -68,6 +74,7 @@ class GeofedEmulator(kmock.KubernetesEmulator):
         self._changed: asyncio.Condition | None = None
         self._applied: dict[tuple[str, str], Any] = {}  # (uid, field manager) -> last applied configuration
         self.auth = rbac.Authenticator(self)
+        self.checks: list[rbac.Check] = []  # every authorization decision, in order
         self._refusals: dict[str, str] = {}
 
     # ---- declaration ---------------------------------------------------------------------------
@@ -96,13 +103,14 @@ class GeofedEmulator(kmock.KubernetesEmulator):
             self.seed(crd)
 
     def seed(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Store an object as if created by the cluster (no authorization, no admission); the stored object."""
+        """Store an object as if created by the cluster (defaulted, not validated nor admitted); the stored object."""
         rtype = self.registry.by_kind(obj["apiVersion"], obj["kind"])
         assert rtype is not None, f"{obj['apiVersion']} {obj['kind']} is not served"
         obj = copy.deepcopy(obj)
         md = obj.setdefault("metadata", {})
         ns = md.get("namespace") if rtype.namespaced else None
         if self.get_object(rtype, ns, md["name"]) is None:
+            schema.prune_and_default(rtype, obj)
             self._stamp_create(rtype, obj)
             self._store(rtype, ns, md["name"], obj, "ADDED")
         return obj
@@ -188,6 +196,19 @@ class GeofedEmulator(kmock.KubernetesEmulator):
 
     # ---- request handling ----------------------------------------------------------------------
 
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Requests with a protobuf body are served as the same request with its JSON form."""
+        if raw_request.headers.get("Content-Type", "").startswith(PROTOBUF):
+            raw_request = raw_request.clone(headers={**raw_request.headers, "Content-Type": "application/json"})
+            body = await raw_request.read()
+            try:
+                converted = json.dumps(protobuf.decode(body)).encode()
+            except (protobuf.Unsupported, IndexError, AssertionError, UnicodeDecodeError):
+                message = f"the body of the request was in an unknown format - accepted media types include: {PROTOBUF}"
+                return await self._render_error(status_error(415, "UnsupportedMediaType", message))
+            raw_request._read_bytes = converted  # what aiohttp's read(), text() and json() return from now on
+        return await super().__call__(raw_request)
+
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
         if isinstance(exc, k8s.KubernetesError) and isinstance(exc.details, dict):
             body = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
@@ -202,14 +223,23 @@ class GeofedEmulator(kmock.KubernetesEmulator):
         raw = request._raw_request
         assert raw is not None
         info = paths.parse(raw.method, raw.path, dict(request.params))
+        rbac.AGENT.set(request.headers.get("User-Agent", ""))
         user = self.auth.authenticate(request.headers.get("Authorization"))
-        if info is None or info.plural is None:
-            from . import openapi
-
+        if info is not None and info.plural is None:
+            legacy = raw.path.startswith("/api/") or raw.path.rstrip("/") == "/api"
+            document = discovery.serve(self, info.group, info.version, legacy)
+            if document is None:
+                raise status_error(404, "NotFound", "the server could not find the requested resource")
+            return self._respond(document)
+        if raw.path.rstrip("/") in ("/api", "/apis"):
+            return self._respond(discovery.serve(self, "", None, raw.path.rstrip("/") == "/api"))
+        if info is None:
+            if raw.path == "/version":
+                return self._respond(VERSION)
             served = await openapi.serve(self, raw.path, request.headers.get("Accept", ""))
             if served is not None:
                 return served
-            return await super()._handle(request)  # discovery, /version
+            return await super()._handle(request)
         rtype = self.registry.get(info.group, info.version, info.plural)
         if rtype is None or (info.subresource and info.subresource not in rtype.subresources):
             raise status_error(404, "NotFound", "the server could not find the requested resource")
@@ -238,7 +268,7 @@ class GeofedEmulator(kmock.KubernetesEmulator):
     def _respond(obj: Any, code: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:
         response = aiohttp.web.json_response(obj, status=code)
         for warning in warnings or []:
-            response.headers.add("Warning", f'299 - "{warning}"')
+            response.headers.add("Warning", f"299 - {json.dumps(warning)}")  # Go's strconv.Quote
         return response
 
     # ---- reads ---------------------------------------------------------------------------------
