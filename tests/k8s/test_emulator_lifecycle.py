@@ -198,3 +198,20 @@ async def test_a_custom_resource_put_needs_a_resource_version(api: GeofedEmulato
         body["message"] == 'Federation.geofed.io "demo" is invalid: metadata.resourceVersion: Invalid value: 0: '
         "must be specified for an update"
     )
+
+
+async def test_deleting_a_crd_deletes_its_resources_first(api: GeofedEmulator) -> None:
+    from .test_operator_federation import FED
+
+    fed = {**FED, "metadata": {**FED["metadata"], "namespace": NS, "finalizers": ["geofed.io/cleanup"]}}
+    await create(api, fed)
+    crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/federations.geofed.io"
+    crd = get(api, "apiextensions.k8s.io/v1/customresourcedefinitions", None, "federations.geofed.io")
+    assert {c["type"]: c["status"] for c in crd["status"]["conditions"]}["Established"] == "True"
+    assert (await call(api, "DELETE", crd_path))[0] == 202
+    assert get(api, "geofed.io/v1alpha1/federations", NS, "demo")["metadata"]["deletionTimestamp"]
+    assert get(api, "apiextensions.k8s.io/v1/customresourcedefinitions", None, "federations.geofed.io")  # waits
+    fed_path = resource_path("geofed.io/v1alpha1", "Federation", NS, "demo")
+    assert (await call(api, "PATCH", fed_path, {"metadata": {"finalizers": None}}, MERGE))[0] == 200
+    assert get(api, "apiextensions.k8s.io/v1/customresourcedefinitions", None, "federations.geofed.io") is None
+    assert (await call(api, "GET", resource_path("geofed.io/v1alpha1", "Federation", NS)))[0] == 404  # not served

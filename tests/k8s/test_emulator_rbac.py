@@ -24,6 +24,7 @@ from .emulator import GeofedEmulator
 from .objects import call, create, get
 from .test_chart import render
 from .test_operator_federation import FED
+from .test_operator_siteclient import CREDENTIAL, SITECLIENT
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -143,37 +144,47 @@ async def test_block_owner_deletion_needs_update_on_the_owners_finalizers(api: G
     assert (await call(api, "POST", cms, cm("blocking", True), token=sa_token))[0] == 201
 
 
+# What each role's operator creates for one object, and the objects that make it do so.
+LIVES: dict[str, tuple[list[dict[str, Any]], list[tuple[str, str]]]] = {
+    "cloud": ([FED], [("apps/v1/deployments", "demo-ps"), ("v1/services", "demo-ps"),
+                      ("v1/persistentvolumeclaims", "demo-checkpoints"), ("v1/secrets", "demo-tls")]),
+    "site": ([CREDENTIAL, SITECLIENT], [("v1/secrets", "gpu0-token-1"), ("batch/v1/jobs", "gpu0-1")]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("role", ["cloud", "site"])
 async def test_the_operator_creates_its_children_under_the_charts_rbac(
-    api: GeofedEmulator, fake_ps: FakePS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    api: GeofedEmulator, fake_ps: FakePS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, role: str
 ) -> None:
-    """The chart's rendered RBAC (role cloud, one watched namespace) is enough for the operator's whole create path."""
+    """The chart's rendered RBAC (one watched namespace) is enough for the role's whole create path."""
     release_ns = "geofed-system"
     api.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_ns}})
-    docs = render({"role": "cloud", "watchNamespaces": [NAMESPACE]})
+    docs = render({"role": role, "watchNamespaces": [NAMESPACE]})
     wanted = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
     for doc in (d for d in docs if d["kind"] in wanted):
         doc = copy.deepcopy(doc)
-        doc["metadata"].setdefault("namespace", release_ns)
-        await create(api, doc) if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding") else api.seed(doc)
+        if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+            doc["metadata"].setdefault("namespace", release_ns)
+        await create(api, doc)
     account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
     token = api.mint_token(release_ns, account)
     use_kubeconfig(monkeypatch, write_kubeconfig(api, tmp_path / "operator-kubeconfig", token))
 
     settings = OperatorSettings(status_interval_s=0.3, site_interval_s=0.3, admin_timeout_s=2)
     deps = Deps(settings=settings, admin_factory=fake_ps.factory)
-    runner = KopfRunner(["run", "--standalone", "-n", NAMESPACE], registry=build_registry("cloud", deps), timeout=30)
+    runner = KopfRunner(["run", "--standalone", "-n", NAMESPACE], registry=build_registry(role, deps), timeout=30)
+    inputs, children = LIVES[role]
+    user = f"system:serviceaccount:{release_ns}:{account}"
+
+    def refused() -> list[Any]:
+        return [c for c in api.checks if c.user == user and not c.allowed]
+
     async with operator_running(runner):
-        await watches_open(api, {"federations"})
-        await create(api, FED)
-        children = [("apps/v1/deployments", "demo-ps"), ("v1/services", "demo-ps"),
-                    ("v1/persistentvolumeclaims", "demo-checkpoints"), ("v1/secrets", "demo-tls")]  # fmt: skip
-
-        def refused() -> list[Any]:
-            user = f"system:serviceaccount:{release_ns}:{account}"
-            return [c for c in api.checks if c.user == user and not c.allowed]
-
+        await watches_open(api, {"federations" if role == "cloud" else "siteclients"})
+        for obj in inputs:
+            await create(api, obj)
         await wait_for(lambda: all(get(api, key, NAMESPACE, name) for key, name in children) or refused(),
-                       timeout=60, what="the PS's children (or a refusal)")  # fmt: skip
+                       timeout=60, what="the children (or a refusal)")  # fmt: skip
         assert refused() == []
-        dep = get(api, "apps/v1/deployments", NAMESPACE, "demo-ps")
-        assert dep["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True  # what needs the finalizers grant
+    owned = get(api, *children[-1][:1], NAMESPACE, children[-1][1])
+    assert owned["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True  # what needs the finalizers grant

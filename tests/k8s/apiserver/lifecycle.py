@@ -13,7 +13,8 @@ The garbage collector deletes (background propagation) dependents whose owners a
 a foreground-deleted owner's dependents before its `foregroundDeletion` finalizer is removed, and
 strips the owner reference from an orphan-deleted owner's dependents. The namespace controller deletes
 everything in a terminating namespace, then removes the `kubernetes` finalizer and the namespace.
-Both run synchronously after each write (see `settle`).
+Deleting a CustomResourceDefinition deletes its custom resources (waiting for their finalizers), then
+the CRD, which stops serving its types. All of this runs synchronously after each write (see `settle`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from .errors import FieldError
 from .registry import ResourceType
+from .store import now
 
 if TYPE_CHECKING:
     from .server import GeofedEmulator
 
+CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 SERVER_FIELDS = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                  "namespace", "name", "selfLink")  # fmt: skip
 
@@ -44,6 +47,17 @@ def on_create(rtype: ResourceType, obj: dict[str, Any]) -> None:
     elif rtype.plural == "namespaces":
         obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
         obj["status"] = {"phase": "Active"}
+    elif rtype.plural == "customresourcedefinitions":
+        md = obj["metadata"]
+        if CRD_CLEANUP not in (md.get("finalizers") or []):
+            md["finalizers"] = [*(md.get("finalizers") or []), CRD_CLEANUP]
+        stamp = md["creationTimestamp"]
+        accepted = (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))
+        conditions = [
+            {"type": t, "status": "True", "reason": r, "message": "", "lastTransitionTime": stamp} for t, r in accepted
+        ]
+        stored = [v["name"] for v in obj["spec"]["versions"] if v.get("storage")]
+        obj["status"] = {"acceptedNames": obj["spec"]["names"], "conditions": conditions, "storedVersions": stored}
 
 
 def fold_string_data(secret: dict[str, Any]) -> None:
@@ -122,8 +136,6 @@ def delete(
     server: GeofedEmulator, rtype: ResourceType, obj: dict[str, Any], options: dict[str, Any]
 ) -> tuple[Any, int]:
     """Delete (or mark for deletion) one object; (the response body, the HTTP status)."""
-    from .server import now
-
     md = obj["metadata"]
     pre = options.get("preconditions") or {}
     if pre.get("uid") and pre["uid"] != md.get("uid"):
@@ -238,6 +250,18 @@ def _step(server: GeofedEmulator) -> bool:
                 _drop_finalizer(server, rtype, copy.deepcopy(owner), "foregroundDeletion")
                 return True
             if pending:
+                return True
+        if rtype.plural == "customresourcedefinitions" and CRD_CLEANUP in finalizers:
+            served = {(t.group, t.plural) for t in server.registry.types.values() if t.crd is not None
+                      and t.crd["metadata"]["name"] == md["name"]}  # fmt: skip
+            instances = [(t, o) for t, o in objects if (t.group, t.plural) in served]
+            fresh = [(t, o) for t, o in instances if not o["metadata"].get("deletionTimestamp")]
+            for itype, instance in fresh:
+                delete(server, itype, copy.deepcopy(instance), {"propagationPolicy": "Background"})
+            if not instances:
+                _drop_finalizer(server, rtype, copy.deepcopy(owner), CRD_CLEANUP)
+                return True
+            if fresh:
                 return True
         if rtype.plural == "namespaces" and (owner.get("spec") or {}).get("finalizers"):
             inside = [(t, o) for t, o in objects if t.namespaced and o["metadata"].get("namespace") == md["name"]]

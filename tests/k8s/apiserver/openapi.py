@@ -40,16 +40,18 @@ def _convert(node: Any, prefix: str) -> Any:
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key == "$ref":
+        if key == "$ref" and isinstance(value, str):
             out["$ref"] = prefix + value.rsplit("/", 1)[-1]
         elif key == "type" and isinstance(value, list):
             kinds = [v for v in value if v != "null"]
             if kinds:
                 out["type"] = kinds[0]
-        elif key == "oneOf":
+        elif key == "oneOf" and isinstance(value, list):
             out["x-kubernetes-int-or-string"] = True
-        elif key == "enum":
+        elif key == "enum" and isinstance(value, list):
             out["enum"] = [v for v in value if v is not None]
+        elif key == "properties" and isinstance(value, dict):
+            out[key] = {name: _convert(sub, prefix) for name, sub in value.items()}  # names are not keywords
         else:
             out[key] = _convert(value, prefix)
     return out

@@ -23,40 +23,10 @@ import uuid
 from typing import Any
 
 from . import cel, errors, k8s_schemas
+from .builtin_schema import BuiltinWalker
 from .errors import FieldError
+from .jsontypes import is_type, json_type
 from .registry import ResourceType
-
-_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
-_GO_TYPES = {
-    "string": "string",
-    "integer": "int",
-    "number": "float64",
-    "boolean": "bool",
-    "object": "map",
-    "array": "slice",
-}
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), "null")
-
-
-def _is(value: Any, kind: str) -> bool:
-    if kind == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer()
-        )
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "null":
-        return value is None
-    return isinstance(value, _TYPES.get(kind, object))
 
 
 def _format_ok(fmt: str, value: str) -> bool:
@@ -109,13 +79,13 @@ class Walker:
                 )
             return None
         if node.get("x-kubernetes-int-or-string"):
-            if not (_is(value, "integer") or isinstance(value, str)):
-                detail = f'{path} in body must be of type integer,string: "{_json_type(value)}"'
-                self.errors.append(FieldError(path, "Invalid", detail, _json_type(value)))
+            if not (is_type(value, "integer") or isinstance(value, str)):
+                detail = f'{path} in body must be of type integer,string: "{json_type(value)}"'
+                self.errors.append(FieldError(path, "Invalid", detail, json_type(value)))
                 return value
-        elif node.get("type") and not _is(value, node["type"]):
-            detail = f'{path} in body must be of type {node["type"]}: "{_json_type(value)}"'
-            self.errors.append(FieldError(path, "Invalid", detail, _json_type(value)))
+        elif node.get("type") and not is_type(value, node["type"]):
+            detail = f'{path} in body must be of type {node["type"]}: "{json_type(value)}"'
+            self.errors.append(FieldError(path, "Invalid", detail, json_type(value)))
             return value
         if isinstance(value, dict):
             value = self._object(node, value, path)
@@ -213,7 +183,7 @@ class Walker:
                 self.errors.append(
                     FieldError(path, "Invalid", f'{path} in body must be of type {fmt}: "{value}"', value)
                 )
-        elif _is(value, "number"):
+        elif is_type(value, "number"):
             if "minimum" in node:
                 exclusive = node.get("exclusiveMinimum") is True
                 if value < node["minimum"] or (exclusive and value == node["minimum"]):
@@ -229,91 +199,6 @@ class Walker:
             if node.get("multipleOf") and value % node["multipleOf"] != 0:
                 detail = f"{path} in body should be a multiple of {errors.go_value(node['multipleOf'])}"
                 self.errors.append(FieldError(path, "Invalid", detail, value))
-
-
-# ---- built-in kinds -------------------------------------------------------------------------------
-
-
-# The `required` fields the built-in types' hand-written validation enforces (the OpenAPI `required` lists
-# say more: a decoded object gets zero values for missing fields, which most validation accepts).
-ENFORCED_REQUIRED = {
-    "io.k8s.api.core.v1.Container": ["name", "image"],
-    "io.k8s.api.core.v1.PodSpec": ["containers"],
-    "io.k8s.api.core.v1.EnvVar": ["name"],
-    "io.k8s.api.core.v1.Volume": ["name"],
-    "io.k8s.api.core.v1.VolumeMount": ["name", "mountPath"],
-    "io.k8s.api.core.v1.KeyToPath": ["key", "path"],
-    "io.k8s.api.core.v1.ContainerPort": ["containerPort"],
-    "io.k8s.api.core.v1.ServicePort": ["port"],
-    "io.k8s.api.core.v1.ObjectReference": [],
-    "io.k8s.api.apps.v1.DeploymentSpec": ["selector", "template"],
-    "io.k8s.api.batch.v1.JobSpec": ["template"],
-    "io.k8s.api.rbac.v1.PolicyRule": ["verbs"],
-    "io.k8s.api.rbac.v1.RoleRef": ["apiGroup", "kind", "name"],
-    "io.k8s.api.rbac.v1.Subject": ["kind", "name"],
-    "io.k8s.api.rbac.v1.RoleBinding": ["roleRef"],
-    "io.k8s.api.rbac.v1.ClusterRoleBinding": ["roleRef"],
-}
-
-
-class BuiltinWalker:
-    """Prunes unknown fields and checks JSON types, enforced `required` fields and `enum` of a built-in type."""
-
-    def __init__(self, root: str = "") -> None:
-        self.root = root  # the definition name of the node walked first (its `required` apply there)
-        self.unknown: list[str] = []
-        self.type_errors: list[str] = []
-        self.errors: list[FieldError] = []
-
-    @staticmethod
-    def _types(node: dict[str, Any]) -> list[str]:
-        kind = node.get("type")
-        if isinstance(kind, list):
-            return [k for k in kind if k != "null"]
-        if kind:
-            return [kind]
-        alternatives = [k8s_schemas.resolve(n) for n in node.get("oneOf") or []]
-        return [t for alt in alternatives for t in BuiltinWalker._types(alt)]
-
-    def walk(self, node: dict[str, Any], value: Any, path: str) -> Any:
-        name = node.get("$ref", "").rsplit("/", 1)[-1] if isinstance(node, dict) else ""
-        node = k8s_schemas.resolve(node)
-        types = self._types(node)
-        if value is None:
-            return None
-        if types and not any(_is(value, t) for t in types):
-            self.type_errors.append(
-                f"json: cannot unmarshal {_json_type(value)} into Go struct field {path or '.'} "
-                f"of type {_GO_TYPES.get(types[0], types[0])}"
-            )
-            return value
-        if isinstance(value, dict):
-            props = node.get("properties")
-            extra = node.get("additionalProperties")
-            if props is None and extra is None:
-                return value  # free-form (RawExtension, JSON)
-            out = {}
-            for key, item in value.items():
-                sub = f"{path}.{key}" if path else key
-                if props and key in props:
-                    out[key] = self.walk(props[key], item, sub)
-                elif isinstance(extra, dict):
-                    out[key] = self.walk(extra, item, f"{path}[{key}]")
-                elif extra is True:
-                    out[key] = item
-                else:
-                    self.unknown.append(sub)
-            for key in ENFORCED_REQUIRED.get(name or (self.root if not path else ""), []):
-                if key not in out or out[key] in ("", None, []):
-                    self.errors.append(FieldError(f"{path}.{key}" if path else key, "Required"))
-            return out
-        if isinstance(value, list):
-            items = node.get("items")
-            return [self.walk(items, v, f"{path}[{i}]") if isinstance(items, dict) else v for i, v in enumerate(value)]
-        if "enum" in node and value not in node["enum"]:
-            supported = ", ".join(errors.go_value(v) for v in node["enum"] if v is not None)
-            self.errors.append(FieldError(path, "NotSupported", f"supported values: {supported}", value))
-        return value
 
 
 ROOT_KEYS = {"apiVersion", "kind", "metadata"}
