@@ -10,13 +10,17 @@ Only the placeholders the doc names are substituted: `REGISTRY` (the local image
 
 Two emulated clusters, as the doc has it: the cloud (sections 2-3, blocks that begin `# in the cloud`)
 and the site (section 4, `# at each site`), each with its own node (`tests/k8s/node/`) running every
-pod, the operator's included, from the chart's Deployment with in-cluster config. What the test
+pod, the operator's included, from the chart's Deployment with in-cluster config, under the process
+runtime (`node/runtime.py`: uid, read-only root, capabilities and volumes enforced; each image's user,
+environment and entrypoint read from its Dockerfile; what it does not do is in its docstring). What the test
 plays besides: the site's data PVC `geofed-data` already exists with a corpus on it (the doc's
 "edit before applying: data"), and the scheduler preempting the client's pod once.
 
 What a user would check is what is asserted: `kubectl get federations` shows VERSION rising and LOSS
 falling; `kubectl get siteclients` shows the preempted client Running again with RESTARTS 1 on a
-fresh token; a spec change rolls the PS (a new pod) and VERSION carries on from the checkpoint; the
+fresh token, its `lastFailureReason` the scheduler's `PreemptionByScheduler`, and VERSION rising again
+(the doc's site.yaml has no `workPvc`, so the new pod trains on from the global model, with no local
+step to resume); a spec change rolls the PS (a new pod) and VERSION carries on from the checkpoint; the
 uninstall blocks leave no custom resources, pods or releases behind. Marked slow (minutes).
 """
 
@@ -160,7 +164,14 @@ def table(out: str) -> list[dict[str, str]]:
 
 
 def running(out: str, name: str) -> bool:
-    return any(r["NAME"] == name and r["PHASE"] == "Running" for r in table(out))
+    """Whether `kubectl get -w` printed `name` in phase Running (a watch aligns each row on its own, so the
+    first two cells, never empty, are read by words)."""
+    return any(line.split()[:2] == [name, "Running"] for line in lines(out))
+
+
+def lines(out: str) -> list[str]:
+    """The complete lines of output read so far."""
+    return out[: out.rfind("\n") + 1].splitlines()
 
 
 async def kubectl(shell: Shell, where: Cluster, *args: str) -> str:
@@ -300,12 +311,24 @@ async def test_the_walkthrough() -> None:
             version = fed_status(cloud)["version"]
 
             def rolled(out: str) -> bool:
-                now = {n for n, w in cloud.node.pods.items() if w.owner == "Deployment/gpt2-demo-ps"}
-                rows = [r for r in table(out) if r["NAME"] == "gpt2-demo"]
-                return bool(now - before) and rows and rows[-1]["PHASE"] == "Running" and rows[-1]["VERSION"] and (
-                    int(rows[-1]["VERSION"]) > version)  # fmt: skip
+                """A new PS pod is ready and the watch's last row for the Federation says Running again."""
+                new = [
+                    w for n, w in cloud.node.pods.items() if w.owner == "Deployment/gpt2-demo-ps" and n not in before
+                ]
+                rows = [line.split() for line in lines(out) if line.startswith("gpt2-demo ")]
+                return any(w.ready for w in new) and bool(rows) and rows[-1][1] == "Running"
 
             await shell.run(block, cloud, until=rolled, timeout=400)
+            # The new PS resumed from the checkpoint: VERSION never went back, and training goes on.
+            versions = []
+            deadline = time.monotonic() + 300
+            while not versions or versions[-1] <= version:
+                assert time.monotonic() < deadline, f"VERSION after the roll: {versions} (before: {version})"
+                (row,) = table(await kubectl(shell, cloud, "-n", "default", "get", "federations"))
+                if row["PHASE"] == "Running" and row["VERSION"]:
+                    versions.append(int(row["VERSION"]))
+                await asyncio.sleep(3)
+            assert min(versions) >= version, f"the rolled PS lost the model: {versions} after {version}"
             assert fed_status(cloud)["observedGeneration"] == 2
 
             # Uninstall, in the documented order: nothing hangs, nothing is left.

@@ -173,6 +173,7 @@ class Kubelet:
             if worker.task:
                 worker.task.cancel()
         await asyncio.gather(*(asyncio.to_thread(stop, w.container, 0) for w in self.pods.values() if w.container))
+        await asyncio.gather(*(asyncio.to_thread(w.container.release) for w in self.pods.values() if w.container))
         for part in (self.proxy, self.bridge):
             if part is not None:
                 await part.stop()
@@ -323,6 +324,8 @@ class Kubelet:
         if worker.container is not None:
             await asyncio.to_thread(stop, worker.container, grace)
         self.pods.pop(worker.name, None)
+        if worker.container is not None:
+            await asyncio.to_thread(worker.container.release)
         shutil.rmtree(worker.dir / "upper", ignore_errors=True)
 
     async def _terminate(self, worker: PodWorker, pod: dict[str, Any]) -> None:
@@ -342,6 +345,8 @@ class Kubelet:
                 if resp.status >= 300 and resp.status != 404:
                     print(f"kubelet: final delete of {worker.name}: {resp.status} {await resp.text()}", file=sys.stderr)
         self.pods.pop(worker.name, None)
+        if worker.container is not None:
+            await asyncio.to_thread(worker.container.release)
         shutil.rmtree(worker.dir / "upper", ignore_errors=True)
 
     async def _disrupt(self, pod_name: str, reason: str, message: str, grace: float | None) -> None:

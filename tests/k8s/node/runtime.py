@@ -9,9 +9,13 @@ groups (fsGroup), capability bounding set and `no_new_privs`, in the container's
 What it does not enforce, unlike a container runtime: the image is the host's filesystem with the
 test's virtualenv first on PATH (the image's own software and `ENV` paths such as `/opt/geofed/bin`
 do not exist; `USER`, `ENV`, `WORKDIR`, `ENTRYPOINT` and `CMD` come from its Dockerfile); pods share
-the host's network and PID namespaces, so every declared `containerPort` is moved to a free host port
-and the arguments naming it (`--port 7443`, `--x=http://0.0.0.0:8080/...`) are rewritten; no cgroup
-limits, no seccomp profile; `emptyDir` with `medium: Memory` is a plain directory.
+the host's network and PID namespaces, so every declared `containerPort` (and every `--<x>-port N` of
+a command line: a pod's loopback-only ports) is moved to a free host port and the arguments naming
+it (`--port 7443`, `--x=http://0.0.0.0:8080/...`) are rewritten; no cgroup limits, no seccomp
+profile; `emptyDir` with `medium: Memory` is a plain directory; a volume mounted above the checkout
+or the interpreter (`/work` over `/work/<checkout>`) gets them bound back read-only at their own
+paths (an empty directory of that name appears in the volume); a uid the host's /etc/passwd lacks
+gets an entry in the overlay's.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from geofed_testing.procs import free_port
 from .spec import ContainerConfig
 
 BIN = str(Path(sys.executable).parent)
+# The "image": the checkout with its virtualenv, and the interpreter that virtualenv runs.
+HOST_SOFTWARE = (Path(sys.prefix).resolve().parent, Path(sys.base_prefix).resolve())
 _SYS = "/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT, CHROOT, SETPRIV, NSENTER, UNSHARE = (shutil.which(t, path=_SYS) or t for t in
                                             ("mount", "chroot", "setpriv", "nsenter", "unshare"))  # fmt: skip
@@ -60,6 +66,8 @@ class Container(Protocol):
 
     def set_hosts(self, entries: dict[str, str]) -> None: ...
 
+    def release(self) -> None: ...
+
 
 class Runtime(Protocol):
     def start(self, cfg: ContainerConfig, pod_dir: Path) -> Container: ...
@@ -85,11 +93,35 @@ def _rewrite_ports(words: list[str], ports: dict[int, int]) -> list[str]:
     return out
 
 
+def _add_user(upper: Path, uid: int, gid: int) -> None:
+    """Entries for the pod's uid and gid in the overlay's /etc/passwd and /etc/group when the host has none
+    (the repository's images create their user with useradd; code such as getpass.getuser() needs one)."""
+    for name, key, line in (("passwd", uid, f"geofed:x:{uid}:{gid}::/:/usr/sbin/nologin\n"),
+                            ("group", gid, f"geofed:x:{gid}:\n")):  # fmt: skip
+        text = Path("/etc", name).read_text()
+        if any(row.split(":")[2:3] == [str(key)] for row in text.splitlines()):
+            continue
+        (upper / "etc").mkdir(parents=True, exist_ok=True)
+        (upper / "etc" / name).write_text(text + line)
+
+
 def write_hosts(path: Path, entries: dict[str, str]) -> None:
     """The host's /etc/hosts plus the cluster's names (rewritten in place: the container sees the change)."""
     extra = "".join(f"{ip}\t{name}\n" for name, ip in entries.items())
     with open(path, "w") as out:
         out.write(Path("/etc/hosts").read_text() + extra)
+
+
+def _port_flags(words: list[str]) -> set[int]:
+    """Ports a command line names with `--<x>-port N` or `--<x>-port=N` (a pod's loopback-only ports too)."""
+    out = set()
+    for i, word in enumerate(words):
+        flag = re.fullmatch(r"--[\w-]*port=(\d+)", word)
+        if flag:
+            out.add(int(flag.group(1)))
+        elif i > 0 and re.fullmatch(r"--[\w-]*port", words[i - 1]) and word.isdigit():
+            out.add(int(word))
+    return out
 
 
 class ProcessContainer:
@@ -101,6 +133,9 @@ class ProcessContainer:
     def set_hosts(self, entries: dict[str, str]) -> None:
         if self.proc.poll() is None:
             write_hosts(self.hosts, entries)
+
+    def release(self) -> None:
+        """Nothing to remove: the mount namespace went with the process."""
 
     def poll(self) -> int | None:
         return _exit_code(self.proc.poll())
@@ -149,7 +184,7 @@ class ProcessRuntime:
             raise RuntimeError("the process runtime needs root (mount namespaces, setpriv to the pod's uid)")
 
     def start(self, cfg: ContainerConfig, pod_dir: Path) -> ProcessContainer:
-        ports = {port: free_port() for port in sorted(set(cfg.ports.values()))}
+        ports = {port: free_port() for port in sorted(set(cfg.ports.values()) | _port_flags(cfg.argv))}
         root, upper, work = pod_dir / "rootfs", pod_dir / "upper", pod_dir / "overlay-work"
         for path in (root, upper, work):
             path.mkdir(parents=True, exist_ok=True)
@@ -163,6 +198,7 @@ class ProcessRuntime:
         interpreter = Path(os.path.realpath(sys.executable))
         # The interpreter may live in root's home (0700): other users may pass through it in this overlay only.
         lines += [f"chmod o+x {q(inside(root, str(p)))}" for p in interpreter.parents if p != Path("/")]
+        _add_user(upper, cfg.uid, cfg.gid)
         hosts = upper / os.path.realpath("/etc/hosts").lstrip("/")
         hosts.parent.mkdir(parents=True, exist_ok=True)
         write_hosts(hosts, cfg.hosts)
@@ -172,6 +208,11 @@ class ProcessRuntime:
             lines += [make, f"{MOUNT} --bind {q(str(mount.source))} {target}"]
             if mount.read_only:
                 lines.append(f"{MOUNT} -o remount,bind,ro {target}")
+        for host in HOST_SOFTWARE:  # a volume mounted above the test's own software must not hide it
+            if any(host == Path(m.target) or Path(m.target) in host.parents for m in cfg.mounts):
+                target = q(inside(root, str(host)))
+                lines += [f"mkdir -p {target}", f"{MOUNT} --bind {q(str(host))} {target}",
+                          f"{MOUNT} -o remount,bind,ro {target}"]  # fmt: skip
         if cfg.read_only_root:
             lines.append(f"{MOUNT} -o remount,ro {q(str(root))}")
         argv = _rewrite_ports(cfg.argv, ports)
