@@ -30,7 +30,9 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,11 +44,15 @@ import kmock
 import pytest
 import yaml
 
+from geofed_testing.podman import PODMAN
+
 from .conftest import wait_for
 from .docs_blocks import Block, shell_blocks
 from .emulator import GeofedEmulator
-from .kubelet import Kubelet, from_dockerfile
+from .kubelet import ImageConfig, Kubelet, ProcessRuntime, from_dockerfile
 from .node.network import _splice
+from .node.podman_runtime import PodmanRuntime, image_config
+from .node.runtime import Runtime
 from .objects import create, get, names_of, patch
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.timeout(900)]
@@ -54,10 +60,12 @@ REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "kubernetes.md"
 LB_IP = "127.203.0.7"  # the cloud's load balancer, as this test plays it
 PLACEHOLDERS = {"REGISTRY": "localhost", "203.0.113.7": LB_IP}
-IMAGES = {
-    f"localhost/geofed/{n}:0.1.0": from_dockerfile(REPO / "images" / f"{n}.Dockerfile")
-    for n in ("ps", "operator", "client")
-}
+# The images `make images` builds, as the doc's `docker push` would publish them (REGISTRY -> localhost).
+BUILT = {"ps": "localhost/geofed/ps:dev", "operator": "localhost/geofed/operator:dev",
+         "client": "localhost/geofed/client:dev-cpu"}  # fmt: skip
+# containers (the default): each pod a podman container of those images; process: each pod a process
+# under the process runtime, with each image's Dockerfile for its config (no images needed).
+RUNTIME = os.environ.get("GEOFED_WALKTHROUGH_RUNTIME", "containers")
 BIN = Path(__file__).parent / "bin"
 FED_KEY, SC_KEY = "geofed.io/v1alpha1/federations", "geofed.io/v1alpha1/siteclients"
 
@@ -90,8 +98,28 @@ async def cluster(name: str, root: Path) -> AsyncIterator[Cluster]:
             "users": [{"name": "admin", "user": {"token": "emulated-token"}}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
         }))  # fmt: skip
-        async with Kubelet(api, root / f"{name}-node", images=IMAGES, network=True) as node:
+        node = Kubelet(api, root / f"{name}-node", runtime=runtime(), images=images(), network=True)
+        async with node:
             yield Cluster(name, api, kubeconfig, node)
+
+
+def images() -> dict[str, ImageConfig]:
+    """The doc's image names (REGISTRY/geofed/<x>:0.1.0) and their configs, tagged from `make images`' builds."""
+    if RUNTIME == "process":
+        return {f"localhost/geofed/{n}:0.1.0": from_dockerfile(REPO / "images" / f"{n}.Dockerfile") for n in BUILT}
+    if shutil.which("podman") is None:
+        pytest.fail("podman is not installed (CI installs it; GEOFED_WALKTHROUGH_RUNTIME=process runs without)")
+    out = {}
+    for name, built in BUILT.items():
+        ref = f"localhost/geofed/{name}:0.1.0"
+        tagged = subprocess.run([*PODMAN, "tag", built, ref], capture_output=True, text=True, check=False)
+        assert tagged.returncode == 0, f"{built} is missing (run `make images`): {tagged.stderr.strip()}"
+        out[ref] = image_config(ref)
+    return out
+
+
+def runtime() -> Runtime:
+    return ProcessRuntime() if RUNTIME == "process" else PodmanRuntime()
 
 
 def substitute(text: str) -> str:
