@@ -107,8 +107,8 @@ class Reads(Store):
                     if key == type_key and rv > start and wanted(event["object"]):
                         await response.write(json.dumps(event).encode() + b"\n")
                 left = deadline - asyncio.get_running_loop().time()
-                if left <= 0:
-                    break
+                if left <= 0 or raw.transport is None or raw.transport.is_closing():
+                    break  # the timeout ran out, or the client went away
                 async with self._changed:
                     try:
                         await asyncio.wait_for(self._changed.wait(), timeout=min(left, 1.0))
