@@ -6,9 +6,10 @@
 # The Dockerfiles' base images come from a registry on a normal machine. Here a base is made once from the Debian
 # archive (debootstrap --variant=minbase bookworm plus Debian's python3) and tagged with the names the Dockerfiles
 # use in FROM: python:3.11.11-slim-bookworm (ps, operator) and localhost/geofed/base:bookworm, which the client's
-# CUDA_IMAGE build-arg points at (the CPU variant: torch from this machine's pip configuration, no CUDA).
-# Existing base images are kept (delete them to rebuild: podman rmi localhost/geofed/base:bookworm). Layers are
-# cached, so a rebuild after a source change reinstalls no dependency.
+# CUDA_IMAGE build-arg points at (the CPU variant, no CUDA: TORCH_INDEX is torch's CPU index where that resolves,
+# else torch comes from the pip configuration). Existing base images are kept (to rebuild them:
+# podman rmi localhost/geofed/base:bookworm docker.io/library/python:3.11.11-slim-bookworm). Layers are cached,
+# so a rebuild after a source change reinstalls no dependency.
 #
 # pip inside the build uses the host's pip configuration: `pip config list` is written into one pip.conf mounted at
 # /etc/pip.conf, with every local path it names (wheel folders, file:// indexes, the CA bundle, constraint files)
@@ -58,7 +59,9 @@ build_base() {
       --change 'CMD ["python3"]' \
       - "$BASE" >/dev/null
   fi
-  "${PODMAN[@]}" tag "$BASE" "$PYTHON_BASE"
+  if ! "${PODMAN[@]}" image exists "$PYTHON_BASE"; then  # a real python image, where one was pulled, is kept
+    "${PODMAN[@]}" tag "$BASE" "$PYTHON_BASE"
+  fi
 }
 
 # The host's pip settings as podman build flags: a merged pip.conf and read-only mounts of the paths it names.
@@ -98,6 +101,18 @@ build_image() {
   log "built $ref in $((SECONDS - start)) s"
 }
 
+# torch's CPU index where it resolves; else PyPI's (already pip's index: torch then comes from the pip
+# configuration, e.g. a local wheel folder, or PyPI). TORCH_INDEX overrides.
+torch_index() {
+  if [ -n "${TORCH_INDEX:-}" ]; then
+    echo "$TORCH_INDEX"
+  elif "$PYTHON" -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" 2>/dev/null; then
+    echo https://download.pytorch.org/whl/cpu
+  else
+    echo https://pypi.org/simple
+  fi
+}
+
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(ps operator client)
 
@@ -115,7 +130,7 @@ for target in "${targets[@]}"; do
     ps | operator) build_image "$target" "$PREFIX/$target:$TAG" ;;
     # CPU variant: the local Debian base instead of CUDA's; torch comes from the index pip is configured with.
     client) build_image client "$PREFIX/client:$TAG-cpu" --build-arg "CUDA_IMAGE=$BASE" \
-      --build-arg "TORCH_INDEX=${TORCH_INDEX:-https://pypi.org/simple}" ;;
+      --build-arg "TORCH_INDEX=$(torch_index)" ;;
     *) log "unknown image '$target' (ps, operator, client, base)"; exit 2 ;;
   esac
 done

@@ -66,6 +66,7 @@ def secret_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
 
 class Pods:
     """Starts pods' first containers with their volumes on the host; removes every container at the end.
+    Container names end in the kubelet root's unique name: concurrent test runs on one host never collide.
 
     `objects` are the Secrets and ConfigMaps the pods may read, `claims` the host directory of each PVC
     (they outlive the pods), `host_paths` maps a hostPath volume's path to a host directory.
@@ -113,13 +114,13 @@ class Pods:
             out[volume["name"]] = path
         return out
 
-    def start(self, name: str, pod_spec: Mapping[str, Any], image: str) -> Container:
+    def start(self, name: str, pod_spec: Mapping[str, Any], image: str, network: str = "host") -> Container:
         container = pod_spec["containers"][0]
         argv = run_args(
-            pod_spec, container, name=name, volumes=self._volumes(name, pod_spec), lookup=self.lookup,
-            fields={"metadata.name": name}, pod_dir=self.root / "pods" / name, image=image,
+            pod_spec, container, name=f"{name}-{self.root.name}", volumes=self._volumes(name, pod_spec),
+            lookup=self.lookup, fields={"metadata.name": name}, pod_dir=self.root / "pods" / name, image=image,
+            network=network,
         )  # fmt: skip
-        subprocess.run([*PODMAN, "rm", "--force", name], capture_output=True, check=False, timeout=60)
         started = Container.start(argv)
         self.started.append(started)
         return started
