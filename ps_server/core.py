@@ -226,8 +226,8 @@ class ParameterServerCore:
         self.persist_registry()
         return out
 
-    def create_site(self, principal: Principal, site: str) -> str:
-        out = self.registry.create_site(principal, site)
+    def create_site(self, principal: Principal, site: str, *, rotate: bool = False) -> str:
+        out = self.registry.create_site(principal, site, rotate=rotate)
         self.persist_registry()
         return out
 

@@ -29,7 +29,7 @@ from .errors import (
 )
 from .ingest import PushHeader
 from .ratelimit import RateLimiter
-from .registry import AuthError, Session
+from .registry import AuthError, Session, SiteExists
 from .status_page.view import client_rows, wire_fields
 
 log = logging.getLogger("geofed.ps")
@@ -255,6 +255,8 @@ class AdminServicer(pb_grpc.AdminServicer):
         except AuthError as exc:
             code = grpc.StatusCode.PERMISSION_DENIED if exc.permission else grpc.StatusCode.UNAUTHENTICATED
             context.abort(code, str(exc))
+        except SiteExists as exc:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
@@ -271,8 +273,8 @@ class AdminServicer(pb_grpc.AdminServicer):
 
     def CreateSiteCredential(self, request: pb.SiteRequest, context) -> pb.SiteCredentialResponse:
         principal = self._principal(context)
-        credential = self._guard(context, lambda: self.core.create_site(principal, request.site))
-        log.info("event=site_enrolled site=%s", request.site)
+        credential = self._guard(context, lambda: self.core.create_site(principal, request.site, rotate=request.rotate))
+        log.info("event=site_enrolled site=%s rotated=%s", request.site, request.rotate)
         return pb.SiteCredentialResponse(credential=credential)
 
     def RevokeSite(self, request: pb.SiteRequest, context) -> pb.RevokeSiteResponse:

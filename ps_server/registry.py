@@ -26,6 +26,10 @@ class AuthError(Exception):
         self.permission = permission  # True: authenticated but not allowed (PERMISSION_DENIED)
 
 
+class SiteExists(Exception):
+    """A site credential was asked for a site that has one, without asking to rotate it."""
+
+
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -138,14 +142,24 @@ class Registry:
             self._tokens[_hash(token)] = TokenRecord(client_id, site, expires_at, master)
         return token, expires_at
 
-    def create_site(self, principal: Principal, site: str) -> str:
-        """Issue (or rotate) the credential of `site`; admin only."""
+    def create_site(self, principal: Principal, site: str, *, rotate: bool = False) -> str:
+        """Issue the credential of `site`; admin only. An enrolled site's is replaced only with `rotate`.
+
+        Replacing it stops the site's SiteClients from minting tokens until they hold the new one, so
+        a second enrolment without `rotate` raises SiteExists, whether or not a client has joined yet.
+        """
         if not principal.is_admin:
             raise AuthError("only the federation admin may enrol sites", permission=True)
         if not site or len(site) > 63:
             raise ValueError("site name must be 1..63 characters")
         credential = "site-" + secrets.token_urlsafe(32)
         with self._lock:
+            if site in self._sites and not rotate:
+                raise SiteExists(
+                    f"site {site!r} is already enrolled: a new credential would replace the one its SiteClients "
+                    "use, and they could not launch until the new site.yaml is applied there; ask for rotation "
+                    "explicitly (geofed site enroll --rotate) to do so"
+                )
             self._sites[site] = _hash(credential)
             self._revoked_sites.discard(site)
         return credential

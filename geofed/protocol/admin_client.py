@@ -63,8 +63,9 @@ class AdminClient:
                        pb.CreateTokenRequest(client_id=client_id, site=site, ttl_s=ttl_s, master=master))
         return r.token, r.expires_at
 
-    def create_site_credential(self, site: str) -> str:
-        return self._call(self.stub.CreateSiteCredential, pb.SiteRequest(site=site)).credential
+    def create_site_credential(self, site: str, rotate: bool = False) -> str:
+        """A new credential for `site`; an enrolled site's is replaced only with `rotate` (ALREADY_EXISTS)."""
+        return self._call(self.stub.CreateSiteCredential, pb.SiteRequest(site=site, rotate=rotate)).credential
 
     def revoke_site(self, site: str) -> bool:
         return self._call(self.stub.RevokeSite, pb.SiteRequest(site=site)).revoked

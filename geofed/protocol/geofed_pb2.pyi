@@ -343,10 +343,12 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, token: _Optional[str] = ..., expires_at: _Optional[float] = ...) -> None: ...
 
 class SiteRequest(_message.Message):
-    __slots__ = ("site",)
+    __slots__ = ("site", "rotate")
     SITE_FIELD_NUMBER: _ClassVar[int]
+    ROTATE_FIELD_NUMBER: _ClassVar[int]
     site: str
-    def __init__(self, site: _Optional[str] = ...) -> None: ...
+    rotate: bool
+    def __init__(self, site: _Optional[str] = ..., rotate: _Optional[bool] = ...) -> None: ...
 
 class SiteCredentialResponse(_message.Message):
     __slots__ = ("credential",)

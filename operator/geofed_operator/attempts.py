@@ -235,6 +235,8 @@ def decide(
         return Observe(state.phase, "Finished", "the SiteClient has finished; delete and re-create it to run again")
     if state.attempt == 0 or observed is None:
         return Launch(1, counts_restart=False, reason="Created")
+    if state.phase == "Suspended":  # resumed: the stopped attempt is not a failure
+        return Launch(state.attempt + 1, counts_restart=False, reason="Resumed")
     # A relaunch that was due and then blocked (Degraded) keeps its nextLaunchTime: retry it.
     if state.phase == "Backoff" or (state.phase == "Degraded" and state.next_launch_at is not None):
         if state.next_launch_at is None or now >= state.next_launch_at:

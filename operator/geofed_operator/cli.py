@@ -80,7 +80,7 @@ def add_commands(subparsers: Any) -> None:
     enroll.add_argument(
         "--rotate",
         action="store_true",
-        help="re-enrol a site whose clients the PS already knows: its old credential stops working",
+        help="re-enrol a site that already has a credential: the old one stops working",
     )
     enroll.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the PS (default: 10)")
     enroll.add_argument("-o", "--output", help="write here instead of stdout")
@@ -157,7 +157,7 @@ def run_enroll(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 1
-            credential = admin.create_site_credential(args.site)
+            credential = admin.create_site_credential(args.site, rotate=args.rotate)
         docs = build_site_manifests(
             site=args.site,
             federation=args.federation,

@@ -67,11 +67,18 @@ NAME_RULES = {
 }
 
 
+# Names go into label values of the children (app.kubernetes.io/instance, geofed.io/federation, ...).
+LABEL_NAME_RULE = {
+    "rule": f"size(self.metadata.name) <= {names.MAX_LABEL_VALUE}",
+    "message": f"the name must be at most {names.MAX_LABEL_VALUE} characters: it is a label value of its children",
+}
+
+
 def _version_schema(spec: type[BaseModel], status: type[BaseModel], kind: str) -> dict[str, Any]:
     return {
         "type": "object",
         "description": DESCRIPTIONS[kind],
-        "x-kubernetes-validations": [NAME_RULES[kind]],
+        "x-kubernetes-validations": [NAME_RULES[kind], LABEL_NAME_RULE],
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},

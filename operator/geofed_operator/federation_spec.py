@@ -8,13 +8,16 @@ taken field by field from `geofed.config`, the one source of truth; only what Ku
 from __future__ import annotations
 
 import copy
+import ipaddress
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, create_model, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, create_model, model_validator
 
 from geofed.config import SHARDED_PARADIGMS, FederationConfig, ServerConfig
 from geofed_operator.k8s_types import (
+    DNS_NAME,
+    IP_ADDRESS,
     Affinity,
     K8sModel,
     LocalObjectReference,
@@ -25,6 +28,8 @@ from geofed_operator.k8s_types import (
 )
 from geofed_operator.keys import from_k8s_keys
 
+# What the PS asks for when the spec names no resources (it holds the global model and the pushes in memory).
+PS_REQUESTS = {"cpu": "1", "memory": "2Gi"}
 # ServerConfig fields the operator sets itself (paths inside the pod, ports from `service`, TLS files).
 OPERATOR_OWNED_SERVER_FIELDS = frozenset(
     {
@@ -118,14 +123,26 @@ class StorageSpec(K8sModel):
     )
 
 
+def _ip_address(value: str) -> str:
+    """An address the certificate can hold (the pattern admits a few non-addresses such as '::::')."""
+    ipaddress.ip_address(value)  # ValueError names the value
+    return value
+
+
+IPAddress = Annotated[str, Field(max_length=45, pattern=IP_ADDRESS), AfterValidator(_ip_address)]
+
+
 class TLSSpec(K8sModel):
     """Names the generated self-signed certificate covers (ignored with tlsSecretName)."""
 
-    dns_names: list[str] = Field(
-        default_factory=list, description="Extra DNS names, e.g. the load balancer's hostname sites dial."
+    dns_names: list[Annotated[str, Field(max_length=253, pattern=DNS_NAME)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra DNS names, e.g. the load balancer's hostname sites dial: lower-case DNS-1123 "
+        "subdomains, or a wildcard such as *.example.org.",
     )
-    ip_addresses: list[str] = Field(
-        default_factory=list, description="Extra IP addresses, e.g. the load balancer's IP."
+    ip_addresses: list[IPAddress] = Field(
+        default_factory=list, max_length=64, description="Extra IP addresses (IPv4 or IPv6), e.g. the load balancer's."
     )
     validity_days: int = Field(365, ge=1, le=3650, description="Lifetime of the generated server certificate.")
 
@@ -156,7 +173,12 @@ class _FederationK8sFields(K8sModel):
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list, description="Secrets for pulling the PS image from a private registry."
     )
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements, description="PS container resources.")
+    resources: ResourceRequirements = Field(
+        default_factory=lambda: ResourceRequirements(requests=dict(PS_REQUESTS)),
+        description="PS container resources; when omitted, requests of 1 CPU and 2Gi of memory (so the PS "
+        "is not the first pod a node evicts under pressure).",
+        json_schema_extra={"default": {"requests": PS_REQUESTS}},
+    )
     service: ServiceSpec = Field(default_factory=ServiceSpec, description="The PS Service.")
     storage: StorageSpec = Field(default_factory=StorageSpec, description="The PS checkpoint volume.")
     tls_secret_name: str | None = Field(

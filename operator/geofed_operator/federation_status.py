@@ -86,7 +86,8 @@ def federation_status_from_ps(
         conditions=set_conditions(
             conditions,
             {
-                "Ready": (True, "Serving" if has_model else "WaitingForModel", ready_message),
+                # Not Ready before the model exists: a client that joins now can only wait for it.
+                "Ready": (has_model, "Serving" if has_model else "WaitingForModel", ready_message),
                 "Progressing": (False, "RolledOut", "the PS runs the current spec"),
                 "Degraded": (False, "Healthy", ""),
             },

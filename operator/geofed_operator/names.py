@@ -38,8 +38,20 @@ ANNOTATION_TOKEN_EXPIRES = f"{GROUP}/token-expires-at"
 # Where kopf keeps its handler progress (annotations only: the status schema stays ours).
 KOPF_PREFIX = f"operator.{GROUP}"
 
+# Longest label value the API server accepts: object names used as label values must fit.
+MAX_LABEL_VALUE = 63
 # Longest object name whose derived names (a Job's pods add "-xxxxx") stay valid DNS labels.
 _MAX_NAME = 52
+
+
+def too_long_for_labels(kind: str, name: str) -> str | None:
+    """Why `name` cannot be an object of `kind` whose name goes into label values, or None if it can."""
+    if len(name) <= MAX_LABEL_VALUE:
+        return None
+    return (
+        f"{kind} name {name[:20]}... is {len(name)} characters; at most {MAX_LABEL_VALUE} fit in the labels "
+        f"of its children (a label value's limit): use a shorter name"
+    )
 
 
 def child_name(owner: str, suffix: str, *, limit: int = _MAX_NAME) -> str:

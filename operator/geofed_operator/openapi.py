@@ -82,7 +82,8 @@ def _object(model: type[BaseModel], node: dict[str, Any], defs: dict[str, Any], 
         info = model.model_fields[name]
         sub = _node(node["properties"][name], shape, defs, flavour)
         if shape[0] in ("model", "union") and info.default_factory is not None:
-            sub["default"] = {}  # let the API server apply the section's own defaults
+            # let the API server apply the section's own defaults (or the field's, when it names one)
+            sub["default"] = copy.deepcopy(node["properties"][name].get("default", {}))
         props[key] = sub
         if info.is_required():
             required.append(key)
@@ -195,6 +196,8 @@ def _leaf(node: dict[str, Any], flavour: Flavour) -> dict[str, Any]:
         out.update({k: node[k] for k in ("pattern", "default", "description") if k in node})
     else:
         out = {k: copy.deepcopy(node[k]) for k in _LEAF_KEYS if k in node}
+        if out.get("default", "unset") is None:
+            del out["default"]  # absent means None (`default: null` is no value of its type)
         if "type" not in out:
             raise TypeError(f"schema node without a single type cannot be structural: {node!r}")
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):

@@ -64,9 +64,13 @@ def attempt_labels(sc: SiteClientObject, attempt: int) -> dict[str, str]:
     }
 
 
-def build_token_secret(sc: SiteClientObject, attempt: int, token: str, expires_at: str) -> dict[str, Any]:
-    """Secret holding one attempt's one-time token (mounted as a file, never put on a command line)."""
-    return {
+def build_token_secret(sc: SiteClientObject, attempt: int, token: str | None, expires_at: str) -> dict[str, Any]:
+    """Secret holding one attempt's one-time token (mounted as a file, never put on a command line).
+
+    With `token=None`, the Secret without its token: created before the token is minted, so an API
+    server that refuses the Secret (a quota, a policy) costs no token.
+    """
+    secret: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
@@ -76,8 +80,10 @@ def build_token_secret(sc: SiteClientObject, attempt: int, token: str, expires_a
             "annotations": {names.ANNOTATION_TOKEN_EXPIRES: expires_at},
         },
         "type": "Opaque",
-        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
+    if token is not None:
+        secret["data"] = {TOKEN_KEY: base64.b64encode(token.encode()).decode()}
+    return secret
 
 
 def client_command(sc: SiteClientObject) -> list[str]:
@@ -169,7 +175,7 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "GEOFED_SITE", "value": spec.site},
         {"name": "GEOFED_ATTEMPT", "value": str(attempt)},
-        *({"name": e.name, "value": e.value} for e in spec.env),
+        *(k8s_dump(e) for e in spec.env),
     ]
     container = {
         "name": "client",
@@ -177,6 +183,7 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         "imagePullPolicy": spec.image_pull_policy,
         "command": client_command(sc),
         "env": env,
+        **({"envFrom": [k8s_dump(e) for e in spec.env_from]} if spec.env_from else {}),
         "resources": _resources(sc),
         "volumeMounts": mounts,
         # The client's last log line (e.g. "NoGlobalModel: ...") becomes the pod's termination message.

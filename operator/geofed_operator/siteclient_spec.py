@@ -15,8 +15,10 @@ from pydantic import ConfigDict, Field, model_validator
 from geofed.ps_groups import GROUP_NAME
 from geofed_operator.k8s_types import (
     DNS_LABEL,
+    PORT,
     Affinity,
     CASecretRef,
+    EnvFromSource,
     EnvVar,
     K8sModel,
     LocalObjectReference,
@@ -30,8 +32,8 @@ from geofed_operator.keys import from_k8s_keys
 
 _IMMUTABLE = "self == oldSelf"
 HOST_PATH_MESSAGE = "data.hostPath.path must be a data directory: not / and without '..'"
-# host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address.
-PS_ADDRESS = r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
+# host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address, and port is 1..65535.
+PS_ADDRESS = rf"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):{PORT}$"
 
 
 class PVCSource(K8sModel):
@@ -185,6 +187,11 @@ class SiteClientSpec(K8sModel):
     )
     backoff: BackoffSpec = Field(default_factory=BackoffSpec, description="Relaunch backoff.")
     history_limit: int = Field(2, ge=0, le=100, description="Finished attempts' Jobs kept for inspection.")
+    suspend: bool = Field(
+        False,
+        description="Suspended: the running attempt's Job is stopped and no attempt is launched until it is "
+        "set back to false (then a new attempt starts with a fresh token; not counted as a restart).",
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the client pod requires.")
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Tolerations, e.g. for preemptible GPU nodes."
@@ -199,7 +206,15 @@ class SiteClientSpec(K8sModel):
         "a failure and is relaunched with a new token. Unset: no limit.",
     )
     service_account_name: str | None = Field(None, max_length=253, description="ServiceAccount of the client pod.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Extra environment variables: a literal value, or valueFrom a Secret (credentials such as "
+        "HF_TOKEN never need to be in the SiteClient), a ConfigMap or a pod field.",
+    )
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list, max_length=64, description="Every key of these Secrets or ConfigMaps as a variable."
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments appended to the client command.")
 
     @model_validator(mode="after")

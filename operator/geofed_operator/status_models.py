@@ -33,7 +33,7 @@ class Condition(K8sModel):
 
 
 FederationPhase = Literal["Pending", "Progressing", "Running", "Degraded"]
-SiteClientPhase = Literal["Pending", "Launching", "Running", "Backoff", "Degraded", "Succeeded", "Failed"]
+SiteClientPhase = Literal["Pending", "Launching", "Running", "Backoff", "Degraded", "Suspended", "Succeeded", "Failed"]
 
 
 class SiteContribution(K8sModel):
@@ -140,7 +140,9 @@ class SiteClientStatus(K8sModel):
     phase: SiteClientPhase | None = Field(None, description="Lifecycle phase.")
     observed_generation: int | None = Field(None, ge=0, description="Last metadata.generation reconciled.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Degraded.", json_schema_extra=_CONDITIONS_LIST
+        default_factory=list,
+        description="Ready, Progressing, Degraded, Suspended; Complete or Failed once finished (as a Job's).",
+        json_schema_extra=_CONDITIONS_LIST,
     )
     client_id: str | None = Field(None, max_length=253, description="Id the client joins the PS with (<site>.<name>).")
     attempt: int | None = Field(None, ge=0, description="Current launch attempt (1-based).")
@@ -154,7 +156,15 @@ class SiteClientStatus(K8sModel):
         json_schema_extra={"format": "date-time"},
         description="When the current token expires unless used.",
     )
-    launch_time: str | None = Field(None, json_schema_extra={"format": "date-time"}, description="When it launched.")
+    start_time: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When the first attempt launched."
+    )
+    completion_time: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When it finished (Complete or Failed)."
+    )
+    launch_time: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When the current attempt launched."
+    )
     running_since: str | None = Field(
         None, json_schema_extra={"format": "date-time"}, description="When the current attempt's pod started."
     )

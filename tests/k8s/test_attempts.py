@@ -119,3 +119,10 @@ def test_site_state_reads_camel_case_status() -> None:
          "nextLaunchTime": "2025-01-01T12:00:30Z", "runningSince": None}
     )  # fmt: skip
     assert state == SiteState("Backoff", 3, 4, 2, 2, T0 + dt.timedelta(seconds=30), None)
+
+
+def test_a_suspended_siteclient_resumes_with_a_new_attempt_that_is_no_restart() -> None:
+    state = SiteState(phase="Suspended", attempt=3, attempt_generation=4, restarts=2)
+    missing = AttemptState(Outcome.MISSING, "JobMissing", "stopped by suspend")
+    decision = decide(state, missing, generation=5, now=T0, policy=BackoffPolicy())
+    assert decision == Launch(4, counts_restart=False, reason="Resumed")

@@ -8,6 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from geofed_operator import names
 from geofed_operator.cloud_builders import (
@@ -27,6 +28,7 @@ from geofed_operator.cloud_builders import (
     ps_args,
     tls_names,
 )
+from geofed_operator.k8s_types import literal_secret_names
 from geofed_operator.site_builders import SiteClientObject, build_client_job, build_token_secret, client_command
 from geofed_operator.tls import certificate_names, issue_self_signed
 
@@ -173,6 +175,7 @@ def test_config_map_holds_the_federation_config_and_its_hash_tracks_it() -> None
     assert (loaded["name"], loaded["aggregation"]["mode"]) == ("demo", "sync")
     assert config_hash(a, b"cert") != config_hash(b, b"cert") != config_hash(b, b"other cert")
     assert config_hash(a, b"cert") == config_hash(fed(aggregation={"mode": "sync"}), b"cert")
+    assert config_hash(a, b"cert", [b"credential-1"]) != config_hash(a, b"cert", [b"credential-2"])  # PS rolls
 
 
 def test_secrets_and_self_signed_tls() -> None:
@@ -293,3 +296,56 @@ def test_host_path_data_is_read_only_and_the_log_tail_is_the_termination_message
     for bad in ("/", "//", "/data/../etc"):
         with pytest.raises(ValueError, match="host_path"):
             site(data={"hostPath": {"path": bad}})
+
+
+def test_the_ps_has_resource_requests_when_the_spec_names_none() -> None:
+    """Without requests the PS pod would be BestEffort, the first evicted under node pressure."""
+    container = build_ps_deployment(fed(), config_hash="h")["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
+    own = build_ps_deployment(fed(resources={"limits": {"memory": "8Gi"}}), config_hash="h")
+    assert own["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {},
+        "limits": {"memory": "8Gi"},
+    }
+
+
+def test_client_env_takes_value_from_secrets_config_maps_and_fields() -> None:
+    """HF_TOKEN from a Secret: the Job names the Secret, the value never appears in the SiteClient or the Job."""
+    sc = site(
+        env=[
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+            {"name": "DATASET", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "dataset", "optional": True}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "LOG_LEVEL", "value": "debug"},
+        ],
+        envFrom=[{"secretRef": {"name": "wandb"}, "prefix": "WANDB_"}, {"configMapRef": {"name": "tuning"}}],
+    )
+    job = valid(build_client_job(sc, 1, "gpu0-token-1"))
+    env = {e["name"]: e for e in container(job)["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert env["DATASET"]["valueFrom"]["configMapKeyRef"] == {"name": "cfg", "key": "dataset", "optional": True}
+    assert env["NODE"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["LOG_LEVEL"] == {"name": "LOG_LEVEL", "value": "debug"}
+    assert container(job)["envFrom"] == [{"prefix": "WANDB_", "secretRef": {"name": "wandb"}},
+                                         {"configMapRef": {"name": "tuning"}}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"name": "X", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "X", "valueFrom": {}},
+        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "a", "key": "b"}, "fieldRef": {"fieldPath": "a"}}},
+        {"name": "1X", "value": "1"},
+    ],
+)
+def test_bad_env_entries_are_refused_by_the_operator_model(env: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        site(env=[env])
+
+
+def test_literal_secret_like_values_are_named_for_a_warning() -> None:
+    sc = site(env=[{"name": "HF_TOKEN", "value": "hf_abc"}, {"name": "WANDB_API_KEY", "value": "k"},
+                   {"name": "LOG_LEVEL", "value": "debug"},
+                   {"name": "GH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gh", "key": "t"}}}])  # fmt: skip
+    assert literal_secret_names(sc.spec.env) == ["HF_TOKEN", "WANDB_API_KEY"]

@@ -132,3 +132,55 @@ def test_chart_ships_the_crds() -> None:
     crds = helm.Chart.load(str(CHART)).crds
     shipped = {Path(c["name"]).name: c["data"] for c in crds}
     assert shipped == {p.name: p.read_text() for p in (REPO / "crds").glob("*.yaml")}
+
+
+def _notes(values: dict[str, Any]) -> str:
+    out = helm.Chart.load(str(CHART)).render(values, name="geofed", namespace="geofed-system", is_install=True)
+    return out["geofed/templates/NOTES.txt"]
+
+
+@pytest.mark.parametrize("role", ["cloud", "site", "both"])
+def test_no_role_may_list_or_watch_secrets(role: str) -> None:
+    """The operator reads Secrets by name only: a cluster-wide list would read every Secret in the cluster."""
+    for doc in render({"role": role}):
+        if doc["kind"] in ("ClusterRole", "Role"):
+            for rule in doc["rules"]:
+                if "secrets" in rule["resources"]:
+                    assert not {"list", "watch"} & set(rule["verbs"]), (role, rule)
+
+
+def test_pod_labels_cannot_override_the_selector() -> None:
+    """A podLabels entry named like a selector label would orphan the Deployment's pods: it is left out."""
+    docs = render({"podLabels": {"app.kubernetes.io/instance": "other", "app.kubernetes.io/name": "x", "team": "ml"}})
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert labels["team"] == "ml" and labels["app.kubernetes.io/instance"] == "geofed"
+
+
+def test_an_existing_service_account_must_be_named() -> None:
+    """serviceAccount.create=false without a name fails rendering instead of binding the roles to `default`."""
+    with pytest.raises(helm.HelmRenderError, match="serviceAccount.name is required"):
+        render({"serviceAccount": {"create": False}})
+    docs = render({"serviceAccount": {"create": False, "name": "ops"}})
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == "ops" and not [d for d in docs if d["kind"] == "ServiceAccount"]
+
+
+@pytest.mark.parametrize(("role", "monitors"), [("site", 0), ("cloud", 1), ("both", 1)])
+def test_only_a_role_that_runs_a_ps_renders_its_service_monitor(role: str, monitors: int) -> None:
+    docs = render({"role": role, "metrics": {"serviceMonitor": {"enabled": True}}})
+    assert len([d for d in docs if d["kind"] == "ServiceMonitor"]) == monitors
+
+
+def test_notes_enrol_command_is_the_documented_one() -> None:
+    """NOTES.txt's enrol command names the certificate (--server-name) and says how to pick the master site."""
+    notes = _notes({"role": "cloud"})
+    assert "--server-name <federation>-ps.<namespace>.svc" in notes and "--master" in notes
+    assert "ca.crt" in notes.split("geofed site enroll")[0]  # the CA it passes is fetched first
+    assert "geofed site enroll" not in _notes({"role": "site"})
+
+
+def test_notes_warn_about_cluster_wide_secret_access_unless_namespaces_are_listed() -> None:
+    assert "watchNamespaces to confine it" in _notes({})
+    assert "watchNamespaces to confine it" not in _notes({"watchNamespaces": ["lab-a"]})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +244,16 @@ def test_cross_field_rules_are_enforced_by_the_models(parse: Any, spec: dict[str
 def test_defaults_round_trip_through_k8s_dump() -> None:
     spec = parse_siteclient_spec(_site()["spec"])
     assert parse_siteclient_spec(k8s_dump(spec)) == spec
+
+
+@pytest.mark.parametrize(
+    ("plural", "first_row"), [("federations", "gpt2-demo "), ("siteclients", "uw-madison-client ")]
+)
+def test_the_docs_sample_tables_show_the_columns_kubectl_prints(plural: str, first_row: str) -> None:
+    """`kubectl get` prints NAME and every priority-0 printer column, upper-cased: the docs' samples must too."""
+    crd = yaml.safe_load((REPO / "crds" / f"geofed.io_{plural}.yaml").read_text())
+    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    printed = ["NAME"] + [c["name"].upper() for c in columns if not c.get("priority")]
+    lines = (REPO / "docs/kubernetes.md").read_text().splitlines()
+    header = next(lines[i - 1] for i, line in enumerate(lines) if line.startswith(first_row) and i)
+    assert re.split(r"\s{2,}", header.strip()) == printed

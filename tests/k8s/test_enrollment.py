@@ -113,6 +113,32 @@ def test_enrolling_a_running_site_again_needs_rotate(real_ps: tuple[str, str], t
     assert geofed([*args, "--rotate"]) == 0
 
 
+def test_enrolling_a_site_again_before_any_client_joined_needs_rotate(
+    real_ps: tuple[str, str], tmp_path: Path, capsys
+) -> None:
+    """No client has joined yet, so the PS lists none: the PS itself refuses to replace the credential."""
+    address, admin_credential = real_ps
+    (tmp_path / "admin.token").write_text(admin_credential)
+    args = ["site", "enroll", "--site", "uw", "--federation", "demo", "--ps-address", "ps.example.org:7443",
+            "--admin-address", address, "--admin-token-file", str(tmp_path / "admin.token"), "--insecure",
+            "-o", str(tmp_path / "site.yaml")]  # fmt: skip
+    assert geofed(args) == 0
+    secret = next(d for d in yaml.safe_load_all((tmp_path / "site.yaml").read_text()) if d)
+    credential = base64.b64decode(secret["data"]["credential"]).decode()
+
+    capsys.readouterr()
+    assert geofed(args) == 1
+    err = capsys.readouterr().err
+    assert "ALREADY_EXISTS" in err and "already enrolled" in err and "--rotate" in err, err
+    with AdminClient(address, credential, insecure=True) as site_admin:
+        assert site_admin.create_token("uw.uw-client", "uw")[0]  # the first site.yaml still works
+    with AdminClient(address, admin_credential, insecure=True) as admin, pytest.raises(AdminError, match="ALREADY"):
+        admin.create_site_credential("uw")  # the admin API refuses it too
+    assert geofed([*args, "--rotate"]) == 0
+    with AdminClient(address, credential, insecure=True) as site_admin, pytest.raises(AdminError):
+        site_admin.create_token("uw.uw-client", "uw")  # rotated, as asked: the old credential is gone
+
+
 def test_tls_failures_are_named_not_blamed_on_the_firewall(tmp_path: Path) -> None:
     """A certificate without the dialled name -> TLSNameMismatch; a foreign CA -> TLSUntrusted (real PS)."""
     import subprocess

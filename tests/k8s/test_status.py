@@ -58,7 +58,8 @@ def test_status_from_a_serving_ps() -> None:
 
 def test_status_before_the_master_uploads_the_model() -> None:
     st = federation_status_from_ps({**PS, "has_model": False, "version": 0}, now=T0, generation=1, conditions=None)
-    assert get_condition(st["conditions"], "Ready")["reason"] == "WaitingForModel"
+    ready = get_condition(st["conditions"], "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForModel")  # kubectl wait must not pass yet
 
 
 def test_degraded_and_not_ready() -> None:

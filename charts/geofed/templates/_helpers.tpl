@@ -31,7 +31,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "geofed.fullname" .) .Values.serviceAccount.name -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false: name the existing ServiceAccount the operator runs as (the chart binds its roles to it; it never binds them to the namespace's default ServiceAccount)" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
 
@@ -58,7 +58,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: [create{{ if eq .Values.role "both" }}, list{{ end }}]
 - apiGroups: [""]
   resources: [secrets{{ if eq .Values.role "cloud" }}, services, persistentvolumeclaims{{ end }}]
-  verbs: [get, create, patch{{ if eq .Values.role "both" }}, list, delete{{ end }}]
+  verbs: [get, create, patch{{ if eq .Values.role "both" }}, delete{{ end }}]
 {{- if eq .Values.role "both" }}
 - apiGroups: [""]
   resources: [services, persistentvolumeclaims]
@@ -80,7 +80,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: [create, list]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, list, create, patch, delete]
+  verbs: [get, create, patch, delete]
 {{- end }}
 {{- if has .Values.role (list "site" "both") }}
 - apiGroups: [batch]

@@ -33,6 +33,9 @@ class Deps:
     kube_factory: Callable[[], Kube] = Kube.from_environment
     admin_factory: AdminFactory = open_admin
     clock: Callable[[], dt.datetime] = utcnow
+    # Tokens minted whose Secret could not be written yet, by (namespace, SiteClient uid, attempt): the
+    # next try stores the same token instead of minting another.
+    unstored_tokens: dict[tuple[str, str, int], tuple[str, float]] = field(default_factory=dict, repr=False)
     _kube: Kube | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 

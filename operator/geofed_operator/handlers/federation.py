@@ -46,6 +46,7 @@ from geofed_operator.federation_status import (
     federation_status_not_ready,
 )
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
+from geofed_operator.handlers.finalizers import release_finalizer
 from geofed_operator.kube import Kube, KubeError
 from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.quantity import parse_quantity
@@ -91,18 +92,25 @@ def _degrade(patch: Any, body: Mapping[str, Any], reason: str, message: str, dep
     )
 
 
-def ensure_admin_secret(kube: Kube, fed: FederationObject, owner: Any) -> None:
-    """Create the admin credential once; it is never rotated behind the PS's back."""
-    secret = build_admin_secret(fed, secrets.token_urlsafe(32))
+def _ensure_generated(kube: Kube, secret: dict[str, Any], owner: Any) -> bytes:
+    """Create a generated Secret unless it exists; the value it holds (created now or kept from before)."""
     kopf.adopt(secret, owner=owner)
-    kube.ensure(secret)
+    live, _ = _ensure(kube, secret)
+    return b"".join(base64.b64decode(v) for _, v in sorted((live.get("data") or {}).items()))
 
 
-def ensure_peer_secret(kube: Kube, fed: FederationObject, owner: Any) -> None:
-    """Create the PSs' (and split trainer's) shared peer secret once; never rotated behind their backs."""
-    secret = build_peer_secret(fed, secrets.token_urlsafe(32))
-    kopf.adopt(secret, owner=owner)
-    kube.ensure(secret)
+def ensure_admin_secret(kube: Kube, fed: FederationObject, owner: Any) -> bytes:
+    """Create the admin credential once; the credential it holds.
+
+    The PS reads it when it starts: the credential goes into the config hash, so one regenerated
+    after the Secret was deleted rolls the PS and the Secret and the PS never disagree.
+    """
+    return _ensure_generated(kube, build_admin_secret(fed, secrets.token_urlsafe(32)), owner)
+
+
+def ensure_peer_secret(kube: Kube, fed: FederationObject, owner: Any) -> bytes:
+    """Create the PSs' (and split trainer's) shared peer secret once; the secret it holds (in the config hash)."""
+    return _ensure_generated(kube, build_peer_secret(fed, secrets.token_urlsafe(32)), owner)
 
 
 def _data(secret: Mapping[str, Any] | None, key: str) -> bytes | None:
@@ -146,6 +154,14 @@ def ensure_tls(kube: Kube, fed: FederationObject, owner: Any, hosts: tuple[str, 
     existing = kube.get("v1", "Secret", fed.namespace, name)
     ca_secret = kube.get("v1", "Secret", fed.namespace, ca_name)
     # Before 0.2 the CA key sat in the TLS Secret that sites read ca.crt from: move it out.
+    legacy = _data(existing, "ca.key") is not None
+    if existing is not None and not legacy and _data(ca_secret, "ca.key") is None:
+        raise CAMissing(
+            f"Secret {ca_name!r} (the private CA that signed the certificate in Secret {name!r}, whose ca.crt the "
+            f"sites trust) is missing or has no ca.key: the PS keeps serving its current certificate, which cannot "
+            f"be renewed or re-issued meanwhile. Restore Secret {ca_name!r} from a backup; or delete Secret {name!r} "
+            "as well to generate a new CA, after which every site must be enrolled again with the new ca.crt"
+        )
     ca_source = ca_secret if _data(ca_secret, "ca.key") else existing
     ca, ca_key = _data(ca_source, "ca.crt"), _data(ca_source, "ca.key")
     cert = _data(existing, "tls.crt")
@@ -157,7 +173,7 @@ def ensure_tls(kube: Kube, fed: FederationObject, owner: Any, hosts: tuple[str, 
         issued = "CertificateReissued"
     elif renewal_due(cert, now=now):
         issued = "CertificateRenewed"
-    if issued or ca_secret is None or _data(existing, "ca.key"):
+    if issued or legacy:
         if issued:
             material = issue_self_signed(
                 wanted, validity_days=fed.spec.tls.validity_days, ca_pem=ca, ca_key_pem=ca_key, now=now
@@ -167,7 +183,7 @@ def ensure_tls(kube: Kube, fed: FederationObject, owner: Any, hosts: tuple[str, 
         for secret in (build_ca_secret(fed, material), build_tls_secret(fed, material, wanted)):
             kopf.adopt(secret, owner=owner)
             kube.apply(secret)
-        if _data(existing, "ca.key"):  # apply keeps keys it did not set on simpler servers: drop it
+        if legacy:  # apply keeps keys it did not set on simpler servers: drop it
             kube.patch("v1", "Secret", fed.namespace, name, {"data": {"ca.key": None}})
         cert = material.cert_pem
     note = (
@@ -178,6 +194,10 @@ def ensure_tls(kube: Kube, fed: FederationObject, owner: Any, hosts: tuple[str, 
     return TLSState(cert, ServedTLS(), note, issued)
 
 
+class CAMissing(Exception):
+    """The generated certificate's private CA is gone while the certificate it signed is still served."""
+
+
 class ChildRejected(Exception):
     """The API server refused to create or change a child (quota, admission, invalid name...)."""
 
@@ -186,8 +206,16 @@ class ChildRejected(Exception):
 
 
 def _apply(kube: Kube, obj: dict[str, Any], *, create_only: bool = False) -> dict[str, Any]:
+    return _ensure(kube, obj)[0] if create_only else _refused_as_child(kube.apply, obj)
+
+
+def _ensure(kube: Kube, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    return _refused_as_child(kube.ensure, obj)
+
+
+def _refused_as_child(call: Any, obj: dict[str, Any]) -> Any:
     try:
-        return kube.ensure(obj)[0] if create_only else kube.apply(obj)
+        return call(obj)
     except KubeError as exc:
         raise ChildRejected(obj["kind"], obj["metadata"]["name"], exc) from None
 
@@ -207,7 +235,7 @@ def reconcile_pvc(
 ) -> None:
     """Create the checkpoint PVC; keep its ownership in line with retainOnDelete; grow it on request.
 
-    Only a change handler (`may_adopt`, fresh spec) re-adopts an existing PVC: a timer pass that started
+    Only a change handler (`may_adopt`, fresh spec) re-adopts an existing PVC: a status-loop pass that started
     before `retainOnDelete: true` must never hand the global model back to the garbage collector.
     `pvc` is another claim of the same storage spec (a PS shard's); the group's PS's when None.
     """
@@ -252,15 +280,15 @@ def reconcile_children(
 ) -> tuple[TLSState, str, str | None]:
     """Create or update every child (re-creating deleted ones); (TLS state, config hash, public address)."""
     kube, owner = deps.kube, body
-    ensure_admin_secret(kube, fed, owner)
+    generated = [ensure_admin_secret(kube, fed, owner)]
     if fed.spec.groups or fed.split_learning or fed.shards:
-        ensure_peer_secret(kube, fed, owner)
+        generated.append(ensure_peer_secret(kube, fed, owner))
     services = [kube.get("v1", "Service", fed.namespace, names.ps_name(fed.name, g)) for g in fed.groups]
     if fed.split_learning:
         services.append(kube.get("v1", "Service", fed.namespace, names.trainer_name(fed.name)))
     hosts = tuple(h for service in services for h in public_hosts(service))
     tls = ensure_tls(kube, fed, owner, tuple(dict.fromkeys(hosts)), deps.clock())
-    digest = config_hash(fed, tls.cert_pem)
+    digest = config_hash(fed, tls.cert_pem, generated)
     children = [build_config_map(fed)]
     for group in fed.groups:  # one PS per group; (None,) for the single PS
         children += [
@@ -309,8 +337,13 @@ def reconcile_federation(
     now = deps.clock()
     try:
         tls, digest, address = reconcile_children(deps, fed, body, on_change=on_change)
-    except (MissingSecret, ChildRejected, StorageMismatch, KubeError) as exc:
-        reason = {MissingSecret: "TLSSecretMissing", ChildRejected: "ChildRejected", StorageMismatch: "StorageMismatch"}
+    except (MissingSecret, CAMissing, ChildRejected, StorageMismatch, KubeError) as exc:
+        reason = {
+            MissingSecret: "TLSSecretMissing",
+            CAMissing: "CASecretMissing",
+            ChildRejected: "ChildRejected",
+            StorageMismatch: "StorageMismatch",
+        }
         why = reason.get(type(exc), "APIError")
         if (body.get("status") or {}).get("phase") != "Degraded":
             post_event(deps.kube, body, "Warning", why, str(exc), now)
@@ -418,9 +451,9 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
 def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
     """Attach the Federation handlers to `registry`."""
 
-    # kopf runs the timer next to the change handlers, in other threads: without a lock, a timer that read the
+    # kopf runs the status loop next to the change handlers, in other threads: without a lock, a loop pass that read the
     # old spec could re-apply the old ConfigMap and Deployment just after an update applied the new ones,
-    # rolling the PS back and forth. The timer's body is live, so under the lock it reads the newest spec.
+    # rolling the PS back and forth. The loop's body is live, so under the lock it reads the newest spec.
     locks: dict[str, threading.Lock] = {}  # one small lock per Federation uid the operator has seen
     guard = threading.Lock()
 
@@ -435,9 +468,52 @@ def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
         with lock_of(body):
             reconcile_federation(deps, body, patch, logger)
 
-    @kopf.timer(*RESOURCE, interval=deps.settings.status_interval_s, registry=registry)
-    def poll(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:
+    # The status loop is a daemon that ends when its Federation is gone, and it needs no finalizer (see
+    # handlers/finalizers.py): deleting a Federation never waits for the operator. kopf stops daemons and
+    # timers only on a deletionTimestamp, which an object without finalizers never shows, so the loop
+    # itself watches for the DELETED event.
+    gone: set[str] = set()
+
+    @kopf.on.event(*RESOURCE, registry=registry)
+    def forget(event: Mapping[str, Any], **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            uid = ((event.get("object") or {}).get("metadata") or {}).get("uid")
+            with guard:
+                gone.add(uid)
+                locks.pop(uid, None)
+
+    @kopf.daemon(*RESOURCE, registry=registry, cancellation_timeout=10.0, backoff=deps.settings.status_interval_s)
+    def poll(body: kopf.Body, logger: logging.Logger, stopped: kopf.DaemonStopped, **_: Any) -> None:
         # Level-triggered: re-create deleted children, roll a renewed certificate, then read the PS.
-        with lock_of(body):
-            if reconcile_federation(deps, body, patch, logger, on_change=False):
-                poll_federation(deps, body, patch, logger)
+        meta = body["metadata"]
+        while not stopped and meta["uid"] not in gone:
+            patch = StatusPatch()
+            with lock_of(body):
+                if meta["uid"] in gone:
+                    return
+                if reconcile_federation(deps, body, patch, logger, on_change=False):
+                    poll_federation(deps, body, patch, logger)
+            if not patch.write(deps.kube, meta["namespace"], meta["name"], logger):
+                return  # the Federation is gone
+            stopped.wait(deps.settings.status_interval_s)
+
+    release_finalizer(registry, poll)  # a Federation never waits for the operator to be deleted
+
+
+class StatusPatch:
+    """The `.status` merge patch one pass of the status loop collects (what kopf's patch is to a handler)."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Any] = {}
+
+    def write(self, kube: Kube, namespace: str, name: str, logger: logging.Logger) -> bool:
+        """Apply it to the Federation's status subresource; False if the Federation no longer exists."""
+        if not self.status:
+            return True
+        try:
+            kube.patch(names.API_VERSION, names.FEDERATION_KIND, namespace, name, {"status": self.status}, "status")
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            logger.warning("could not write the status of federation %s/%s: %s", namespace, name, exc)
+        return True

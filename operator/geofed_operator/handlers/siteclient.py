@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from geofed_operator import names
 from geofed_operator.attempts import (
     CONFIG_REASONS,
+    TERMINAL,
     AttemptState,
     Backoff,
     BackoffPolicy,
@@ -33,6 +34,7 @@ from geofed_operator.attempts import (
 from geofed_operator.conditions import parse_time, rfc3339, set_conditions
 from geofed_operator.events import post_event
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
+from geofed_operator.k8s_types import literal_secret_names
 from geofed_operator.kube import Kube, KubeError
 from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.site_builders import TOKEN_KEY, SiteClientObject, build_client_job, build_token_secret
@@ -76,12 +78,20 @@ def _attempt_of(obj: Mapping[str, Any]) -> int:
     return int(((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ATTEMPT, "0"))
 
 
+def _delete_token_secrets(kube: Kube, namespace: str, siteclient: str, attempts: range) -> None:
+    """Delete the token Secrets of `attempts` by name (the operator never lists Secrets)."""
+    for attempt in attempts:
+        kube.delete("v1", "Secret", namespace, names.token_secret_name(siteclient, attempt))
+
+
 def prune(kube: Kube, sc: SiteClientObject, current: int) -> None:
-    """Delete the token Secrets of earlier attempts and the Jobs beyond `historyLimit`."""
+    """Delete the previous attempt's token Secret and the Jobs beyond `historyLimit`.
+
+    Every launch prunes its predecessor, so no older token Secret is left; any that is (a failed
+    delete) belongs to the SiteClient and goes with it.
+    """
+    _delete_token_secrets(kube, sc.namespace, sc.name, range(max(1, current - 1), current))
     selector = {names.LABEL_SITECLIENT: sc.name}
-    for secret in kube.list("v1", "Secret", sc.namespace, selector):
-        if _attempt_of(secret) < current:
-            kube.delete("v1", "Secret", sc.namespace, secret["metadata"]["name"])
     for job in kube.list("batch/v1", "Job", sc.namespace, selector):
         if _attempt_of(job) < current - sc.spec.history_limit:
             kube.delete("batch/v1", "Job", sc.namespace, job["metadata"]["name"])
@@ -126,19 +136,32 @@ def _mint(deps: Deps, sc: SiteClientObject) -> tuple[str, float]:
 
 
 class _Replacing(Exception):
-    """The previous attempt's pod is still stopping; the next one starts once it is gone."""
+    """An earlier attempt's pod is still stopping; the next attempt starts once it is gone."""
 
 
-def _stop_previous(kube: Kube, sc: SiteClientObject, attempt: int) -> None:
-    """Delete the replaced attempt's Job; _Replacing while its pod still runs (one pod per client id)."""
-    kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, attempt), propagation="Foreground")
-    alive = [
-        p["metadata"]["name"]
-        for p in _attempt_pods(kube, sc, attempt)
-        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    ]
+def _still_running(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod may still run the client: not in a final phase, or a container still running.
+
+    A deleted (preempted, evicted) pod keeps its phase and its containers for its grace period, with
+    `metadata.deletionTimestamp` set: it counts until the kubelet reports the containers stopped.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        return True
+    return any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or ())
+
+
+def _wait_for_earlier_pods(kube: Kube, sc: SiteClientObject, attempt: int) -> None:
+    """_Replacing while a pod of an attempt before `attempt` still runs: one pod per client id and work PVC."""
+    selector = {names.LABEL_SITECLIENT: sc.name}
+    pods = kube.list("v1", "Pod", sc.namespace, selector)
+    alive = [p for p in pods if _attempt_of(p) < attempt and _still_running(p)]
     if alive:
-        raise _Replacing(f"waiting for pod {alive[0]} of attempt {attempt} to stop before attempt {attempt + 1}")
+        name = alive[0]["metadata"]["name"]
+        stopping = " (terminating)" if (alive[0].get("metadata") or {}).get("deletionTimestamp") else ""
+        raise _Replacing(
+            f"waiting for pod {name}{stopping} of attempt {_attempt_of(alive[0])} to stop before attempt {attempt}"
+        )
 
 
 def _usable_token(kube: Kube, sc: SiteClientObject, attempt: int, now: dt.datetime) -> tuple[str, str] | None:
@@ -160,15 +183,27 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
     secret_name = names.token_secret_name(sc.name, n)
     expires_at: str | None = None
     if kube.get("batch/v1", "Job", sc.namespace, names.job_name(sc.name, n)) is None:
-        if decision.replace and state.attempt:
-            _stop_previous(kube, sc, state.attempt)
+        if decision.replace and state.attempt:  # a spec change: stop the running attempt first
+            kube.delete(
+                "batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt), propagation="Foreground"
+            )
+        _wait_for_earlier_pods(kube, sc, n)
         reused = _usable_token(kube, sc, n, now)
         if reused is None:
-            token, expires = _mint(deps, sc)
+            placeholder = build_token_secret(sc, n, None, "")  # refused here (quota, policy): no token minted
+            kopf.adopt(placeholder, owner=body)
+            _create_child(kube, placeholder)
+            key = (sc.namespace, str(body["metadata"].get("uid", sc.name)), n)
+            cached = deps.unstored_tokens.get(key)
+            if cached is not None and cached[1] and cached[1] <= now.timestamp() + 60:
+                cached = None  # expired (or about to) while its Secret was refused: a fresh one
+            token, expires = cached or _mint(deps, sc)
+            deps.unstored_tokens[key] = (token, expires)  # until stored: a refused write mints no second one
             expires_at = rfc3339(dt.datetime.fromtimestamp(expires, dt.UTC)) if expires else None
             secret = build_token_secret(sc, n, token, expires_at or "")
             kopf.adopt(secret, owner=body)
             _create_child(kube, secret, apply=True)
+            deps.unstored_tokens.pop(key, None)
         else:
             expires_at = reused[1] or None
         job = build_client_job(sc, n, secret_name)
@@ -177,6 +212,11 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
         post_event(
             kube, body, "Normal", "Launched", f"attempt {n} (Job {job['metadata']['name']}): {decision.reason}", now
         )
+        literal = literal_secret_names(sc.spec.env)
+        if literal:
+            post_event(kube, body, "Warning", "LiteralSecretEnv", (
+                f"env {', '.join(literal)}: literal values are stored in clear in the SiteClient and its Job; "
+                "put them in a Secret and use valueFrom.secretKeyRef (or envFrom)"), now)  # fmt: skip
     prune(kube, sc, n)
     message = f"launched attempt {n} (Job {names.job_name(sc.name, n)}): {decision.reason}"
     return _fields(
@@ -188,6 +228,7 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
         token_secret=secret_name,
         token_expires_at=expires_at,
         launch_time=rfc3339(now),
+        start_time=(body.get("status") or {}).get("startTime") or rfc3339(now),
         next_launch_time=None,
         running_since=None,
         conditions=_conds(
@@ -198,9 +239,25 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
                 "Ready": (False, "Launching", message),
                 "Progressing": (True, decision.reason, message),
                 "Degraded": (False, "Healthy", ""),
+                "Suspended": (False, "NotSuspended", ""),
             },
         ),
     )
+
+
+def suspend(kube: Kube, sc: SiteClientObject, body: Any, state: SiteState, now: dt.datetime) -> dict[str, Any]:
+    """spec.suspend: stop the current attempt's Job (its pods get their grace period) and launch nothing."""
+    if state.attempt:
+        kube.delete("batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt), propagation="Foreground")
+    message = "spec.suspend is true: no attempt runs until it is set back to false"
+    updates: Conditions = {
+        "Ready": (False, "Suspended", message),
+        "Progressing": (False, "Suspended", message),
+        "Degraded": (False, "Healthy", ""),
+        "Suspended": (True, "Suspended", message),
+    }
+    return _fields(phase="Suspended", next_launch_time=None, running_since=None,
+                   conditions=_conds(body, sc.generation, now, updates))  # fmt: skip
 
 
 def _create_child(kube: Kube, obj: dict[str, Any], *, apply: bool = False) -> None:
@@ -257,8 +314,11 @@ def _report(body: Any, sc: SiteClientObject, state: SiteState, decision: Decisio
             "Ready": (False, decision.reason, decision.message),
             "Progressing": (False, decision.reason, decision.message),
             "Degraded": (degraded, decision.reason if degraded else "Healthy", decision.message if degraded else ""),
+            # What `kubectl wait --for=condition=Complete` (and Kueue, Argo) look for, as on a Job.
+            "Failed" if degraded else "Complete": (True, decision.reason, decision.message),
         }
-        return _fields(phase=decision.phase, conditions=_conds(body, gen, now, updates))
+        completed = (body.get("status") or {}).get("completionTime") or rfc3339(now)
+        return _fields(phase=decision.phase, completion_time=completed, conditions=_conds(body, gen, now, updates))
     assert isinstance(decision, Observe)
     if decision.phase == "Running":
         since = state.running_since or decision.running_since or now
@@ -315,35 +375,58 @@ def reconcile_siteclient(deps: Deps, body: Any, patch: Any, logger: logging.Logg
     status = body.get("status") or {}
     now = deps.clock()
     generation = int(body["metadata"].get("generation") or 1)
+    too_long = names.too_long_for_labels(names.SITECLIENT_KIND, body["metadata"]["name"])
     try:
         sc = SiteClientObject.from_body(body, deps.settings.client_image)
     except ValidationError as exc:
         update = _degraded(body, generation, now, "InvalidSpec", readable(exc))
     else:
-        state = SiteState.from_status(status)
-        observed = observe_attempt(deps.kube, sc, state.attempt) if state.attempt else None
-        policy = BackoffPolicy.from_spec(sc.spec.backoff)
-        decision = decide(state, observed, generation=generation, now=now, policy=policy)
-        try:
-            if isinstance(decision, Launch):
-                update = launch(deps, sc, body, state, decision)
-                logger.info("%s: launched attempt %d (%s)", sc.client_id, decision.attempt, decision.reason)
-            else:
-                update = _report(body, sc, state, decision, now)
-                if isinstance(decision, Finish):
-                    prune(deps.kube, sc, state.attempt + 1)  # no token of a finished run is needed
-        except _LaunchBlocked as exc:
-            logger.warning("%s: cannot launch: %s", sc.client_id, exc.message)
-            if status.get("phase") != "Degraded":
-                post_event(deps.kube, body, "Warning", exc.reason, exc.message, now)
-            update = _degraded(body, generation, now, exc.reason, exc.message)
-        except _Replacing as exc:
-            update = _fields(conditions=_conds(body, generation, now, {"Progressing": (True, "SpecChanged", str(exc))}))
-        _announce(deps, body, status, decision, now)
-        if update.get("phase", status.get("phase")) == "Running":
-            update.update(last_sync(deps, sc, logger))
-        update.update(_fields(client_id=sc.client_id))
+        if too_long is not None:  # its children's labels would be refused: launch nothing, mint nothing
+            update = _degraded(body, generation, now, "InvalidName", too_long)
+        else:
+            update = _step(deps, sc, body, status, now, logger)
     update["observedGeneration"] = generation
+    _write(status, update, patch)
+
+
+def _step(
+    deps: Deps, sc: SiteClientObject, body: Any, status: Mapping[str, Any], now: dt.datetime, logger: logging.Logger
+) -> dict[str, Any]:
+    """Observe the current attempt, decide, act; the status fields to set."""
+    generation = sc.generation
+    state = SiteState.from_status(status)
+    if sc.spec.suspend and state.phase not in TERMINAL:
+        if status.get("phase") != "Suspended":
+            post_event(deps.kube, body, "Normal", "Suspended", "spec.suspend: the client is stopped", now)
+        return {**suspend(deps.kube, sc, body, state, now), **_fields(client_id=sc.client_id)}
+    observed = observe_attempt(deps.kube, sc, state.attempt) if state.attempt else None
+    policy = BackoffPolicy.from_spec(sc.spec.backoff)
+    decision = decide(state, observed, generation=generation, now=now, policy=policy)
+    try:
+        if isinstance(decision, Launch):
+            update = launch(deps, sc, body, state, decision)
+            logger.info("%s: launched attempt %d (%s)", sc.client_id, decision.attempt, decision.reason)
+        else:
+            update = _report(body, sc, state, decision, now)
+            if isinstance(decision, Finish):
+                prune(deps.kube, sc, state.attempt + 1)  # no token of a finished run is needed
+    except _LaunchBlocked as exc:
+        logger.warning("%s: cannot launch: %s", sc.client_id, exc.message)
+        if status.get("phase") != "Degraded":
+            post_event(deps.kube, body, "Warning", exc.reason, exc.message, now)
+        update = _degraded(body, generation, now, exc.reason, exc.message)
+    except _Replacing as exc:
+        waiting: Conditions = {"Progressing": (True, "WaitingForPreviousPod", str(exc))}
+        update = _fields(conditions=_conds(body, generation, now, waiting))
+    _announce(deps, body, status, decision, now)
+    if update.get("phase", status.get("phase")) == "Running":
+        update.update(last_sync(deps, sc, logger))
+    update.update(_fields(client_id=sc.client_id))
+    return update
+
+
+def _write(status: Mapping[str, Any], update: Mapping[str, Any], patch: Any) -> None:
+    """Patch the status fields that changed."""
     for key, value in update.items():
         if status.get(key) != value:
             patch.status[key] = value
@@ -370,8 +453,11 @@ def revoke_unused_tokens(deps: Deps, body: Any, logger: logging.Logger) -> None:
         with _site_admin(deps, sc) as admin:
             tokens, sessions = admin.revoke_client(sc.client_id)
     except Exception as exc:  # never block a deletion on the PS
-        logger.warning("could not revoke the tokens of %s at the PS (they expire with their TTL): %s",
-                       body["metadata"]["name"], exc)
+        logger.warning(
+            "could not revoke the tokens of %s at the PS (they expire with their TTL): %s",
+            body["metadata"]["name"],
+            exc,
+        )
         return
     logger.info("revoked %d unused token(s) and %d session(s) of %s", tokens, sessions, sc.client_id)
 
@@ -384,8 +470,8 @@ def cleanup_siteclient(deps: Deps, body: Any, logger: logging.Logger) -> None:
     kube = deps.kube
     for job in kube.list("batch/v1", "Job", meta["namespace"], selector):
         kube.delete("batch/v1", "Job", meta["namespace"], job["metadata"]["name"])
-    for secret in kube.list("v1", "Secret", meta["namespace"], selector):
-        kube.delete("v1", "Secret", meta["namespace"], secret["metadata"]["name"])
+    attempt = int((body.get("status") or {}).get("attempt") or 0)  # older ones were pruned at each launch
+    _delete_token_secrets(kube, meta["namespace"], meta["name"], range(max(1, attempt - 1), attempt + 1))
     logger.info("siteclient %s/%s cleaned up", meta["namespace"], meta["name"])
 
 
