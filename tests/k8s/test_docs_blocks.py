@@ -38,6 +38,7 @@ def test_the_docs_leave_out_only_what_cannot_run_here() -> None:
     skipped = [commands(b.text)[0].split()[:3] for b in shell_blocks(DOC) if b.skip]
     assert skipped == [
         ["docker", "build", "-f"],  # builds and pushes with Docker
+        ["make", "images"],  # CI builds and tests the images before the walk-through
         ["kubectl", "-n", "default"],  # port-forward: the emulated API server has none
         ["geofed", "site", "revoke"],  # would end the walk-through's site
     ]
