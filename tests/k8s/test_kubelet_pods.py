@@ -10,9 +10,12 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .conftest import wait_for
 from .emulator import GeofedEmulator
 from .kubelet import Kubelet
+from .node.kubelet import EvictionRefused
 from .node.testing import NS, claim, node_root, pytestmark
 from .objects import create, get
 
@@ -183,3 +186,28 @@ async def test_probes_gate_readiness_and_liveness_restarts(api: GeofedEmulator, 
         await wait_for(lambda: status(api, "probed")["containerStatuses"][0]["restartCount"] == 1, 60, "a restart")
         last = status(api, "probed")["containerStatuses"][0]["lastState"]["terminated"]
         assert last["exitCode"] == 143  # the liveness kill: SIGTERM (the shell dies of it)
+
+
+async def test_eviction_respects_the_disruption_budget(api: GeofedEmulator, node_root: Path) -> None:
+    """The eviction API refuses while a PodDisruptionBudget allows no disruption, and evicts gracefully after."""
+    budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "ps", "namespace": NS},
+              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "ps"}}}}  # fmt: skip
+    await create(api, budget)
+    serving = pod("serving", "trap 'sleep 1; exit 143' TERM; while true; do sleep 0.1; done")
+    serving["metadata"]["labels"] = {"app": "ps"}
+    ready = lambda: any(c["type"] == "Ready" and c["status"] == "True" for c in status(api, "serving")["conditions"])  # noqa: E731
+    async with Kubelet(api, node_root) as kubelet:
+        await create(api, serving)
+        await wait_for(ready, 30, "the pod ready")
+        with pytest.raises(EvictionRefused, match="would violate the pod's disruption budget"):
+            await kubelet.evict("serving")
+        assert not get(api, "v1/pods", NS, "serving")["metadata"].get("deletionTimestamp")
+        async with api.delete(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/ps") as resp:
+            assert resp.status < 300, await resp.text()
+        await kubelet.evict("serving")
+        evicted = get(api, "v1/pods", NS, "serving")
+        assert evicted["metadata"]["deletionTimestamp"]
+        assert [c["reason"] for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"] == [
+            "EvictionByEvictionAPI"
+        ]
+        await wait_for(lambda: get(api, "v1/pods", NS, "serving") is None, 30, "the pod gone")

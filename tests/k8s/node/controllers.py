@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..objects import create, patch
-from .kubelet import now
+from .kubelet import _ready, now
 
 if TYPE_CHECKING:
     from .kubelet import Kubelet
@@ -45,12 +45,6 @@ def _owned(kubelet: Kubelet, owner: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _live(pod: dict[str, Any]) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or []
-    )
 
 
 async def _create_pod(kubelet: Kubelet, owner: dict[str, Any], name: str, extra_labels: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 import re
 import shutil
 import sys
@@ -46,6 +47,21 @@ MIN_GRACE_S = 2.0  # the kubelet's minimum grace for a pod deleted with grace 0
 BACKOFF_S, BACKOFF_MAX_S = 10.0, 300.0
 SERVICE = re.compile(r"([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)")
 OWNED_CONDITIONS = {"PodScheduled", "Initialized", "ContainersReady", "Ready"}
+
+
+class EvictionRefused(RuntimeError):
+    """The eviction API's 429: a PodDisruptionBudget allows no disruption now."""
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _count(value: int | str, total: int) -> int:
+    """A PodDisruptionBudget's count: an int, or a percentage of the pods it covers (rounded up)."""
+    text = str(value)
+    return math.ceil(int(text[:-1]) * total / 100) if text.endswith("%") else int(text)
 
 
 def now() -> str:
@@ -367,7 +383,30 @@ class Kubelet:
         await self._disrupt(pod, "PreemptionByScheduler", "Preempted in order to admit critical pod", grace)
 
     async def evict(self, pod: str, grace: float | None = None) -> None:
-        """What the eviction API does once a PodDisruptionBudget allows it: `DisruptionTarget`, graceful delete."""
+        """What the eviction API does: refuse when a PodDisruptionBudget allows no disruption of this ready pod
+        (`EvictionRefused`, the API server's 429), else `DisruptionTarget` and a graceful delete."""
+        worker = self.pods[pod]
+        obj = self._pod(worker)
+        assert obj is not None, f"pod {pod} is gone"
+        labels = obj["metadata"].get("labels") or {}
+        for pdb in self.objects("policy/v1/poddisruptionbudgets"):
+            selector = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
+            if pdb["metadata"]["namespace"] != worker.namespace or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            covered = [
+                p for p in self.objects("v1/pods") if p["metadata"]["namespace"] == worker.namespace
+                and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+            ]  # fmt: skip
+            healthy = [p for p in covered if not p["metadata"].get("deletionTimestamp") and _ready(p)]
+            if obj not in healthy:
+                continue  # an unready pod may be evicted (unhealthyPodEvictionPolicy: IfHealthyBudget, met)
+            minimum, most_down = pdb["spec"].get("minAvailable"), pdb["spec"].get("maxUnavailable")
+            if minimum is not None:
+                allowed = len(healthy) - _count(minimum, len(covered))
+            else:
+                allowed = _count(most_down or 0, len(covered)) - (len(covered) - len(healthy))
+            if allowed <= 0:
+                raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
         await self._disrupt(pod, "EvictionByEvictionAPI", "Eviction API: evicting", grace)
 
     # ---- status --------------------------------------------------------------------------------
