@@ -9,7 +9,9 @@ being deleted no longer counts as a replica (its replacement starts at once, as 
 Job: one pod at a time (parallelism and completions 1), a replacement as soon as the previous pod is
 terminating or failed, `backoffLimit` over failed pods, `activeDeadlineSeconds`. A failing Job gets
 `FailureTarget` and `Failed` at once while its pods may still be terminating (clusters with delayed
-terminal conditions set `Failed` only after they stopped); `Complete` after a pod succeeded.
+terminal conditions set `Failed` only after they stopped); `Complete` after a pod succeeded. Job pods
+carry no `batch.kubernetes.io/job-tracking` finalizer: a stopped pod goes as soon as the kubelet deletes
+it, where a real Job controller's finalizer keeps it the moment it takes to count it.
 """
 
 from __future__ import annotations
