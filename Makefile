@@ -19,10 +19,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not containers"
 
-# The Kubernetes walk-through (README / docs/kubernetes.md) end to end against the emulated API server with a
-# minimal kubelet: 1-3 minutes, so it is marked slow and CI runs it on its own after `make test`.
+# docs/kubernetes.md's shell blocks run with bash (real kubectl, helm over helm-python-sdk, geofed) against two
+# emulated clusters whose nodes (tests/k8s/node/) run every pod, the operator's included, as podman containers
+# of the images `make images` builds (GEOFED_WALKTHROUGH_RUNTIME=process: as local processes, no images), and
+# the node's container tests. Needs root. About 3 minutes, so CI runs it on its own after `make images`.
 test-walkthrough: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow tests/k8s/test_walkthrough.py
+	$(BIN)/python -m pytest -q -m "slow or containers" tests/k8s/test_walkthrough.py tests/k8s/test_kubelet_containers.py
 
 # The three images (localhost/geofed/ps:dev, localhost/geofed/operator:dev, localhost/geofed/client:dev-cpu)
 # with podman, from a Debian base made with debootstrap when no registry is reachable: images/build.sh.

@@ -1,180 +1,375 @@
-"""docs/kubernetes.md's walk-through, step by step, with real processes (issue 11, item 1).
+"""docs/kubernetes.md's walk-through, run from the doc's own shell blocks with bash.
 
-The chart is rendered by the Helm SDK and its objects applied to the emulated API server; the operator
-runs in process (roles cloud and site, configured from the chart's settings ConfigMap); `geofed site
-enroll` is the real command against the real PS; the minimal kubelet in `kubelet.py` runs the PS
-Deployment and the client Jobs as local processes; the real `kubectl get` reads the printer columns.
-What differs from the docs, and why: the model is shrunk and `--gpus 0` (CPU, two cores); each
-SiteClient gets `workPvc` (the docs' "edit before applying"); both sites share one emulated cluster;
-the load balancer's address is 127.0.0.1 (the test plays the cloud's controller); port-forwarding is
-the kubelet's name map. Marked slow: about 1-2 minutes, more on a loaded machine.
+Each shell block of the doc is run as written by `bash -euo pipefail` (`docs_blocks.py`), with the real
+`kubectl`, `helm` (tests/k8s/bin/helm: helm-python-sdk's Helm engine behind Helm's command line) and
+`geofed`, in a directory holding the repository's `charts/`, `crds/`, `examples/` and `images/`.
+Only the placeholders the doc names are substituted: `REGISTRY` (the local image names) and
+`203.0.113.7` (the load balancer address this test plays). Blocks marked
+`<!-- walkthrough: skip (...) -->` are listed and left out; the port-forward one is played by the test
+(a local listener on 127.0.0.1:7443 forwarding to the PS Service), as is the cloud's load balancer.
+
+Two emulated clusters, as the doc has it: the cloud (sections 2-3, blocks that begin `# in the cloud`)
+and the site (section 4, `# at each site`), each with its own node (`tests/k8s/node/`) running every
+pod, the operator's included, from the chart's Deployment with in-cluster config, under the process
+runtime (`node/runtime.py`: uid, read-only root, capabilities and volumes enforced; each image's user,
+environment and entrypoint read from its Dockerfile; what it does not do is in its docstring). What the test
+plays besides: the site's data PVC `geofed-data` already exists with a corpus on it (the doc's
+"edit before applying: data"), and the scheduler preempting the client's pod once.
+
+What a user would check is what is asserted: `kubectl get federations` shows VERSION rising and LOSS
+falling; `kubectl get siteclients` shows the preempted client Running again with RESTARTS 1 on a
+fresh token, its `lastFailureReason` the scheduler's `PreemptionByScheduler`, and VERSION rising again
+(the doc's site.yaml has no `workPvc`, so the new pod trains on from the global model, with no local
+step to resume); a spec change rolls the PS (a new pod) and VERSION carries on from the checkpoint; the
+uninstall blocks leave no custom resources, pods or releases behind. Marked slow (minutes).
 """
 
 from __future__ import annotations
 
-import base64
-import copy
+import asyncio
+import contextlib
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import kmock
 import pytest
 import yaml
-from kopf.testing import KopfRunner
 
-from geofed_apps.cli import main as geofed
-from geofed_operator.handlers import build_registry
-from geofed_operator.handlers.deps import Deps
-from geofed_operator.keys import k8s_validate
-from geofed_operator.ps_admin import open_admin
-from geofed_operator.settings import OperatorSettings
+from geofed_testing.podman import PODMAN
 
-from .conftest import KUBECTL, kubectl, operator_running, wait_for, watches_open
+from .conftest import wait_for
+from .docs_blocks import Block, shell_blocks
 from .emulator import GeofedEmulator
-from .kubelet import Kubelet
-from .objects import create, delete, get, patch
-from .test_chart import render
+from .kubelet import ImageConfig, Kubelet, ProcessRuntime, from_dockerfile
+from .node.network import _splice
+from .node.podman_runtime import PodmanRuntime, image_config
+from .node.runtime import Runtime
+from .objects import create, get, names_of, patch
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "kubernetes.md"
+LB_IP = "127.203.0.7"  # the cloud's load balancer, as this test plays it
+PLACEHOLDERS = {"REGISTRY": "localhost", "203.0.113.7": LB_IP}
+# The images `make images` builds, as the doc's `docker push` would publish them (REGISTRY -> localhost).
+BUILT = {"ps": "localhost/geofed/ps:dev", "operator": "localhost/geofed/operator:dev",
+         "client": "localhost/geofed/client:dev-cpu"}  # fmt: skip
+# containers (the default): each pod a podman container of those images; process: each pod a process
+# under the process runtime, with each image's Dockerfile for its config (no images needed).
+RUNTIME = os.environ.get("GEOFED_WALKTHROUGH_RUNTIME", "containers")
+BIN = Path(__file__).parent / "bin"
 FED_KEY, SC_KEY = "geofed.io/v1alpha1/federations", "geofed.io/v1alpha1/siteclients"
-# CPU-sized: the example's shape with a model that trains in seconds on two cores.
-SMALL = {
-    "model": {"family": "gpt2", "nLayer": 1, "nHead": 2, "nEmbd": 32, "blockSize": 32},
-    "training": {"localSteps": 3, "syncIntervalSeconds": 20, "batchSize": 2},
-    "resources": {},
-}
 
 
-def helm_install(values: dict) -> OperatorSettings:
-    """`helm install ... --set role=...`: what the chart renders; the operator's settings from its ConfigMap."""
-    docs = render(values)
-    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-settings"))
-    settings = yaml.safe_load(config["data"]["settings.yaml"])
-    return k8s_validate(
-        OperatorSettings, {**settings, "statusIntervalSeconds": 1, "siteIntervalSeconds": 1, "adminTimeoutSeconds": 5}
-    )
+class Emulator(GeofedEmulator):
+    """The emulator reporting the Kubernetes version whose schemas it enforces (the chart needs >= 1.28)."""
+
+    async def _serve_server_version(self, request: object) -> dict[str, str]:
+        return {"major": "1", "minor": "32", "gitVersion": "v1.32.0", "platform": "linux/amd64"}
 
 
-def operator(role: str, settings: OperatorSettings, kubelet: Kubelet) -> KopfRunner:
-    def admin(address: str, *args, **kwargs):
-        return open_admin(kubelet.resolve(address), *args, **kwargs)
-
-    deps = Deps(settings=settings, admin_factory=admin)
-    return KopfRunner(["run", "--standalone", "-A"], registry=build_registry(role, deps), timeout=60)
-
-
-def _fed(api: GeofedEmulator) -> dict:
-    return (get(api, FED_KEY, "default", "gpt2-demo") or {}).get("status") or {}
+@dataclass
+class Cluster:
+    name: str
+    api: GeofedEmulator
+    kubeconfig: Path
+    node: Kubelet
 
 
-def _site(api: GeofedEmulator) -> dict:
-    return (get(api, SC_KEY, "default", "uw-madison-client") or {}).get("status") or {}
+@contextlib.asynccontextmanager
+async def cluster(name: str, root: Path) -> AsyncIterator[Cluster]:
+    """An emulated API server with its CRDs served, a kubeconfig for it, and its one node."""
+    async with Emulator() as api, kmock.Server(api):
+        api.declare_builtins()
+        api.declare_crds(REPO / "crds")
+        kubeconfig = root / f"{name}.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": name,
+            "clusters": [{"name": name, "cluster": {"server": str(api.url).rstrip("/")}}],
+            "users": [{"name": "admin", "user": {"token": "emulated-token"}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
+        }))  # fmt: skip
+        node = Kubelet(api, root / f"{name}-node", runtime=runtime(), images=images(), network=True)
+        async with node:
+            yield Cluster(name, api, kubeconfig, node)
 
 
-async def test_the_walkthrough(api: GeofedEmulator, tmp_path: Path) -> None:
-    async with Kubelet(api, tmp_path / "node") as kubelet:
-        # 2. The cloud: install the chart (role cloud) and create the Federation.
-        cloud = helm_install({"role": "cloud", "image": {"repository": "r/operator"}, "settings": {"psImage": "r/ps"}})
-        async with operator_running(operator("cloud", cloud, kubelet)):
-            await watches_open(api, {"federations"})
-            (fed,) = [d for d in yaml.safe_load_all((REPO / "examples/federation.yaml").read_text()) if d]
-            fed = copy.deepcopy(fed)
-            fed["spec"].update(SMALL)
-            await create(api, fed)
-            await wait_for(lambda: get(api, "v1/services", "default", "gpt2-demo-ps"), what="PS Service")
-            lb = {"loadBalancer": {"ingress": [{"ip": "127.0.0.1"}]}}  # the cloud's load balancer
-            await patch(api, "v1", "Service", "default", "gpt2-demo-ps", {"status": lb}, status=True)
-            await wait_for(lambda: _fed(api).get("phase") == "Running", timeout=180, what="Federation Running")
-            assert _fed(api)["publicAddress"] == "127.0.0.1:7443"
-
-            # 3. Enroll the site, naming it the master (the Federation's masterClientID).
-            secret = lambda n, k: base64.b64decode(get(api, "v1/secrets", "default", n)["data"][k])  # noqa: E731
-            (tmp_path / "admin.token").write_bytes(secret("gpt2-demo-admin", "credential"))
-            (tmp_path / "ca.crt").write_bytes(secret("gpt2-demo-tls", "ca.crt"))
-            site_yaml, mit_yaml = tmp_path / "site.yaml", tmp_path / "mit.yaml"
-            for name, out, extra in (("uw-madison", site_yaml, ["--master"]), ("mit", mit_yaml, [])):
-                rc = geofed(["site", "enroll", "--site", name, "--federation", "gpt2-demo", *extra,
-                             "--ps-address", _fed(api)["publicAddress"],
-                             "--admin-address", kubelet.resolve("gpt2-demo-ps.default.svc:7443"),
-                             "--server-name", "gpt2-demo-ps.default.svc",
-                             "--admin-token-file", str(tmp_path / "admin.token"), "--ca", str(tmp_path / "ca.crt"),
-                             "--data-pvc", f"{name}-data", "--gpus", "0", "-o", str(out)])  # fmt: skip
-                assert rc == 0
-
-            # 4. The site: install the chart (role site) and apply site.yaml (its data on the PVC).
-            for name, source in (("uw-madison", "README.md"), ("mit", "docs/kubernetes.md")):
-                data = tmp_path / "node" / "pvc" / "default" / f"{name}-data"
-                data.mkdir(parents=True)
-                (data / "corpus.txt").write_text((REPO / source).read_text() * 3)
-            site = helm_install({"role": "site", "settings": {"clientImage": "r/client"}})
-            async with operator_running(operator("site", site, kubelet)):
-                await watches_open(api, {"siteclients"})
-                for path in (site_yaml, mit_yaml):
-                    for doc in yaml.safe_load_all(path.read_text()):
-                        doc["metadata"]["namespace"] = "default"  # kubectl apply -n default
-                        if doc["kind"] == "SiteClient":
-                            doc["spec"]["workPvc"] = f"{doc['spec']['site']}-work"
-                        await create(api, doc)
-
-                # Training: the master installs Θ0, pushes; the global version and the loss advance.
-                await wait_for(lambda: (_fed(api).get("version") or 0) >= 2, timeout=600, what="global version 2")
-                await wait_for(lambda: _fed(api).get("trainLoss"), timeout=120, what="a training loss")
-                await wait_for(lambda: _fed(api).get("knownClients") == 2, timeout=300, what="both sites joined")
-                assert _site(api)["phase"] == "Running" and _site(api)["clientID"] == "uw-madison.uw-madison-client"
-                # ... as `kubectl get federations` / `kubectl get siteclients` show it.
-                if KUBECTL:
-                    header, row = (await kubectl("get", "federations", "-n", "default")).splitlines()
-                    cells = _columns(header, row)
-                    assert (cells["NAME"], cells["PHASE"], cells["READY"], cells["REASON"]) == (
-                        "gpt2-demo", "Running", "True", "Serving"
-                    )  # fmt: skip
-                    assert int(cells["VERSION"]) >= 2 and float(cells["LOSS"]) > 0
-                    header, *rows = (await kubectl("get", "siteclients", "-n", "default")).splitlines()
-                    assert sorted(r.split()[:5] for r in rows) == [
-                        ["mit-client", "Running", "True", "Running", "gpt2-demo"],
-                        ["uw-madison-client", "Running", "True", "Running", "gpt2-demo"],
-                    ]
-
-                # A preempted client: relaunched with a fresh one-time token, resuming its checkpoint.
-                pod = next(n for n, r in kubelet.pods.items() if r.owner == "Job/uw-madison-client-1")
-                first_token = secret("uw-madison-client-token-1", "token")
-                await kubelet.preempt(pod)
-                await wait_for(lambda: _site(api).get("attempt") == 2, timeout=120, what="attempt 2")
-                assert _site(api)["lastFailureReason"] == "PreemptionByScheduler" and _site(api)["restarts"] == 1
-                assert secret("uw-madison-client-token-2", "token") != first_token
-                version = _fed(api)["version"]
-                await wait_for(lambda: _fed(api)["version"] > version, timeout=600, what="training after relaunch")
-                relaunched = next(r for r in kubelet.pods.values() if r.owner == "Job/uw-madison-client-2")
-                await wait_for(lambda: "event=resumed" in relaunched.log.read_text(), timeout=300, what="resumed")
-                await wait_for(lambda: "event=sync" in relaunched.log.read_text(), timeout=300, what="its next push")
-
-                # A spec change rolls the PS; the new one resumes the global model from the PVC.
-                version = _fed(api)["version"]
-                await patch(api, "geofed.io/v1alpha1", "Federation", "default", "gpt2-demo",
-                            {"spec": {"aggregation": {"globalLr": 0.5}}})  # fmt: skip
-                await wait_for(lambda: _fed(api).get("observedGeneration") == 2, what="the change reconciled")
-                await wait_for(lambda: _fed(api).get("phase") == "Running" and _fed(api)["version"] >= version,
-                               timeout=300, what="the rolled PS serving the model")  # fmt: skip
-                rolled = _fed(api)["version"]
-                await wait_for(lambda: _fed(api)["version"] > rolled, timeout=300, what="training after the roll")
-
-                # Deleting the Federation with retainOnDelete keeps the checkpoints.
-                await patch(api, "geofed.io/v1alpha1", "Federation", "default", "gpt2-demo",
-                            {"spec": {"storage": {"retainOnDelete": True}}})  # fmt: skip
-                await wait_for(lambda: _fed(api).get("observedGeneration") == 3, what="retainOnDelete reconciled")
-                await delete(api, "geofed.io/v1alpha1", "Federation", "default", "gpt2-demo")
-                await delete(api, "geofed.io/v1alpha1", "SiteClient", "default", "uw-madison-client")
-                await delete(api, "geofed.io/v1alpha1", "SiteClient", "default", "mit-client")
-                await wait_for(
-                    lambda: get(api, "apps/v1/deployments", "default", "gpt2-demo-ps") is None, what="PS gone"
-                )
-                assert get(api, "v1/persistentvolumeclaims", "default", "gpt2-demo-checkpoints") is not None
-                assert list((tmp_path / "node" / "pvc" / "default" / "gpt2-demo-checkpoints").glob("ps-v*"))
+def images() -> dict[str, ImageConfig]:
+    """The doc's image names (REGISTRY/geofed/<x>:0.1.0) and their configs, tagged from `make images`' builds."""
+    if RUNTIME == "process":
+        return {f"localhost/geofed/{n}:0.1.0": from_dockerfile(REPO / "images" / f"{n}.Dockerfile") for n in BUILT}
+    if shutil.which("podman") is None:
+        pytest.fail("podman is not installed (CI installs it; GEOFED_WALKTHROUGH_RUNTIME=process runs without)")
+    out = {}
+    for name, built in BUILT.items():
+        ref = f"localhost/geofed/{name}:0.1.0"
+        tagged = subprocess.run([*PODMAN, "tag", built, ref], capture_output=True, text=True, check=False)
+        assert tagged.returncode == 0, f"{built} is missing (run `make images`): {tagged.stderr.strip()}"
+        out[ref] = image_config(ref)
+    return out
 
 
-def _columns(header: str, row: str) -> dict[str, str]:
-    """kubectl's table by column position: an empty cell (e.g. GROUPS without groups) must not shift the rest."""
-    starts = [m.start() for m in re.finditer(r"\S+", header)]
-    names = header.split()
-    bounds = [*starts[1:], None]
-    return {name: row[start:end].strip() for name, start, end in zip(names, starts, bounds, strict=True)}
+def runtime() -> Runtime:
+    return ProcessRuntime() if RUNTIME == "process" else PodmanRuntime()
+
+
+def substitute(text: str) -> str:
+    for placeholder, value in PLACEHOLDERS.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+class Shell:
+    """bash in the user's working directory; each block runs to its end, or until `until(output)` holds and
+    it is interrupted with Ctrl-C (SIGINT), as a reader stops `kubectl get -w`."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.env = {
+            **{k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "PYTHONSAFEPATH")},
+            "PATH": f"{BIN}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(cwd / "home"),
+        }
+        (cwd / "home").mkdir(exist_ok=True)
+
+    async def run(self, block: Block, where: Cluster, until: Callable[[str], object] | None = None,
+                  timeout: float = 300) -> str:  # fmt: skip
+        script = "set -euo pipefail\n" + substitute(block.text)
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", script, cwd=self.cwd, env={**self.env, "KUBECONFIG": str(where.kubeconfig)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        out, interrupted, deadline = "", False, time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(proc.stdout.read(4096), 0.5)
+                except TimeoutError:
+                    chunk = None
+                if chunk == b"":
+                    break
+                out += (chunk or b"").decode(errors="replace")
+                if until is not None and not interrupted and until(out):
+                    os.killpg(proc.pid, signal.SIGINT)
+                    interrupted = True
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{block} ({where.name}) ran past {timeout:.0f} s; output:\n{out}")
+            code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        assert until is None or interrupted, f"{block} ({where.name}) ended before what was awaited; output:\n{out}"
+        assert interrupted or code == 0, f"{block} ({where.name}) exited {code}; output:\n{out}"
+        print(f"--- {block} ({where.name})\n{out}")
+        return out
+
+
+def table(out: str) -> list[dict[str, str]]:
+    """Rows of `kubectl get` output (and of every header repeated by `-w`), cell by column position."""
+    rows: list[dict[str, str]] = []
+    header: tuple[list[str], list[int]] | None = None
+    for line in out.splitlines():
+        if line.startswith("NAME "):
+            header = (line.split(), [m.start() for m in re.finditer(r"\S+", line)])
+            continue
+        if header is None or not line.strip():
+            continue
+        names, starts = header
+        bounds = [*starts[1:], None]
+        rows.append({n: line[s:e].strip() for n, s, e in zip(names, starts, bounds, strict=True)})
+    return rows
+
+
+def running(out: str, name: str) -> bool:
+    """Whether `kubectl get -w` printed `name` in phase Running (a watch aligns each row on its own, so the
+    first two cells, never empty, are read by words)."""
+    return any(line.split()[:2] == [name, "Running"] for line in lines(out))
+
+
+def lines(out: str) -> list[str]:
+    """The complete lines of output read so far."""
+    return out[: out.rfind("\n") + 1].splitlines()
+
+
+async def kubectl(shell: Shell, where: Cluster, *args: str) -> str:
+    block = Block(DOC, 0, "check", "kubectl " + " ".join(f"'{a}'" for a in args) + "\n", None)
+    return await shell.run(block, where, timeout=60)
+
+
+@contextlib.asynccontextmanager
+async def load_balancer(cloud: Cluster) -> AsyncIterator[None]:
+    """The cloud's controller: every LoadBalancer Service gets the ingress IP LB_IP (the node's proxy serves it)."""
+
+    async def assign() -> None:
+        while True:
+            for svc in cloud.node.objects("v1/services"):
+                lb = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+                if svc["spec"].get("type") == "LoadBalancer" and not lb:
+                    meta = svc["metadata"]
+                    status = {"loadBalancer": {"ingress": [{"ip": LB_IP}]}}
+                    await patch(cloud.api, "v1", "Service", meta["namespace"], meta["name"], {"status": status},
+                                status=True)  # fmt: skip
+            await asyncio.sleep(0.5)
+
+    task = asyncio.create_task(assign())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+@contextlib.asynccontextmanager
+async def port_forward(cloud: Cluster) -> AsyncIterator[None]:
+    """`kubectl -n default port-forward svc/gpt2-demo-ps 7443:7443`, played: 127.0.0.1:7443 to the Service."""
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        endpoint = cloud.node.endpoint("default", "gpt2-demo-ps", 7443)
+        if endpoint is None:
+            writer.close()
+            return
+        await _splice(reader, writer, *endpoint)
+
+    server = await asyncio.start_server(forward, "127.0.0.1", 7443)
+    try:
+        yield
+    finally:
+        server.close()
+
+
+def fed_status(cloud: Cluster) -> dict:
+    return (get(cloud.api, FED_KEY, "default", "gpt2-demo") or {}).get("status") or {}
+
+
+async def test_the_walkthrough() -> None:
+    blocks = shell_blocks(DOC)
+    print("left out:", *(f"{b}: {b.skip}" for b in blocks if b.skip), sep="\n  ")
+    steps = iter(b for b in blocks if not b.skip)
+    with tempfile.TemporaryDirectory(prefix="walkthrough-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o711)
+        work = root / "user"
+        work.mkdir()
+        for name in ("charts", "crds", "examples", "images"):
+            (work / name).symlink_to(REPO / name)
+        shell = Shell(work)
+        async with cluster("cloud", root) as cloud, cluster("site", root) as site, load_balancer(cloud):
+            # 2. The cloud: the chart (role cloud), the Federation, until it runs.
+            block = next(steps)
+            assert "--set role=cloud" in block.text and "kubectl get federations -w" in block.text
+            out = await shell.run(block, cloud, until=lambda o: running(o, "gpt2-demo"), timeout=300)
+            assert names_of(cloud.api, "apps/v1/deployments", "geofed-system") == {"geofed"}
+            assert any(w.owner == "Deployment/geofed" for w in cloud.node.pods.values())  # the operator is a pod
+
+            # 3. Enroll the site (the doc's port-forward played by the test).
+            async with port_forward(cloud):
+                block = next(steps)
+                assert "geofed site enroll" in block.text
+                out = await shell.run(block, cloud, timeout=120)
+            assert f"{LB_IP}:7443" in out  # the public address printed by the jsonpath query
+            site_yaml = yaml.safe_load_all((work / "site.yaml").read_text())
+            (client,) = [d for d in site_yaml if d["kind"] == "SiteClient"]
+            assert client["spec"]["psAddress"] == f"{LB_IP}:7443" and client["spec"]["master"] is True
+
+            # The site's data, on the PVC site.yaml names.
+            await create(site.api, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                    "metadata": {"name": "geofed-data", "namespace": "default"},
+                                    "spec": {"accessModes": ["ReadWriteOnce"],
+                                             "resources": {"requests": {"storage": "1Gi"}}}})  # fmt: skip
+            data = site.node.root / "pvc" / "default" / "geofed-data"
+            data.mkdir(parents=True)
+            data.chmod(0o755)
+            (data / "corpus.txt").write_text((REPO / "README.md").read_text() * 3)
+
+            # 4. The site: the chart (role site), site.yaml, until its client runs.
+            block = next(steps)
+            assert "--set role=site" in block.text and "kubectl get siteclients -w" in block.text
+            await shell.run(block, site, until=lambda o: running(o, "uw-madison-client"), timeout=300)
+
+            # Training, as `kubectl get federations` shows it: VERSION rises, LOSS falls.
+            seen: list[tuple[int, float]] = []
+
+            async def sample() -> bool:
+                (row,) = table(await kubectl(shell, cloud, "-n", "default", "get", "federations"))
+                if row["VERSION"] and row["LOSS"]:
+                    seen.append((int(row["VERSION"]), float(row["LOSS"])))
+                return len({v for v, _ in seen}) >= 4
+
+            deadline = time.monotonic() + 400
+            while not await sample():
+                assert time.monotonic() < deadline, f"VERSION/LOSS over time: {seen}"
+                await asyncio.sleep(5)
+            assert seen[-1][0] > seen[0][0] and seen[-1][1] < seen[0][1], seen
+
+            # The scheduler preempts the client's pod: a new attempt with a fresh token, RESTARTS 1.
+            (pod,) = [n for n, w in site.node.pods.items() if w.owner == "Job/uw-madison-client-1"]
+            first_token = get(site.api, "v1/secrets", "default", "uw-madison-client-token-1")["data"]["token"]
+            await site.node.preempt(pod)
+
+            def relaunched(out: str) -> bool:
+                return any(r["NAME"] == "uw-madison-client" and r["PHASE"] == "Running" and r["RESTARTS"] == "1"
+                           for r in table(out))  # fmt: skip
+
+            deadline = time.monotonic() + 300
+            while not relaunched(await kubectl(shell, site, "-n", "default", "get", "siteclients")):
+                assert time.monotonic() < deadline, "the preempted client never ran again"
+                await asyncio.sleep(3)
+            second = get(site.api, "v1/secrets", "default", "uw-madison-client-token-2")
+            assert second is not None and second["data"]["token"] != first_token
+            described = await kubectl(shell, site, "-n", "default", "get", "siteclient", "uw-madison-client",
+                                      "-o", "jsonpath={.status.lastFailureReason}")  # fmt: skip
+            assert "PreemptionByScheduler" in described
+            version = fed_status(cloud)["version"]
+            await wait_for(lambda: fed_status(cloud)["version"] > version, 300, "training after the relaunch")
+
+            # A spec change rolls the PS; VERSION carries on from the checkpoint.
+            block = next(steps)
+            assert block.text.startswith("# in the cloud") and "kubectl -n default patch federation" in block.text
+            before = {n for n, w in cloud.node.pods.items() if w.owner == "Deployment/gpt2-demo-ps"}
+            version = fed_status(cloud)["version"]
+
+            def rolled(out: str) -> bool:
+                """A new PS pod is ready and the watch's last row for the Federation says Running again."""
+                new = [
+                    w for n, w in cloud.node.pods.items() if w.owner == "Deployment/gpt2-demo-ps" and n not in before
+                ]
+                rows = [line.split() for line in lines(out) if line.startswith("gpt2-demo ")]
+                return any(w.ready for w in new) and bool(rows) and rows[-1][1] == "Running"
+
+            await shell.run(block, cloud, until=rolled, timeout=400)
+            # The new PS resumed from the checkpoint: VERSION never went back, and training goes on.
+            versions = []
+            deadline = time.monotonic() + 300
+            while not versions or versions[-1] <= version:
+                assert time.monotonic() < deadline, f"VERSION after the roll: {versions} (before: {version})"
+                (row,) = table(await kubectl(shell, cloud, "-n", "default", "get", "federations"))
+                if row["PHASE"] == "Running" and row["VERSION"]:
+                    versions.append(int(row["VERSION"]))
+                await asyncio.sleep(3)
+            assert min(versions) >= version, f"the rolled PS lost the model: {versions} after {version}"
+            assert fed_status(cloud)["observedGeneration"] == 2
+
+            # Uninstall, in the documented order: nothing hangs, nothing is left.
+            block = next(steps)
+            assert block.text.startswith("# at each site")
+            await shell.run(block, site, timeout=180)
+            block = next(steps)
+            assert block.text.startswith("# in the cloud")
+            await shell.run(block, cloud, timeout=180)
+            assert next(steps, None) is None
+            for where, plural in ((site, SC_KEY), (cloud, FED_KEY)):
+                assert not [k for k in where.api.objects if k[0].plural == plural.rsplit("/", 1)[1]
+                            and not where.api.objects[k].deleted]  # fmt: skip
+                await wait_for(lambda w=where: not w.node.objects("v1/pods"), 120, f"no pods left in {where.name}")
+                helm_secrets = [s for s in where.node.objects("v1/secrets") if s.get("type") == "helm.sh/release.v1"]
+                assert helm_secrets == []
