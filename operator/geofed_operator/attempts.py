@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from geofed_operator import names
 from geofed_operator.conditions import parse_time
 from geofed_operator.siteclient_spec import BackoffSpec
 
@@ -41,13 +43,40 @@ def _true(conditions: Sequence[Mapping[str, Any]] | None, kind: str) -> Mapping[
     return next((c for c in conditions or () if c.get("type") == kind and c.get("status") == "True"), None)
 
 
+def pod_disruption(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) if the pod is being taken away: its DisruptionTarget condition, set by the
+    scheduler (preemption), the eviction API, the taint manager or the kubelet."""
+    name = (pod.get("metadata") or {}).get("name", "pod")
+    disruption = _true((pod.get("status") or {}).get("conditions"), "DisruptionTarget")
+    if disruption is None:
+        return None
+    return disruption.get("reason") or "Disrupted", f"{name}: {disruption.get('message', 'disrupted')}"
+
+
+def disruption_annotation(reason: str, message: str) -> dict[str, str]:
+    """The Job annotation that keeps a disruption once the pod object is gone."""
+    return {names.ANNOTATION_DISRUPTION: json.dumps({"reason": reason, "message": message[:1024]})}
+
+
+def recorded_disruption(job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) of a disruption recorded on the Job by `disruption_annotation`, if any."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_DISRUPTION)
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("reason"), str) or not value["reason"]:
+        return None
+    return value["reason"], str(value.get("message") or "")
+
+
 def _pod_failure(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, message) if the pod failed or is being taken away (eviction, preemption, node loss)."""
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "pod")
-    disruption = _true(status.get("conditions"), "DisruptionTarget")
-    if disruption is not None:  # set by the scheduler, eviction API, taint manager or kubelet
-        return disruption.get("reason") or "Disrupted", f"{name}: {disruption.get('message', 'disrupted')}"
+    disruption = pod_disruption(pod)
+    if disruption is not None:
+        return disruption
     if status.get("phase") != "Failed":
         return None
     reason = status.get("reason") or ""
@@ -115,6 +144,9 @@ def classify_attempt(
     failures = [f for f in map(_pod_failure, pods) if f is not None]
     if failures:
         return AttemptState(Outcome.FAILED, *failures[0])
+    recorded = recorded_disruption(job)  # the pod was taken away and its object is gone already
+    if recorded is not None:
+        return AttemptState(Outcome.FAILED, *recorded)
     failed = _true(status.get("conditions"), "Failed") or _true(status.get("conditions"), "FailureTarget")
     if failed is not None:
         return AttemptState(Outcome.FAILED, failed.get("reason") or "JobFailed", failed.get("message", "Job failed"))

@@ -35,6 +35,8 @@ LABEL_PS_SHARD = f"{GROUP}/ps-shard"
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_TLS_NAMES = f"{GROUP}/tls-names"
 ANNOTATION_TOKEN_EXPIRES = f"{GROUP}/token-expires-at"
+# On a client Job: why its pod was taken away (a DisruptionTarget seen before the pod object was removed).
+ANNOTATION_DISRUPTION = f"{GROUP}/disruption"
 # Where kopf keeps its handler progress (annotations only: the status schema stays ours).
 KOPF_PREFIX = f"operator.{GROUP}"
 

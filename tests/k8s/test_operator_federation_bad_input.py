@@ -18,7 +18,7 @@ from geofed_operator import names
 from .conftest import NAMESPACE, operator_running, rolled_out_until, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .objects import create, delete, get, names_of, patch
-from .test_operator_federation_children import FED, FED_KEY, _condition, _hash, _runner, _started, _status
+from .test_operator_federation_children import FED, _condition, _hash, _runner, _started, _status
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
 
@@ -90,19 +90,16 @@ async def test_a_deleted_admin_secret_rolls_the_ps_to_its_new_credential(api, fa
     assert runner.exception is None
 
 
-async def test_a_name_too_long_for_labels_is_degraded_and_creates_nothing(api, fake_ps) -> None:
-    """A 64-character Federation name (admitted by an API server without the CRD's CEL rules): Degraded."""
+async def test_a_name_too_long_for_labels_is_refused_and_creates_nothing(api, fake_ps) -> None:
+    """A 64-character Federation name cannot label its children: the API server refuses it (the CRD's CEL
+    rule), and one stored before that rule existed gets no Deployment or Secret from the operator."""
     long_name = "f" * 64
+    body = {**FED, "metadata": {"name": long_name, "namespace": NAMESPACE}}
     async with operator_running(_runner(fake_ps)) as runner:
         await watches_open(api, {"federations"})
-        await create(api, {**FED, "metadata": {"name": long_name, "namespace": NAMESPACE}})
-
-        def degraded() -> dict:
-            status = (get(api, FED_KEY, NAMESPACE, long_name) or {}).get("status") or {}
-            return next((c for c in status.get("conditions") or [] if c["type"] == "Degraded"), {})
-
-        await wait_for(lambda: degraded().get("reason") == "InvalidSpec", what="InvalidSpec")
-        assert "at most 63 characters" in degraded()["message"]
-        await asyncio.sleep(1.0)
+        async with api.post(f"/apis/geofed.io/v1alpha1/namespaces/{NAMESPACE}/federations", json=body) as resp:
+            assert resp.status == 422 and "at most 63 characters" in await resp.text()
+        api.seed(body)  # as if it predated the rule: a real API server then refuses even its status writes
+        await asyncio.sleep(1.5)  # several passes
         assert not names_of(api, "apps/v1/deployments", NAMESPACE) and not names_of(api, "v1/secrets", NAMESPACE)
     assert runner.exception is None

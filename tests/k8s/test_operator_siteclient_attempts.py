@@ -47,8 +47,6 @@ async def _terminating_pod(api: GeofedEmulator, attempt: int) -> str:
             "name": name,
             "namespace": NAMESPACE,
             "labels": job["spec"]["template"]["metadata"]["labels"],
-            "deletionTimestamp": now,
-            "deletionGracePeriodSeconds": 60,
             "finalizers": [JOB_TRACKING],
         },
         "spec": job["spec"]["template"]["spec"],
@@ -59,6 +57,8 @@ async def _terminating_pod(api: GeofedEmulator, attempt: int) -> str:
     running = {"name": "client", "state": {"running": {"startedAt": now}}}
     status = {"phase": "Running", "conditions": [target], "containerStatuses": [running]}
     await patch(api, "v1", "Pod", NAMESPACE, name, {"status": status}, status=True)
+    await delete(api, "v1", "Pod", NAMESPACE, name)  # the scheduler's delete: the finalizer holds it, Terminating
+    assert get(api, "v1/pods", NAMESPACE, name)["metadata"]["deletionTimestamp"]
     return name
 
 
@@ -122,21 +122,18 @@ async def test_a_refused_token_secret_mints_no_token_and_says_why(api, fake_ps) 
     assert runner.exception is None
 
 
-async def test_a_name_too_long_for_labels_is_degraded_before_any_token(api, fake_ps) -> None:
-    """A 64-character SiteClient name cannot label its children: Degraded InvalidName, nothing minted or created."""
+async def test_a_name_too_long_for_labels_is_refused_and_mints_nothing(api, fake_ps) -> None:
+    """A 64-character SiteClient name cannot label its children: the API server refuses it (the CRD's CEL rule),
+    and one stored before that rule existed gets no token, Job or Secret from the operator."""
     long_name = "g" * 64
+    body = {**SITECLIENT, "metadata": {**SITECLIENT["metadata"], "name": long_name, "namespace": NAMESPACE}}
     async with operator_running(_runner(fake_ps)) as runner:
         await watches_open(api, {"siteclients"})
         await create(api, CREDENTIAL)
-        await create(api, {**SITECLIENT, "metadata": {**SITECLIENT["metadata"], "name": long_name}})
-
-        def degraded() -> dict:
-            status = (get(api, "geofed.io/v1alpha1/siteclients", NAMESPACE, long_name) or {}).get("status") or {}
-            return next((c for c in status.get("conditions") or [] if c["type"] == "Degraded"), {})
-
-        await wait_for(lambda: degraded().get("reason") == "InvalidName", what="InvalidName")
-        assert "64 characters" in degraded()["message"] and "63" in degraded()["message"]
-        await asyncio.sleep(1.0)
+        async with api.post(f"/apis/geofed.io/v1alpha1/namespaces/{NAMESPACE}/siteclients", json=body) as resp:
+            assert resp.status == 422 and "at most 63 characters" in await resp.text()
+        api.seed(body)  # as if it predated the rule: a real API server then refuses even its status writes
+        await asyncio.sleep(1.5)  # several ticks
         assert fake_ps.tokens == []
         assert not names_of(api, "batch/v1/jobs", NAMESPACE) and names_of(api, "v1/secrets", NAMESPACE) == {
             "uw-credential"
@@ -271,4 +268,30 @@ async def test_a_token_whose_secret_cannot_be_written_is_minted_once(api, fake_p
         await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="the Job")
         secret = get(api, "v1/secrets", NAMESPACE, "gpu0-token-1")
         assert base64.b64decode(secret["data"]["token"]).decode() == fake_ps.tokens[0][0] and len(fake_ps.tokens) == 1
+    assert runner.exception is None
+
+
+async def test_a_preemption_is_reported_after_the_pod_object_is_gone(api, fake_ps) -> None:
+    """The scheduler sets DisruptionTarget, the pod stops and is removed between two status passes, and the
+    Job controller marks the Job Failed: the SiteClient still says PreemptionByScheduler, not the Job's reason."""
+    settings = OperatorSettings(status_interval_s=0.3, site_interval_s=3.0, admin_timeout_s=2)
+    deps = Deps(settings=settings, admin_factory=fake_ps.factory)
+    runner = KopfRunner(["run", "--standalone", "-A"], registry=build_registry("site", deps), timeout=30)
+    async with operator_running(runner):
+        await watches_open(api, {"siteclients", "pods"})
+        await create(api, CREDENTIAL)
+        await create(api, SITECLIENT)
+        pod = await _pod_in(api, 1, "Running")
+        await wait_for(lambda: _status(api).get("phase") == "Running", timeout=20, what="Running")
+        target = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                  "message": "Preempted in order to admit critical pod"}  # fmt: skip
+        await patch(api, "v1", "Pod", NAMESPACE, pod, {"status": {"phase": "Failed", "conditions": [target]}},
+                    status=True)  # fmt: skip
+        await asyncio.sleep(0.3)
+        await delete(api, "v1", "Pod", NAMESPACE, pod)
+        failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                  "message": "Job has reached the specified backoff limit"}  # fmt: skip
+        await patch(api, "batch/v1", "Job", NAMESPACE, "gpu0-1", {"status": {"conditions": [failed]}}, status=True)
+        await wait_for(lambda: _status(api).get("lastFailureReason"), timeout=20, what="a failure reason")
+        assert _status(api)["lastFailureReason"] == "PreemptionByScheduler"
     assert runner.exception is None

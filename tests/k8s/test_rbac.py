@@ -85,6 +85,17 @@ async def _site_life(api: GeofedEmulator, fake_ps: FakePS) -> None:
         await create(api, CREDENTIAL)
         await create(api, SITECLIENT)
         job = await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="Job 1")
+        # Its pod preempted: the operator watches pods and keeps the reason on the Job.
+        await watches_open(api, {"pods"})
+        meta = {"name": "gpu0-1-pod", "namespace": NAMESPACE, "labels": job["spec"]["template"]["metadata"]["labels"]}
+        spec = job["spec"]["template"]["spec"]
+        await create(api, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+        target = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "x"}
+        await patch(api, "v1", "Pod", NAMESPACE, "gpu0-1-pod", {"status": {"conditions": [target]}}, status=True)
+        await wait_for(
+            lambda: "geofed.io/disruption" in (get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1")["metadata"].get(
+                "annotations") or {}), what="the disruption kept on the Job")  # fmt: skip
+        await delete(api, "v1", "Pod", NAMESPACE, "gpu0-1-pod")
         failed = {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "x"}]}
         await patch(api, "batch/v1", "Job", NAMESPACE, job["metadata"]["name"], {"status": failed}, status=True)
         await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-2"), what="Job 2")

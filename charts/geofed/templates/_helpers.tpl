@@ -85,10 +85,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if has .Values.role (list "site" "both") }}
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, create, delete]
+  verbs: [get, list, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list]
+  verbs: [list, watch]
 {{- end }}
 {{- end -}}
 

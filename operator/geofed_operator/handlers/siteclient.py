@@ -30,6 +30,9 @@ from geofed_operator.attempts import (
     SiteState,
     classify_attempt,
     decide,
+    disruption_annotation,
+    pod_disruption,
+    recorded_disruption,
 )
 from geofed_operator.conditions import parse_time, rfc3339, set_conditions
 from geofed_operator.events import post_event
@@ -475,8 +478,30 @@ def cleanup_siteclient(deps: Deps, body: Any, logger: logging.Logger) -> None:
     logger.info("siteclient %s/%s cleaned up", meta["namespace"], meta["name"])
 
 
+def record_disruption(kube: Kube, pod: Mapping[str, Any], logger: logging.Logger) -> None:
+    """Keep why a client pod is being taken away on its Job, once: the scheduler, the eviction API or the
+    node removes the pod object soon after its containers stop, often before the next status pass reads it."""
+    disruption = pod_disruption(pod)
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if disruption is None or not meta.get("namespace") or not labels.get(names.LABEL_ATTEMPT, "").isdigit():
+        return
+    job_name = names.job_name(labels[names.LABEL_SITECLIENT], int(labels[names.LABEL_ATTEMPT]))
+    job = kube.get("batch/v1", "Job", meta["namespace"], job_name)
+    if job is None or recorded_disruption(job) is not None:
+        return
+    kube.patch("batch/v1", "Job", meta["namespace"], job_name, {"metadata": {"annotations": disruption_annotation(
+        *disruption)}})  # fmt: skip
+    logger.info("pod %s/%s of Job %s is being taken away: %s", meta["namespace"], meta.get("name"), job_name,
+                disruption[0])  # fmt: skip
+
+
 def register(registry: kopf.OperatorRegistry, deps: Deps) -> None:
     """Attach the SiteClient handlers to `registry`."""
+
+    @kopf.on.event("v1", "pods", labels={names.LABEL_SITECLIENT: kopf.PRESENT}, registry=registry)
+    def pod_changed(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+        record_disruption(deps.kube, body, logger)
 
     @kopf.timer(*RESOURCE, interval=deps.settings.site_interval_s, registry=registry)
     def tick(body: kopf.Body, patch: kopf.Patch, logger: logging.Logger, **_: Any) -> None:

@@ -85,6 +85,10 @@ class Reads(Store):
                 return False
             return not field or fields_match(obj, field, rtype.plural, rtype.custom)
 
+        def as_table(obj: dict[str, Any]) -> dict[str, Any]:
+            """Each event's object as the client asked for it: a one-row Table for `kubectl get -w`."""
+            return self._table(request, rtype, [obj]) or obj
+
         since = request.params.get("resourceVersion") or "0"
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(raw)
@@ -93,7 +97,7 @@ class Reads(Store):
             start = self.last_rv
             for obj in self._selected(request, rtype, ns):
                 if not info.name or obj["metadata"]["name"] == info.name:
-                    await response.write(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+                    await response.write(json.dumps({"type": "ADDED", "object": as_table(obj)}).encode() + b"\n")
         else:
             start = int(since)
             position = next((i for i, (rv, _, _) in enumerate(self._log) if rv > start), len(self._log))
@@ -105,6 +109,7 @@ class Reads(Store):
                     rv, key, event = self._log[position]
                     position += 1
                     if key == type_key and rv > start and wanted(event["object"]):
+                        event = {**event, "object": as_table(event["object"])}
                         await response.write(json.dumps(event).encode() + b"\n")
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0 or raw.transport is None or raw.transport.is_closing():
