@@ -66,6 +66,12 @@ def add_commands(subparsers: Any) -> None:
     enroll.add_argument("--namespace", help="namespace at the site (default: none; kubectl apply -n chooses)")
     enroll.add_argument("--name", help="SiteClient name (default: <site>-client)")
     enroll.add_argument("--data-pvc", default="geofed-data", help="PVC with the site's training data")
+    enroll.add_argument(
+        "--work-pvc",
+        default=None,
+        help="PVC for the client's work dir (checkpoints, optimizer state), so a relaunched client resumes from "
+        "its own step; without it the work dir is an emptyDir and a relaunch starts from the global model",
+    )
     enroll.add_argument("--gpus", type=int, default=1, help="GPUs per client pod")
     enroll.add_argument(
         "--master",
@@ -168,6 +174,7 @@ def run_enroll(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             name=args.name,
             data_pvc=args.data_pvc,
+            work_pvc=args.work_pvc,
             gpus_per_pod=args.gpus,
             master=args.master,
             group=args.group,

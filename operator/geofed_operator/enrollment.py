@@ -52,6 +52,7 @@ def build_site_manifests(
     namespace: str | None = None,
     name: str | None = None,
     data_pvc: str = "geofed-data",
+    work_pvc: str | None = None,
     gpus_per_pod: int = 1,
     master: bool = False,
     group: str | None = None,
@@ -72,6 +73,8 @@ def build_site_manifests(
         "gpus_per_pod": gpus_per_pod,
         "data": {"pvc": {"claim_name": data_pvc}},
     }
+    if work_pvc:
+        spec_fields["work_pvc"] = work_pvc
     if ca_pem:
         spec_fields["ca_secret_ref"] = {"name": secret_name, "key": CA_KEY}
     if insecure:

@@ -12,8 +12,9 @@ import yaml
 
 from geofed.protocol.admin_client import AdminClient, AdminError
 from geofed_apps.cli import main as geofed
+from geofed_operator import names
 from geofed_operator.enrollment import build_site_manifests
-from geofed_operator.site_builders import SiteClientObject
+from geofed_operator.site_builders import SiteClientObject, build_client_job
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,6 +42,20 @@ def test_manifests_are_valid_and_what_the_operator_parses(ca: bytes | None, inse
     )
     assert parsed.spec.credential_secret_ref.name == secret["metadata"]["name"]
     assert (parsed.spec.ca_secret_ref is not None) is bool(ca)
+
+
+def test_a_work_pvc_lands_in_the_siteclient_and_the_client_job() -> None:
+    """--work-pvc: the client's work dir on that claim (a relaunch resumes its step); without it an emptyDir."""
+    for work_pvc, volume in (("geofed-work", {"persistentVolumeClaim": {"claimName": "geofed-work"}}),
+                             (None, {"emptyDir": {}})):  # fmt: skip
+        _, sc = build_site_manifests(site="uw", federation="d", ps_address="h:1", credential="c", work_pvc=work_pvc)
+        assert sc["spec"].get("workPvc") == work_pvc
+        parsed = SiteClientObject.from_body({**sc, "metadata": {**sc["metadata"], "namespace": "lab", "uid": "u"}},
+                                            default_image="img")  # fmt: skip
+        job = build_client_job(parsed, 1, names.token_secret_name(parsed.name, 1))
+        volumes = {v["name"]: {k: x for k, x in v.items() if k != "name"} for v in job["spec"]["template"]["spec"][
+            "volumes"]}  # fmt: skip
+        assert volume in volumes.values()
 
 
 def test_conflicting_options_are_refused() -> None:

@@ -13,14 +13,13 @@ and the site (section 4, `# at each site`), each with its own node (`tests/k8s/n
 pod, the operator's included, from the chart's Deployment with in-cluster config, under the process
 runtime (`node/runtime.py`: uid, read-only root, capabilities and volumes enforced; each image's user,
 environment and entrypoint read from its Dockerfile; what it does not do is in its docstring). What the test
-plays besides: the site's data PVC `geofed-data` already exists with a corpus on it (the doc's
-"edit before applying: data"), and the scheduler preempting the client's pod once.
+plays besides: the site's PVCs `geofed-data` (with a corpus on it) and `geofed-work` already exist
+(the doc's "PVCs the site provides"), and the scheduler preempting the client's pod once.
 
 What a user would check is what is asserted: `kubectl get federations` shows VERSION rising and LOSS
 falling; `kubectl get siteclients` shows the preempted client Running again with RESTARTS 1 on a
-fresh token, its `lastFailureReason` the scheduler's `PreemptionByScheduler`, and VERSION rising again
-(the doc's site.yaml has no `workPvc`, so the new pod trains on from the global model, with no local
-step to resume); a spec change rolls the PS (a new pod) and VERSION carries on from the checkpoint; the
+fresh token, its `lastFailureReason` the scheduler's `PreemptionByScheduler`, the new pod resuming from
+its own checkpoint on the work PVC (its `event=resumed` step above 0) and VERSION rising again; a spec change rolls the PS (a new pod) and VERSION carries on from the checkpoint; the
 uninstall blocks leave no custom resources, pods or releases behind. Marked slow (minutes).
 """
 
@@ -281,11 +280,13 @@ async def test_the_walkthrough() -> None:
             (client,) = [d for d in site_yaml if d["kind"] == "SiteClient"]
             assert client["spec"]["psAddress"] == f"{LB_IP}:7443" and client["spec"]["master"] is True
 
-            # The site's data, on the PVC site.yaml names.
-            await create(site.api, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                                    "metadata": {"name": "geofed-data", "namespace": "default"},
-                                    "spec": {"accessModes": ["ReadWriteOnce"],
-                                             "resources": {"requests": {"storage": "1Gi"}}}})  # fmt: skip
+            # The site's data and its client's work dir, on the PVCs site.yaml names.
+            assert client["spec"]["workPvc"] == "geofed-work"
+            for claim in ("geofed-data", "geofed-work"):
+                await create(site.api, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                        "metadata": {"name": claim, "namespace": "default"},
+                                        "spec": {"accessModes": ["ReadWriteOnce"],
+                                                 "resources": {"requests": {"storage": "1Gi"}}}})  # fmt: skip
             data = site.node.root / "pvc" / "default" / "geofed-data"
             data.mkdir(parents=True)
             data.chmod(0o755)
@@ -329,6 +330,15 @@ async def test_the_walkthrough() -> None:
             described = await kubectl(shell, site, "-n", "default", "get", "siteclient", "uw-madison-client",
                                       "-o", "jsonpath={.status.lastFailureReason}")  # fmt: skip
             assert "PreemptionByScheduler" in described
+            # ... and resumes from its own checkpoint on the work PVC, not from step 0.
+            (second_pod,) = [w for w in site.node.pods.values() if w.owner == "Job/uw-madison-client-2"]
+
+            def resumed_step() -> str | None:
+                found = re.findall(r"event=resumed .*?step=(\d+)", second_pod.log.read_text(errors="replace"))
+                return found[-1] if found else None
+
+            step = await wait_for(resumed_step, 300, "the relaunched client resuming its checkpoint")
+            assert int(step) > 0, "the relaunched client started over"
             version = fed_status(cloud)["version"]
             await wait_for(lambda: fed_status(cloud)["version"] > version, 300, "training after the relaunch")
 
