@@ -45,8 +45,8 @@ def changed_site(tmp_path: Path) -> Path:
 async def test_apply_reapply_and_delete_the_examples(api: GeofedEmulator, tmp_path: Path) -> None:
     assert await kubectl("apply", "-f", str(FED_FILE)) == "federation.geofed.io/gpt2-demo created\n"
     fed = get(api, "geofed.io/v1alpha1/federations", "default", "gpt2-demo")
-    assert fed["spec"]["model"]["nLayer"] == 4 and fed["spec"]["model"]["vocabSize"] == 257  # given, and defaulted
-    assert json.loads(fed["metadata"]["annotations"][LAST_APPLIED])["spec"]["model"]["nLayer"] == 4
+    assert fed["spec"]["model"]["nLayer"] == 1 and fed["spec"]["model"]["vocabSize"] == 257  # given, and defaulted
+    assert json.loads(fed["metadata"]["annotations"][LAST_APPLIED])["spec"]["model"]["nLayer"] == 1
 
     out = await kubectl("apply", "-n", "default", "-f", str(SITE_FILE))
     assert out.splitlines() == ["secret/uw-madison-geofed-credential created",
@@ -80,7 +80,8 @@ async def test_apply_reapply_and_delete_the_examples(api: GeofedEmulator, tmp_pa
 async def test_the_api_servers_refusals_reach_the_user(api: GeofedEmulator, tmp_path: Path) -> None:
     await kubectl("apply", "-f", str(FED_FILE))
     immutable = tmp_path / "fed.yaml"
-    immutable.write_text(FED_FILE.read_text().replace("nLayer: 4", "nLayer: 6"))
+    assert "    nLayer: 1\n" in FED_FILE.read_text()
+    immutable.write_text(FED_FILE.read_text().replace("    nLayer: 1\n", "    nLayer: 2\n"))
     code, _, err = await run_kubectl("apply", "-f", str(immutable))
     assert code == 1
     assert (
