@@ -9,6 +9,7 @@ every rank in the same order; only rank 0 talks to the PS, inside `Ranks.lead`.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,7 @@ class ShardResume:
 Resumed = ClientCheckpoint | ShardResume | None
 
 
-class SyncPath:
+class SyncPath(ABC):
     """How one site's rounds reach the PS (see the module docstring)."""
 
     # Every rank holds only its own slices of the exchanged vector: a model that needs no initialisation can
@@ -91,29 +92,34 @@ class SyncPath:
 
     # ---- start: restore, bootstrap, resend ------------------------------------------------------------
 
+    @abstractmethod
     def restore(self, trainer: LocalTrainer, resumed: ClientCheckpoint | None, sharded: bool) -> Resumed:
         """Restore the site's checkpoint into `trainer`; `sharded`: rank 0 found a sharded one. Returns what
         the bootstrap re-seeds from."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def bootstrap(self, model, resumed: Resumed) -> None:
         """Fig. 1 step 2 (the master): stream Θ0 to the PS; after a total PS loss, re-seed from our own
         checkpoint (§III-B4)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def resend(self) -> None:
         """Relaunched after a preemption mid-push: send that upload again under its own id (every rank)."""
-        raise NotImplementedError
+        ...
 
     # ---- every round ------------------------------------------------------------------------------------
 
+    @abstractmethod
     def adopt(self, model, global_model: GlobalVersion | None) -> None:
         """Apply the global model (rank 0's; None elsewhere) to the local model on every rank."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def push_round(self, trainer: LocalTrainer, result: RoundResult) -> PushOutcome | None:
         """Diff, encode, checkpoint and push one round; the outcome on rank 0, None elsewhere."""
-        raise NotImplementedError
+        ...
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the path holds. Nothing by default."""

@@ -55,6 +55,15 @@ class FakeSync(SyncPath):
     def __init__(self, ps: FakePS, events: list) -> None:
         self.ps, self.events, self.adopted = ps, events, None
 
+    def restore(self, trainer, resumed, sharded: bool) -> None:
+        return None  # a fresh site: nothing to restore
+
+    def bootstrap(self, model, resumed) -> None:
+        raise AssertionError("the loop never bootstraps; the agent does before it")
+
+    def resend(self) -> None:
+        raise AssertionError("the loop never resends; the agent does before it")
+
     def adopt(self, model, global_model: GlobalVersion | None) -> None:
         self.adopted = global_model
         self.events.append(("adopt", global_model.version))

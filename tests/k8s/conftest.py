@@ -127,10 +127,15 @@ def fake_ps() -> FakePS:
 
 
 KUBECTL = shutil.which("kubectl")
+# Tests of the real kubectl skip where it is missing, except under CI (CI=true), where they fail instead.
+NEEDS_KUBECTL = pytest.mark.skipif(
+    KUBECTL is None and not os.environ.get("CI"), reason="kubectl is not installed (CI requires it)"
+)
 
 
 async def run_kubectl(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     """Run the real kubectl (test kubeconfig) while the emulator keeps serving; (exit code, stdout, stderr)."""
+    assert KUBECTL is not None, "the real kubectl is required here but not installed"
     proc = await asyncio.create_subprocess_exec(
         KUBECTL or "kubectl", *args, env={**os.environ, "HOME": tempfile.gettempdir()},
         stdin=asyncio.subprocess.PIPE if stdin is not None else None,

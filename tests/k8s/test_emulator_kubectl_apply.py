@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import KUBECTL, REPO, kubectl, run_kubectl
+from .conftest import NEEDS_KUBECTL, REPO, kubectl, run_kubectl
 from .emulator import GeofedEmulator
 from .objects import get, patch
 
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.kmock(cls=GeofedEmulator),
-    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed"),
+    NEEDS_KUBECTL,
 ]
 FED_FILE = REPO / "examples/federation.yaml"
 SITE_FILE = REPO / "examples/site.yaml"

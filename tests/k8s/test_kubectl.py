@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import KUBECTL, NAMESPACE, kubectl
+from .conftest import NAMESPACE, NEEDS_KUBECTL, kubectl
 from .emulator import GeofedEmulator
 from .objects import create, patch
 from .test_operator_federation import FED
@@ -12,7 +12,7 @@ from .test_operator_federation import FED
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.kmock(cls=GeofedEmulator),
-    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed"),
+    NEEDS_KUBECTL,
 ]
 
 

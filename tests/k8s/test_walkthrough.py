@@ -19,7 +19,8 @@ plays besides: the site's PVCs `geofed-data` (with a corpus on it) and `geofed-w
 What a user would check is what is asserted: `kubectl get federations` shows VERSION rising and LOSS
 falling; `kubectl get siteclients` shows the preempted client Running again with RESTARTS 1 on a
 fresh token, its `lastFailureReason` the scheduler's `PreemptionByScheduler`, the new pod resuming from
-its own checkpoint on the work PVC (its `event=resumed` step above 0) and VERSION rising again; a spec change rolls the PS (a new pod) and VERSION carries on from the checkpoint; the
+its own checkpoint on the work PVC (its `event=resumed` step above 0) and VERSION rising again; a spec
+change rolls the PS (a new pod) and VERSION carries on from the checkpoint; the
 uninstall blocks leave no custom resources, pods or releases behind. Marked slow (minutes).
 """
 
