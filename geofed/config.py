@@ -49,9 +49,9 @@ class CodecConfig(_Section):
 
     name: Literal["fp32", "bf16", "int8", "int16", "auto", "sparse"] = Field(
         "int8",
-        description="Delta codec (int8 with error feedback by default: on hetero-wan 'auto' ended 0.04 higher in "
-        "loss over 3 runs each, its int16 pushes costing the fast clients training time; docs/benchmarks.md); "
-        "'auto' picks int8 or int16 from the measured link rate and sync_time_budget_s "
+        description="Delta codec: fp32, bf16, int8 or int16 min-max quantisation (int8 with error feedback is the "
+        "default; docs/benchmarks.md compares them); 'auto' picks int8 or int16 from the measured link rate and "
+        "sync_time_budget_s "
         "(bf16 when 2 bytes/param fit and the delta's range/rms makes it finer than int16); "
         "'sparse' sends chunk-wise top-k with low-bit values (SparseLoCo) and the PS sums and publishes sparsely.",
     )
@@ -197,10 +197,11 @@ class DownlinkConfig(_Section):
     )
     grid_steps: float = Field(
         4.0, ge=1.0, le=4096.0,
-        description="grid_delta: grid steps per rms of one version's change (per block of 16384 values). Higher: "
-        "finer published model, more bits down; the published model stays within half a step of the PS's (and "
-        "server-side error feedback carries the rest to the next version). 4 (was 8): on hetero-wan about one "
-        "bit per parameter less down at no measured loss penalty (docs/benchmarks.md, compressed model stream).",
+        description="grid_delta: grid steps per rms of one version's change (per block of 16384 values), 1 to "
+        "4096. Higher: finer published model, more bits down; the published model stays within half a step of "
+        "the PS's (and "
+        "server-side error feedback carries the rest to the next version). docs/benchmarks.md (compressed model "
+        "stream) measures the bits and the loss of different values.",
     )
     prefetch: bool = Field(
         False,
@@ -282,7 +283,7 @@ class TrainingConfig(_Section):
 
 
 class AutotuneConfig(_Section):
-    """Settings chosen from live measurements (issue 14); every choice is logged with its reason. The codec's
+    """Settings chosen from live measurements; every choice is logged with its reason. The codec's
     bit-width tuner is switched on by codec.name 'auto'."""
 
     interval: bool = Field(
@@ -357,7 +358,7 @@ class FederationConfig(_Section):
     downlink: DownlinkConfig = Field(default_factory=DownlinkConfig, description="Model stream to clients.")
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Client training.")
     autotune: AutotuneConfig = Field(
-        default_factory=AutotuneConfig, description="Settings tuned from live measurements (issue 14)."
+        default_factory=AutotuneConfig, description="Settings tuned from live measurements."
     )
     paradigm: ParadigmConfig = Field(
         default_factory=PretrainSettings,
@@ -380,7 +381,7 @@ class FederationConfig(_Section):
     ring: RingConfig = Field(default_factory=RingConfig, description="Ring all-reduce between the groups' PSs.")
     ps_shards: int = Field(
         1, ge=1, le=64,
-        description="PS shards (issue 18): the PS runs as a front on the public port plus N shard processes, each "
+        description="PS shards, 1 to 64: the PS runs as a front on the public port plus N shard processes, each "
         "owning a contiguous slice of the model on tensor boundaries (memory per shard ~ model / N). 1: one PS. "
         "Fixed once the model is installed; pretrain and bitfit only; not combined with groups.",
     )

@@ -1,4 +1,4 @@
-"""The shard map of a sharded parameter server (issue 18): which slice of the flat vector each PS shard owns.
+"""The shard map of a sharded parameter server: which slice of the flat vector each PS shard owns.
 
 A federation with `ps_shards = N` splits the exchanged flat vector into N contiguous slices whose boundaries
 fall on tensor boundaries of the manifest (so each shard's strategy state is made of whole tensors, and a

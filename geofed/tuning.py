@@ -1,4 +1,4 @@
-"""Auto-tuning policies (issue 14, item 2): pure functions from measurements to a setting and its reason.
+"""Auto-tuning policies: pure functions from measurements to a setting and its reason.
 
 Each returns (value, reason in words); the caller applies the value and logs
 `event=autotune knob=<name> value=<v> reason=<...>` when it changes. No I/O, no clocks: the client agent
@@ -79,9 +79,8 @@ def interval_choice(m: LinkMeasurements, *, push_bytes: int, model_bytes: int, c
     the model-stream request). C <= f (T + C) gives T >= C (1 - f) / f. The configured round (`fallback`: T
     seconds or H steps, whichever comes first, so min(T, H x step time) of training) stands while it is that
     long already: the tuner lengthens the rounds a slow link needs and never stretches a fast client's, since
-    fewer, longer rounds make each delta staler and larger (on hetero-wan, tuned 5 s rounds of ~95 steps
-    against the configured 40 for the fastest client cost final loss; docs/design.md). Otherwise T is rounded
-    up to two significant digits (`round_up_2`), clamped to [min_s, max_s], and H = ceil(T / step time), so
+    fewer, longer rounds make each delta staler and larger (docs/design.md measures what that costs). Otherwise
+    T is rounded up to two significant digits (`round_up_2`), clamped to [min_s, max_s], and H = ceil(T / step time), so
     both stop conditions agree. Until every rate and the step time are measured, the configured T and H stand;
     an unmeasured RTT counts as 0.
     """

@@ -46,7 +46,7 @@ class ClientState:
     bytes_in: int = 0
     bytes_out: int = 0
     report: dict = field(default_factory=dict)
-    # For the status page (issue 15): unix times, PS-observed.
+    # For the status page: unix times, PS-observed.
     first_seen: float = field(default_factory=time.time)
     joins: int = 0
     push_started: float = 0.0
@@ -168,8 +168,8 @@ class ParameterServerCore:
     def _maybe_checkpoint(self, snap: Snapshot) -> None:
         """Checkpoint `snap` if promised; runs under the aggregator lock, at the end of the update that published it.
 
-        Checkpointing later (once the pushing thread had let go of the lock) wrote whatever version was current
-        by then: under versions in quick succession a promised one was skipped and a later one written twice.
+        Checkpointing once the pushing thread has let go of the lock would write whatever version is current by
+        then: under versions in quick succession a promised one would be skipped and a later one written twice.
         """
         if self._should_checkpoint(snap.version):
             self.checkpoint()

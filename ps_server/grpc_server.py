@@ -118,7 +118,7 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
         except (OSError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
     try:
-        if front:  # a sharded PS (issue 18): this process admits and routes, the shards hold the model
+        if front:  # a sharded PS: this process admits and routes, the shards hold the model
             from .shards.front_grpc import FrontCore
             from .shards.shard_grpc import GrpcLink
 
@@ -170,7 +170,7 @@ def serve(fed: FederationConfig, cfg: ServerConfig, ready_file: str | None = Non
                           "--shard-role front/shard needs a federation with ps_shards > 1")
     if cfg.shard_role != "single" and not cfg.peer_token_file:
         raise ConfigError("a sharded PS needs --peer-token-file (the secret its front and shards share)")
-    if cfg.shard_role == "shard":  # one slice of a sharded PS (issue 18): the internal PsShard service only
+    if cfg.shard_role == "shard":  # one slice of a sharded PS: the internal PsShard service only
         from .shards.shard_grpc import serve_shard
 
         if cfg.shard_index >= fed.ps_shards:

@@ -67,7 +67,7 @@ class PSMetrics:
         self.contribution = Gauge(
             "geofed_client_contribution", "Summed weight of the client's applied deltas", ["client"], registry=r
         )
-        # Auto-tuning (issue 14): what the PS measured and chose, and the H of each client's last delta.
+        # Auto-tuning: what the PS measured and chose, and the H of each client's last delta.
         self.local_steps = Gauge("geofed_client_local_steps", "Local steps (H) behind the client's last delta "
                                  "(autotune.interval chooses it per client)", ["client"], registry=r)
         self.round_seconds = Gauge("geofed_client_round_seconds", "Client's median recent round time measured at "
@@ -81,7 +81,7 @@ class PSMetrics:
         self.mode = Gauge("geofed_aggregation_mode", "1 for the aggregation mode running now (aggregation.mode auto "
                           "switches it from the advice)", ["mode"], registry=r)
         self.checkpoint_failures = Counter("geofed_checkpoint_failures", "Failed PS checkpoints", registry=r)
-        # Contribution accounting (issue 15; ps_server/aggregation/contributions.py), per client and per site.
+        # Contribution accounting (ps_server/aggregation/contributions.py), per client and per site.
         self.contrib = {
             key: (Gauge(f"geofed_client_{name}", f"{text} (per client)", ["client", "site"], registry=r),
                   Gauge(f"geofed_site_{name}", f"{text} (per site)", ["site"], registry=r))

@@ -65,7 +65,7 @@ def format_status(status: Mapping[str, Any], clients: Sequence[Mapping[str, Any]
         out += ["", *_table(["SITE", "CLIENTS", "TOKENS", "MASS", "SHARE(WINDOW)", "SHARE(RUN)", "COMPUTE"], sites,
                             left=1)]
     shards = [[str(x["index"]), x["address"], "up" if x["up"] else "down", str(x["version"]), f"{x['numel']:,}",
-               x["last_error"] or "-"] for x in status.get("shards") or []]  # a sharded PS (issue 18)
+               x["last_error"] or "-"] for x in status.get("shards") or []]  # a sharded PS
     if shards:
         out += ["", *_table(["SHARD", "ADDRESS", "STATE", "VERSION", "PARAMETERS", "LAST ERROR"], shards, left=2)]
     return "\n".join(out)

@@ -1,8 +1,8 @@
 """Encode one rank's slice of a flat vector as its part of the stream a single encoder would write.
 
-A site with several ranks (issue 18) encodes its delta shard-wise: rank r holds elements [start, stop)
+A site with several ranks encodes its delta shard-wise: rank r holds elements [start, stop)
 of the flattened vector, frame-aligned. Frames already carry their flat offsets (`header.py`), so the
-ranks' frames sent in rank order are one valid stream for today's `StreamDecoder`. What a frame alone
+ranks' frames sent in rank order are one valid stream for the whole-vector `StreamDecoder`. What a frame alone
 cannot carry is the header's global part: int8/int16 with one global range puts (min, max) of the
 whole vector in the header (paper §III-B3), and Huffman/ANS put a table built from the whole vector's
 symbol histogram there. The ranks agree on both before encoding, through the `Agreement` they are

@@ -775,7 +775,7 @@ class Peer:
 
 
 class PsShardStub:
-    """Front to shard, inside the cloud (a sharded PS, issue 18 / ps_server/shards): the front admits pushes and
+    """Front to shard, inside the cloud (a sharded PS, ps_server/shards): the front admits pushes and
     routes each codec frame to the shard owning its slice; shards decode, fold and apply their slice; a
     version is published only once every shard has prepared and committed it (two-phase).
     Credential: "authorization: Peer <secret shared by the federation's PS processes>".
@@ -840,7 +840,7 @@ class PsShardStub:
 
 
 class PsShardServicer:
-    """Front to shard, inside the cloud (a sharded PS, issue 18 / ps_server/shards): the front admits pushes and
+    """Front to shard, inside the cloud (a sharded PS, ps_server/shards): the front admits pushes and
     routes each codec frame to the shard owning its slice; shards decode, fold and apply their slice; a
     version is published only once every shard has prepared and committed it (two-phase).
     Credential: "authorization: Peer <secret shared by the federation's PS processes>".
@@ -975,7 +975,7 @@ def add_PsShardServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PsShard:
-    """Front to shard, inside the cloud (a sharded PS, issue 18 / ps_server/shards): the front admits pushes and
+    """Front to shard, inside the cloud (a sharded PS, ps_server/shards): the front admits pushes and
     routes each codec frame to the shard owning its slice; shards decode, fold and apply their slice; a
     version is published only once every shard has prepared and committed it (two-phase).
     Credential: "authorization: Peer <secret shared by the federation's PS processes>".

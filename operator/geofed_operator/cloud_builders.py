@@ -4,7 +4,7 @@ Each takes the parsed Federation and returns a manifest dict; nothing here talks
 The PS builders take `group`: a Federation that declares PS groups gets one PS (Deployment, Services,
 PVC, PDB) per group, named `<federation>-ps-<group>`; `group=None` is the single PS of one without.
 A Federation with `psShards` > 1 runs that PS as the front (`--shard-role front`) of N shard processes
-built in `shard_builders` (issue 18).
+built in `shard_builders`.
 The PS runs as one replica with the Recreate strategy: on a spec change the old pod gets SIGTERM,
 checkpoints to the PVC, and the new pod resumes from it, so the global model survives a roll.
 """
@@ -65,7 +65,7 @@ class FederationObject:
 
     @property
     def shards(self) -> tuple[int, ...]:
-        """Indices of the PS shards (issue 18); empty for a PS that is not sharded (psShards 1)."""
+        """Indices of the PS shards; empty for a PS that is not sharded (psShards 1)."""
         return tuple(range(self.spec.ps_shards)) if self.spec.ps_shards > 1 else ()
 
     def shard_address(self, index: int) -> str:
@@ -332,7 +332,7 @@ def ps_args(fed: FederationObject, group: str | None = None, tls: ServedTLS | No
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
     if group:
         args += ["--group", group]
-    if fed.shards:  # the front of a sharded PS dials every shard by its Service (issue 18)
+    if fed.shards:  # the front of a sharded PS dials every shard by its Service
         args += ["--shard-role", "front", "--shard-addresses", ",".join(fed.shard_address(i) for i in fed.shards)]
     if group or fed.shards:
         args += ["--peer-token-file", f"{PEER_DIR}/{PEER_KEY}"]

@@ -221,11 +221,11 @@ _RULES: dict[str, list[dict[str, str]]] = {
     "paradigm": [{"rule": "self == oldSelf", "message": "paradigm is immutable"}],
     # Each group's PS has its own Deployment, PVC and model copy; a new or dropped group is a new federation.
     "groups": [{"rule": "self == oldSelf", "message": "groups are immutable: create a new Federation"}],
-    # The shard map (which shard owns which slice) is fixed when the model is installed (issue 18).
+    # The shard map (which shard owns which slice) is fixed when the model is installed.
     "ps_shards": [{"rule": "self == oldSelf", "message": "psShards is immutable: create a new Federation"}],
 }
 
-# Cross-field rules of FederationConfig the API server can check itself (a sharded PS, issue 18); the
+# Cross-field rules of FederationConfig the API server can check itself (a sharded PS); the
 # operator still reports any other FederationConfig refusal as InvalidSpec (FederationObject.from_body).
 _SPEC_RULES = [
     {

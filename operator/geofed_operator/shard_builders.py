@@ -1,6 +1,6 @@
-"""Pure builders for the shards of a sharded PS (issue 18): per shard a Deployment, Service, PVC and PDB.
+"""Pure builders for the shards of a sharded PS: per shard a Deployment, Service, PVC and PDB.
 
-A Federation with `psShards: N > 1` keeps today's PS objects for the front (the public Service, TLS,
+A Federation with `psShards: N > 1` keeps the single PS's objects for the front (the public Service, TLS,
 admin Secret, checkpoints of the registry and committed version; `--shard-role front`, see
 `cloud_builders.ps_args`) and gets N shard processes, each holding one contiguous slice of the flat
 model (~model/N in memory and on disk). Shard i is `<federation>-ps-shard-<i>`: one replica with the

@@ -1,4 +1,4 @@
-"""Status of a sharded PS (issue 18): the front's per-shard view -> `status.shards` and a ShardDown condition.
+"""Status of a sharded PS: the front's per-shard view -> `status.shards` and a ShardDown condition.
 
 Pure functions, like `federation_status`; `handlers/federation.py` feeds them the front's admin status.
 The front reports one entry per shard (`Admin.GetStatus` `shards`: index, address, up, version, numel,

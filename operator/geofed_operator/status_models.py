@@ -74,7 +74,7 @@ class GroupStatus(K8sModel):
 
 
 class ShardStatus(K8sModel):
-    """One shard of a sharded PS (issue 18), as the front's GetStatus reports it."""
+    """One shard of a sharded PS, as the front's GetStatus reports it."""
 
     index: int = Field(ge=0, le=63, description="Shard index: it owns the index-th contiguous slice of the model.")
     address: str = Field("", max_length=261, description="In-cluster host:port the front dials.")

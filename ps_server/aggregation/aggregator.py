@@ -83,7 +83,7 @@ class Aggregator:
         self.model = model
         self.strategy = strategy or build_strategy(fed)
         self.reducer = reducer or LocalReducer()
-        self.contributions = contributions or Contributions()  # who put what into the model (issue 15)
+        self.contributions = contributions or Contributions()  # who put what into the model
         self.active_clients = active_clients
         self.on_apply = on_apply
         # Called with the lock still held, once the state of a new version is complete (its upload ids

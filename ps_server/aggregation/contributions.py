@@ -1,4 +1,4 @@
-"""Contribution accounting: which client (and site) put what into the global model (issue 15).
+"""Contribution accounting: which client (and site) put what into the global model.
 
 Per client, over the run and over a window of the latest applied versions:
 

@@ -5,7 +5,7 @@ delta is that delta. So the statistics run over a *window*: the latest delta of 
 `robust_window` distinct clients. In async mode the window outlives rounds (every outer step applies the
 median of what recent clients sent, a client's new delta replacing its previous one); in sync mode it holds
 the round's deltas only. Either way there is one entry per client, so the trim count and the median are
-over clients, not pushes (issue 17).
+over clients, not pushes.
 
 Each entry is weighted by its staleness factor, evaluated when the round closes, exactly as the mean path
 weights a delta: (1 + s)^-a for s versions behind (or 1 under sync's late_policy "accept"); an entry

@@ -1,4 +1,4 @@
-"""The PS's measured client round times, and the settings tuned from them (issue 14, item 2).
+"""The PS's measured client round times, and the settings tuned from them.
 
 A client's round time is measured at the PS, from the later of the publication of the version its delta was
 trained on and the arrival of its previous delta, to the arrival of this one: download + local training +
@@ -62,9 +62,9 @@ class RoundTimes:
     def per_client(self) -> dict[str, float]:
         """Each client's median round time; a client with no delta for `gone_after_s` is gone and left out.
 
-        A client whose rounds grew stays in: a silence measured in its own earlier round times (as before
-        2026-12-01) dropped the 1 s-RTT client of hetero-wan once its tuned interval went from 5 s to 30 s, and
-        'auto' went back to sync to wait for it.
+        A client whose rounds grew stays in: gone is measured against `gone_after_s`, not against its own
+        earlier round times, so a client whose tuned interval lengthens (5 s to 30 s, say) is still counted
+        and 'auto' does not go back to sync to wait for it.
         """
         now = self.clock()
         return {c: statistics.median(w) for c, w in self._rounds.items() if now - self._last[c] <= self.gone_after_s}

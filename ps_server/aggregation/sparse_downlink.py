@@ -1,6 +1,6 @@
 """The sparse mode's model stream: each published version is the previous one plus a sparse increment,
 and a client holding version v receives the increments v+1 … newest (encoding `sparse_delta`), so the
-downlink shrinks with the uplink (issue 16). A client whose version left the history, or that holds
+downlink shrinks with the uplink. A client whose version left the history, or that holds
 none, gets the whole fp32 vector. The increments are built by `strategies.sparse_pretrain`.
 
 Memory: `history` increments of O(nonzeros) bytes each, never a model copy. The history is not

@@ -1,4 +1,4 @@
-"""A parameter server sharded across processes (issue 18): a thin front on the public port, N shards behind it.
+"""A parameter server sharded across processes: a thin front on the public port, N shards behind it.
 
 `geofed.shard_map` says which slice each shard owns; `router.py` cuts a push's payload into frames and
 routes them by offset (prefixes only, the front never decodes a body); `shard.py` is one shard's state

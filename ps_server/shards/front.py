@@ -1,4 +1,4 @@
-"""The front of a sharded PS (issue 18): admission as today, folding and applying delegated to the shards.
+"""The front of a sharded PS: admission as on a single PS, folding and applying delegated to the shards.
 
 The front is the PS clients see: Join, sessions, rate limits, admission (staleness, one delta per client
 per base, idempotent upload ids, the norm bound; `Aggregator` and `DeltaGuard`, unchanged) and when a
@@ -284,7 +284,7 @@ class ShardedAggregator(Aggregator):
                 self.ensure(i)
 
     def precheck(self, client_id: str, header: PushHeader, *, master: bool) -> PushOutcome | None:
-        """Today's admission, then the shard map: a push cut for another map comes back STALE (the client
+        """The single PS's admission, then the shard map: a push cut for another map comes back STALE (the client
         resyncs, learning the current map from the model stream, and re-encodes)."""
         done = super().precheck(client_id, header, master=master)
         if done is None and not header.init:

@@ -1,4 +1,4 @@
-"""The front process of a sharded PS: today's PS core and servicers with the shard machinery plugged in.
+"""The front process of a sharded PS: the PS core and servicers with the shard machinery plugged in.
 
 `FrontCore` is `ParameterServerCore` (registry, sessions, metrics, status, admin) whose aggregator is the
 `ShardedAggregator` and whose pushes are received by `ShardedReceiver`; `FrontServicer` adds the shard map

@@ -1,8 +1,8 @@
-"""One PS shard (issue 18): its slice of the global vector, the strategy over it, and the two-phase apply.
+"""One PS shard: its slice of the global vector, the strategy over it, and the two-phase apply.
 
 The front drives it; nothing here decides *when* a round closes or whether a push is admitted. A push
 arrives as the frames of this slice (`stage`), is decoded and checked (finite, this slice's squared norm
-reported back so the front can bound the whole delta's norm, paper §III-B3 / issue 10), and is written to
+reported back so the front can bound the whole delta's norm, paper §III-B3), and is written to
 disk before the front is told so. The front then `fold`s it with the factors it computed (norm bound,
 staleness); the staged file stays until the round it went into is committed, so a shard killed mid-round
 is restarted from its last committed slice and the front replays the open round's folds from those files:

@@ -1,4 +1,4 @@
-"""The PS's built-in status page (issue 15): federation, loss over time, clients, contributions, refusals.
+"""The PS's built-in status page: federation, loss over time, clients, contributions, refusals.
 
 `start_status_page(core, cfg)` serves it on `cfg.status_port` (0: off) and returns the running page, or
 None. See `server.py` for why it has its own port, `access.py` for who may read it.

@@ -300,7 +300,7 @@ def reconcile_children(
             children.append(build_pdb(fed, group))
         else:
             kube.delete("policy/v1", "PodDisruptionBudget", fed.namespace, names.ps_name(fed.name, group))
-    for index in fed.shards:  # a sharded PS (issue 18): the PS above is the front, these hold the model
+    for index in fed.shards:  # a sharded PS: the PS above is the front, these hold the model
         children += [build_shard_service(fed, index), build_shard_deployment(fed, index, config_hash=digest)]
         if fed.spec.pod_disruption_budget:
             children.append(build_shard_pdb(fed, index))

@@ -19,7 +19,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-# codec "sparse" (issue 16) swaps in a paradigm's sparse strategy: sparse folding and model stream.
+# codec "sparse" swaps in a paradigm's sparse strategy: sparse folding and model stream.
 SPARSE_STRATEGIES: dict[str, type[Strategy]] = {SparsePretrain.name: SparsePretrain}
 
 

@@ -1,4 +1,4 @@
-"""Pretraining in the sparse mode (issue 16; SparseLoCo, Sarfi et al. 2025): clients push chunk-wise
+"""Pretraining in the sparse mode (SparseLoCo, Sarfi et al. 2025): clients push chunk-wise
 top-k deltas with low-bit values (`geofed.codec.sparse`) carrying the rest in their error feedback.
 
 - Fold: only each push's nonzeros are added into the round's running sum (work O(nonzeros), memory
