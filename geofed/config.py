@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from geofed.paradigms import ParadigmConfig, PretrainSettings
+from geofed.paradigms import ParadigmConfig, PretrainSettings, paradigms_with
 from geofed.ps_groups import PSGroup, RingConfig, check_groups
 from geofed.settings_base import Section as _Section
 
@@ -90,6 +90,17 @@ class CodecConfig(_Section):
         "rice", description="sparse: chunk-relative indices as Golomb-Rice coded gaps, or at a fixed width."
     )
 
+    @property
+    def delta_form(self) -> Literal["dense", "sparse"]:
+        """The form of the deltas this codec pushes, which selects the PS's fold of the paradigm (its strategy
+        variant): 'sparse' (chunk-wise top-k, summed and published sparsely) or 'dense' (every element; 'auto'
+        chooses among dense codecs only)."""
+        return "sparse" if self.name == "sparse" else "dense"
+
+    @property
+    def elementwise(self) -> bool:
+        """Its deltas are dense vectors, so the PS may fold them slice by slice across PS shards."""
+        return self.delta_form == "dense"
 
     @model_validator(mode="after")
     def _block_scales_range(self) -> CodecConfig:
@@ -344,10 +355,6 @@ class AutotuneConfig(_Section):
         return self
 
 
-SHARDED_PARADIGMS = ("pretrain", "bitfit")
-"""Paradigms a sharded PS runs: the exchanged vector is plain parameters, folded element-wise."""
-
-
 class FederationConfig(_Section):
     """What every member of one federation agrees on; the PS hands it to clients at Join."""
 
@@ -383,19 +390,22 @@ class FederationConfig(_Section):
         1, ge=1, le=64,
         description="PS shards, 1 to 64: the PS runs as a front on the public port plus N shard processes, each "
         "owning a contiguous slice of the model on tensor boundaries (memory per shard ~ model / N). 1: one PS. "
-        "Fixed once the model is installed; pretrain and bitfit only; not combined with groups.",
+        "Fixed once the model is installed; paradigms that exchange parameters element by element, with a dense "
+        "codec; not combined with groups.",
     )
 
     @model_validator(mode="after")
     def _shards_supported(self) -> FederationConfig:
         if self.ps_shards > 1 and self.groups:
             raise ValueError("ps_shards > 1 cannot be combined with PS groups")
-        if self.ps_shards > 1 and self.codec.name == "sparse":
-            raise ValueError("ps_shards > 1 does not take the sparse codec (its PS strategy and model stream are not "
-                             "sharded)")
-        if self.ps_shards > 1 and self.paradigm.name not in SHARDED_PARADIGMS:
-            raise ValueError(f"ps_shards > 1 supports paradigms {', '.join(SHARDED_PARADIGMS)}, not "
-                             f"{self.paradigm.name!r}")
+        if self.ps_shards > 1 and not self.codec.elementwise:
+            raise ValueError(f"ps_shards > 1 needs a codec whose deltas are dense vectors; codec "
+                             f"{self.codec.name!r} pushes {self.codec.delta_form} deltas, whose PS strategy and model "
+                             "stream are not sharded")
+        if self.ps_shards > 1 and not self.paradigm.elementwise:
+            raise ValueError(f"ps_shards > 1 needs a paradigm that exchanges parameters element by element "
+                             f"({', '.join(paradigms_with('elementwise'))}); {self.paradigm.name!r} exchanges its own "
+                             "vector, which a sharded PS does not split")
         return self
 
     @model_validator(mode="after")

@@ -140,6 +140,7 @@ class _Tail:
 def run_local_federation(opts: LocalOptions) -> int:
     """Run the whole federation; print progress, `eval loss: A -> B` and the run directory."""
     from client_agent.corpus import CorpusError
+    from geofed.paradigms import paradigms_with
 
     from .evaluate import GlobalEvaluator
     from .groups import LocalPSSet
@@ -147,7 +148,7 @@ def run_local_federation(opts: LocalOptions) -> int:
     from .split_local import SplitLocal
 
     try:
-        split = SplitLocal() if opts.paradigm == "fsl-sage" else None  # split learning: a trainer process too
+        split = SplitLocal() if opts.paradigm in paradigms_with("needs_trainer") else None  # a trainer process too
         preset = split.settings() if split else _finetune_preset(opts.paradigm) if opts.paradigm else {}
         data = apply_overrides(merge_settings(merge_settings(LOCAL_DEFAULTS, preset),
                                               load_settings_file(opts.federation_file)), opts.overrides)

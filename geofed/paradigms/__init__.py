@@ -29,4 +29,13 @@ ParadigmConfig = Annotated[Union[PARADIGM_SETTINGS], Field(discriminator="name")
 
 PARADIGM_NAMES: tuple[str, ...] = tuple(s.model_fields["name"].default for s in PARADIGM_SETTINGS)
 
-__all__ = ["PARADIGM_NAMES", "PARADIGM_SETTINGS", "ParadigmConfig", "ParadigmSettings"]
+
+def paradigms_with(capability: str, settings: tuple[type[ParadigmSettings], ...] = PARADIGM_SETTINGS
+                   ) -> tuple[str, ...]:
+    """Names of the paradigms whose settings declare `capability` (a `ParadigmSettings` class attribute)."""
+    if not isinstance(getattr(ParadigmSettings, capability, None), bool):
+        raise ValueError(f"{capability!r} is not a paradigm capability (a bool class attribute of ParadigmSettings)")
+    return tuple(s.model_fields["name"].default for s in settings if getattr(s, capability))
+
+
+__all__ = ["PARADIGM_NAMES", "PARADIGM_SETTINGS", "ParadigmConfig", "ParadigmSettings", "paradigms_with"]

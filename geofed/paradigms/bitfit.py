@@ -7,7 +7,7 @@ builds alike.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,6 +18,7 @@ class BitFitSettings(ParadigmSettings):
     """Bias-only fine-tuning."""
 
     name: Literal["bitfit"] = Field("bitfit", description="BitFit: train and exchange bias vectors only.")
+    elementwise: ClassVar[bool] = True
     layer_norms: bool = Field(
         True, description="Also train and exchange the layer norms' weights (scale vectors), as is common with BitFit."
     )

@@ -11,7 +11,7 @@ client's auxiliary model to the server-side blocks it stands in for.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -22,6 +22,7 @@ class FslSageSettings(ParadigmSettings):
     """Split learning: clients hold the first blocks and the head, a server-side trainer the rest."""
 
     name: Literal["fsl-sage"] = Field("fsl-sage", description="FSL-SAGE: federated split learning.")
+    needs_trainer: ClassVar[bool] = True
     cut_layer: int = Field(
         1, ge=1, le=127, description="Blocks on the client side; the remaining n_layer - cut_layer run on the "
         "server-side trainer. Must leave at least one block on each side."

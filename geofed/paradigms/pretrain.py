@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -13,3 +13,4 @@ class PretrainSettings(ParadigmSettings):
     """Full-model training from a random (seeded) initialisation; the identity paradigm."""
 
     name: Literal["pretrain"] = Field("pretrain", description="Pretraining: every parameter is exchanged.")
+    elementwise: ClassVar[bool] = True

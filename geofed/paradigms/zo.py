@@ -8,7 +8,8 @@ the same update themselves, so both directions carry O(seeds) bytes, not O(model
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -19,6 +20,7 @@ class ZOSettings(ParadigmSettings):
     """Seeds in, one scalar per seed out."""
 
     name: Literal["zo"] = Field("zo", description="Zeroth-order (MeZO/SPSA): exchange one scalar per seed.")
+    cumulative: ClassVar[bool] = False  # scalars along each round's own directions: their sum means nothing
     seeds: int = Field(16, description="Directions per round, each one scalar up and one down; at least 1.")
     eps: float = Field(1e-3, gt=0, le=1, description="ε: the perturbation scale of the two-point estimate.")
     lr: float = Field(1e-4, gt=0, le=10, description="Step size of the zeroth-order update on the PS and clients.")
@@ -35,6 +37,11 @@ class ZOSettings(ParadigmSettings):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65536:
             raise ValueError(f"paradigm.seeds must be an integer from 1 to 65536 (directions per round), got {value!r}")
         return value
+
+    def update_ceiling(self, model: Any) -> float:
+        """Scalars, not parameters: each gₖ = (L(θ+εz) − L(θ−εz)) / 2ε of a language model whose losses stay
+        within ln(vocab) of each other is at most ln(vocab) / ε; `seeds` of them."""
+        return math.sqrt(self.seeds) * math.log(max(2, model.vocab_size)) / self.eps
 
     def check_model(self, model: Any) -> None:
         return None

@@ -74,8 +74,8 @@ class FederationObject:
 
     @property
     def split_learning(self) -> bool:
-        """Whether the federation runs FSL-SAGE and so needs the split trainer."""
-        return self.spec.paradigm.name == "fsl-sage"
+        """Whether the federation's paradigm needs a server-side trainer (split learning: FSL-SAGE)."""
+        return self.spec.paradigm.needs_trainer
 
     def group_host(self, group: str | None) -> str:
         """In-cluster DNS name of one PS's Service."""

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, create_model, model_validator
 
-from geofed.config import SHARDED_PARADIGMS, FederationConfig, ServerConfig
+from geofed.config import FederationConfig, ServerConfig
+from geofed.paradigms import PARADIGM_SETTINGS, ParadigmSettings, paradigms_with
 from geofed_operator.k8s_types import (
     DNS_NAME,
     IP_ADDRESS,
@@ -227,16 +228,23 @@ _RULES: dict[str, list[dict[str, str]]] = {
 
 # Cross-field rules of FederationConfig the API server can check itself (a sharded PS); the
 # operator still reports any other FederationConfig refusal as InvalidSpec (FederationObject.from_body).
-_SPEC_RULES = [
-    {
-        "rule": "self.psShards == 1 || !has(self.groups) || size(self.groups) == 0",
-        "message": "psShards > 1 cannot be combined with PS groups",
-    },
-    {
-        "rule": "self.psShards == 1 || self.paradigm.name in " + str(list(SHARDED_PARADIGMS)),
-        "message": f"psShards > 1 supports paradigms {', '.join(SHARDED_PARADIGMS)} only",
-    },
-]
+def spec_rules(paradigms: tuple[type[ParadigmSettings], ...] = PARADIGM_SETTINGS) -> list[dict[str, str]]:
+    """The spec-wide CEL rules; which paradigms a sharded PS takes is read from their `elementwise` capability."""
+    sharded = list(paradigms_with("elementwise", paradigms))
+    return [
+        {
+            "rule": "self.psShards == 1 || !has(self.groups) || size(self.groups) == 0",
+            "message": "psShards > 1 cannot be combined with PS groups",
+        },
+        {
+            "rule": "self.psShards == 1 || self.paradigm.name in " + str(sharded),
+            "message": "psShards > 1 needs a paradigm that exchanges parameters element by element: "
+            f"{', '.join(sharded)}",
+        },
+    ]
+
+
+_SPEC_RULES = spec_rules()
 
 
 class _SpecBase(K8sModel):

@@ -24,7 +24,6 @@ Plain Python over numpy, no gRPC.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -38,13 +37,6 @@ from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
 from .weighting import max_tokens_per_sync
 
 
-def zo_ceiling(fed: FederationConfig) -> float:
-    """The bound of zeroth-order scalars: each gₖ = (L(θ+εz) − L(θ−εz)) / 2ε of a language model whose losses
-    stay within ln(vocab) of each other is at most ln(vocab) / ε; `seeds` of them."""
-    p = fed.paradigm
-    return math.sqrt(p.seeds) * math.log(max(2, fed.model.vocab_size)) / p.eps
-
-
 class DeltaGuard:
     """Admission rules and bounds every strategy shares; O(sites) state."""
 
@@ -55,8 +47,8 @@ class DeltaGuard:
         self.tokens_per_step = max_tokens_per_sync(fed) // self.max_steps  # batch × block_size
         agg = fed.aggregation
         self.norms = NormBound(agg.norm_bound_multiple, agg.norm_bound_window)
-        # Scalars of zeroth-order rounds lie along each round's own directions: their sum means nothing.
-        self.budget = DisplacementBudget(0.0 if fed.paradigm.name == "zo" else agg.norm_bound_multiple,
+        # A paradigm whose rounds' updates lie along each round's own directions: their sum means nothing.
+        self.budget = DisplacementBudget(agg.norm_bound_multiple if fed.paradigm.cumulative else 0.0,
                                          agg.norm_bound_window)
         self._sketches: dict[str, np.ndarray] = {}  # client -> sketch of its bounded delta, until accepted
         self.applied_base: dict[str, int] = {}  # site -> newest base version of its applied deltas
@@ -123,8 +115,9 @@ class DeltaGuard:
         """(ceiling, start): the most an honest client can move the exchanged vector in one sync, and the
         bound of a federation's first deltas (see norm_bound)."""
         if self._limits is None or self._limits[0] != snapshot.version:
-            if self.fed.paradigm.name == "zo":  # scalars, not parameters: no optimizer step bounds them
-                ceiling = start = zo_ceiling(self.fed)
+            fixed = self.fed.paradigm.update_ceiling(self.fed.model)  # e.g. scalars, which no optimizer step bounds
+            if fixed is not None:
+                ceiling = start = fixed
             else:
                 t, theta_norm = self.fed.training, self.theta_norm(snapshot)
                 ceiling = adamw_ceiling(

@@ -54,9 +54,11 @@ class Accumulator(Protocol):
 
 
 class Strategy(ABC):
-    """One paradigm's aggregation; `name` matches the paradigm settings' `name`."""
+    """One paradigm's aggregation; `name` matches the paradigm settings' `name`, `delta_form` the form of the
+    deltas it folds (`CodecConfig.delta_form`: 'dense', or 'sparse' for a sparse codec's top-k deltas)."""
 
     name: ClassVar[str] = ""
+    delta_form: ClassVar[str] = "dense"
 
     def __init__(self, fed: FederationConfig) -> None:
         self.fed = fed

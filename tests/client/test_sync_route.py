@@ -11,7 +11,8 @@ from client_agent.sync import SliceWiseSync, WholeVectorSync, sync_route
 from geofed.codec import CodecError, make_codec
 from geofed.codec.sharded import SliceCodec
 from geofed.codec.sparse import SparseParams
-from geofed.config import SHARDED_PARADIGMS, CodecConfig, FederationConfig
+from geofed.config import CodecConfig, FederationConfig
+from geofed.paradigms import paradigms_with
 
 
 def shard_route(world: int, paradigm: str, codec: str, sharded_checkpoint: bool = False):
@@ -72,4 +73,4 @@ def test_one_rank_keeps_the_whole_vector_path_unless_it_resumes_a_sharded_checkp
 
 def test_the_elementwise_paradigms_are_the_ones_a_sharded_ps_takes():
     """The client's capability and the federation's check of ps_shards name the same paradigms."""
-    assert {n for n, p in CLIENT_PARADIGMS.items() if p.elementwise} == set(SHARDED_PARADIGMS)
+    assert {n for n, p in CLIENT_PARADIGMS.items() if p.elementwise} == set(paradigms_with("elementwise"))

@@ -165,8 +165,8 @@ def test_a_long_federation_name_still_gets_resolvable_shard_addresses() -> None:
     ("spec", "said"),
     [
         ({"psShards": 2, "groups": [{"name": "us-east"}]}, "ps_shards > 1 cannot be combined with PS groups"),
-        ({"psShards": 2, "paradigm": {"name": "lora"}}, "ps_shards > 1 supports paradigms pretrain, bitfit"),
-        ({"psShards": 2, "codec": {"name": "sparse"}}, "ps_shards > 1 does not take the sparse codec"),
+        ({"psShards": 2, "paradigm": {"name": "lora"}}, "parameters element by element (pretrain, bitfit); 'lora'"),
+        ({"psShards": 2, "codec": {"name": "sparse"}}, "codec 'sparse' pushes sparse deltas"),
         ({"psShards": 65}, "less than or equal to 64"),
         ({"psShards": 0}, "greater than or equal to 1"),
     ],

@@ -14,29 +14,32 @@ from .ravan import Ravan
 from .sparse_pretrain import SparsePretrain
 from .zo import ZO
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    s.name: s for s in (Pretrain, BitFit, LoRA, HybridLoRA, Ravan, ZO, FslSage)
-}
+# Every strategy, each found by (its paradigm's name, the delta form it folds): a codec selects the
+# paradigm's variant by its `delta_form`, a strategy declares the one it folds.
+STRATEGY_CLASSES: tuple[type[Strategy], ...] = (Pretrain, SparsePretrain, BitFit, LoRA, HybridLoRA, Ravan, ZO, FslSage)
+
+STRATEGIES: dict[str, type[Strategy]] = {s.name: s for s in STRATEGY_CLASSES if s.delta_form == "dense"}
 
 
-# codec "sparse" swaps in a paradigm's sparse strategy: sparse folding and model stream.
-SPARSE_STRATEGIES: dict[str, type[Strategy]] = {SparsePretrain.name: SparsePretrain}
+def strategy_class(paradigm: str, delta_form: str,
+                   classes: tuple[type[Strategy], ...] = STRATEGY_CLASSES) -> type[Strategy]:
+    """The strategy of `paradigm` that folds `delta_form` deltas; ValueError naming what there is."""
+    for cls in classes:
+        if cls.name == paradigm and cls.delta_form == delta_form:
+            return cls
+    forms = sorted(c.delta_form for c in classes if c.name == paradigm)
+    if forms:
+        takers = sorted(c.name for c in classes if c.delta_form == delta_form)
+        raise ValueError(f"paradigm {paradigm!r} folds {' and '.join(forms)} deltas on this PS, not {delta_form} "
+                         f"ones (the codec's delta form); {delta_form} deltas are folded for paradigm(s) "
+                         f"{', '.join(takers) or 'none'}")
+    raise ValueError(f"this PS has no aggregation strategy for paradigm {paradigm!r}; "
+                     f"known: {', '.join(sorted({c.name for c in classes}))}")
 
 
 def build_strategy(fed: FederationConfig) -> Strategy:
-    """The strategy for the federation's paradigm (its sparse variant under codec 'sparse')."""
-    if fed.codec.name == "sparse":
-        if fed.paradigm.name not in SPARSE_STRATEGIES:
-            raise ValueError(f"codec 'sparse' is available for paradigm(s) {', '.join(SPARSE_STRATEGIES)}, "
-                             f"not {fed.paradigm.name!r}")
-        return SPARSE_STRATEGIES[fed.paradigm.name](fed)
-    try:
-        return STRATEGIES[fed.paradigm.name](fed)
-    except KeyError:
-        raise ValueError(
-            f"this PS has no aggregation strategy for paradigm {fed.paradigm.name!r}; "
-            f"known: {', '.join(sorted(STRATEGIES))}"
-        ) from None
+    """The strategy for the federation's paradigm and its codec's delta form."""
+    return strategy_class(fed.paradigm.name, fed.codec.delta_form)(fed)
 
 
-__all__ = ["STRATEGIES", "Strategy", "build_strategy"]
+__all__ = ["STRATEGIES", "STRATEGY_CLASSES", "Strategy", "build_strategy", "strategy_class"]

@@ -31,6 +31,8 @@ from .pretrain import Pretrain
 class SparsePretrain(Pretrain):
     """`Pretrain` with sparse folding and a sparse model stream; same name, same checkpoints' paradigm."""
 
+    delta_form = "sparse"
+
     def __init__(self, fed: FederationConfig) -> None:
         super().__init__(fed)
         if self.cfg.robust != "none":

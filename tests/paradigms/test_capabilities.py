@@ -1,0 +1,108 @@
+"""Capabilities live on the settings classes: a new paradigm or strategy declaring one is admitted by every
+reader (config validation, the operator's CEL rule and builders, the launcher, the PS's strategy lookup and
+guard) without any list of names being edited."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Annotated, ClassVar, Literal, Union
+
+import pytest
+from pydantic import Field, ValidationError
+
+from geofed.config import FederationConfig
+from geofed.paradigms import PARADIGM_SETTINGS, ParadigmSettings, PretrainSettings, paradigms_with
+from geofed_operator.cloud_builders import FederationObject
+from geofed_operator.federation_spec import spec_rules
+from ps_server.aggregation.guard import DeltaGuard
+from ps_server.aggregation.strategies import STRATEGY_CLASSES, strategy_class
+from ps_server.aggregation.strategies.pretrain import Pretrain
+
+
+class ElementwiseSettings(ParadigmSettings):
+    """A paradigm no list knows, exchanging plain parameters element by element."""
+
+    name: Literal["fake-elementwise"] = "fake-elementwise"
+    elementwise: ClassVar[bool] = True
+
+
+class OwnVectorSettings(ParadigmSettings):
+    """A paradigm no list knows, exchanging its own vector, with a trainer and a fixed update ceiling."""
+
+    name: Literal["fake-own"] = "fake-own"
+    needs_trainer: ClassVar[bool] = True
+    cumulative: ClassVar[bool] = False
+
+    def update_ceiling(self, model) -> float:
+        return 7.5
+
+
+FAKES = (ElementwiseSettings, OwnVectorSettings)
+SETTINGS = PARADIGM_SETTINGS + FAKES
+
+
+class FakeFederation(FederationConfig):
+    """`FederationConfig` with the fakes in its paradigm union: registered as the real ones are."""
+
+    paradigm: Annotated[Union[SETTINGS], Field(discriminator="name")] = Field(  # noqa: UP007
+        default_factory=PretrainSettings
+    )
+
+
+def test_a_new_elementwise_paradigm_is_admitted_on_a_sharded_ps_and_one_without_it_is_refused():
+    fed = FakeFederation.model_validate({"ps_shards": 2, "paradigm": {"name": "fake-elementwise"}})
+    assert fed.paradigm.elementwise and fed.ps_shards == 2
+    with pytest.raises(ValidationError, match="element by element.*'fake-own' exchanges its own vector"):
+        FakeFederation.model_validate({"ps_shards": 2, "paradigm": {"name": "fake-own"}})
+
+
+def test_a_sharded_ps_refuses_a_codec_that_pushes_sparse_deltas():
+    with pytest.raises(ValidationError, match="codec 'sparse' pushes sparse deltas"):
+        FederationConfig.model_validate({"ps_shards": 2, "codec": {"name": "sparse"}})
+    assert FederationConfig.model_validate({"ps_shards": 2, "codec": {"name": "auto"}}).codec.elementwise
+
+
+def test_the_operator_rule_is_built_from_the_capability():
+    (rule,) = [r["rule"] for r in spec_rules(SETTINGS) if "paradigm" in r["rule"]]
+    assert "'fake-elementwise'" in rule and "'fake-own'" not in rule
+    assert "'pretrain'" in rule and "'bitfit'" in rule and "'lora'" not in rule
+
+
+def test_the_trainer_is_built_and_launched_for_any_paradigm_declaring_it():
+    assert paradigms_with("needs_trainer", SETTINGS) == ("fsl-sage", "fake-own")
+    spec = SimpleNamespace(paradigm=OwnVectorSettings())
+    assert FederationObject.split_learning.fget(SimpleNamespace(spec=spec)) is True
+    spec = SimpleNamespace(paradigm=ElementwiseSettings())
+    assert FederationObject.split_learning.fget(SimpleNamespace(spec=spec)) is False
+    with pytest.raises(ValueError, match="not a paradigm capability"):
+        paradigms_with("elementwize")
+
+
+def test_the_strategy_lookup_reads_the_codec_delta_form_and_what_strategies_declare():
+    class FakeSparse(Pretrain):
+        name = "fake-elementwise"
+        delta_form = "sparse"
+
+    classes = STRATEGY_CLASSES + (FakeSparse,)
+    assert strategy_class("fake-elementwise", "sparse", classes) is FakeSparse
+    with pytest.raises(ValueError, match="folds sparse deltas on this PS, not dense"):
+        strategy_class("fake-elementwise", "dense", classes)
+    with pytest.raises(ValueError, match="no aggregation strategy for paradigm 'fake-own'"):
+        strategy_class("fake-own", "dense", classes)
+    assert strategy_class("pretrain", FederationConfig(codec={"name": "sparse"}).codec.delta_form).__name__ == (
+        "SparsePretrain"
+    )
+
+
+def test_the_guard_reads_the_update_ceiling_and_whether_deltas_add_up():
+    own = FakeFederation.model_validate({"paradigm": {"name": "fake-own"}})
+    guard = DeltaGuard(own)
+    assert not guard.budget.enabled
+    snap = SimpleNamespace(version=1)
+    assert guard.limits(snap, 1000) == (7.5, 7.5)
+    dense = DeltaGuard(FakeFederation.model_validate({"paradigm": {"name": "fake-elementwise"}}))
+    assert dense.budget.enabled
+    zo = FederationConfig.model_validate({"paradigm": {"name": "zo", "seeds": 4, "eps": 0.01}})
+    assert DeltaGuard(zo).limits(snap, 10) == pytest.approx((2 * math.log(257) / 0.01,) * 2)
+
