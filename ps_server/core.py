@@ -10,6 +10,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +27,6 @@ from .group import GroupTransport, build_group
 from .ingest import PushHeader, PushReceiver, ReceivedPush
 from .metrics import PSMetrics, value_bits
 from .registry import AuthError, Principal, Registry, Session
-from .status_page.history import LossHistory
 from .stream_slots import StreamSlots
 
 log = logging.getLogger("geofed.ps")
@@ -113,7 +113,7 @@ class ParameterServerCore:
         )
         self.streams = StreamSlots(server.max_streams_per_session, server.max_streams_per_site,
                                    server.max_streams)
-        self.history = LossHistory()  # (version, time, mean reported losses) for the status page
+        self._round_listeners: list[Callable[[Snapshot], None]] = []  # e.g. the status page's loss history
         self.metrics.set_tuning(self.aggregator.round_times)  # the mode running from the start, before any round
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
@@ -195,10 +195,15 @@ class ParameterServerCore:
         self.metrics.global_version.set(snap.version)
         for client_id, ledger in self.aggregator.ledger.items():
             self.metrics.contribution.labels(client_id).set(ledger.contribution)
-        self.history.record(snap.version, self.clients)
+        for listener in self._round_listeners:
+            listener(snap)
         self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
         with self.aggregator.lock:
             self.metrics.set_tuning(self.aggregator.round_times)
+
+    def on_round(self, listener: Callable[[Snapshot], None]) -> None:
+        """Call `listener(snapshot)` after each published version (the client reports it closed are recorded)."""
+        self._round_listeners.append(listener)
 
     # ---- clients ----------------------------------------------------------------------------------
 

@@ -11,37 +11,19 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 
 from geofed.config import FederationConfig, ServerConfig
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 
 from .core import ParameterServerCore
 from .grpc_api import AdminServicer, ParameterServerServicer
+from .listen import HANDLER_THREADS, SERVER_OPTIONS, ConfigError, listen, server_credentials
 from .memory import tune_allocator
 from .peers import PeerServicer, PeerTransport, load_peer_secret
 from .status_page import start_status_page
 
 log = logging.getLogger("geofed.ps")
-
-# Accept client keepalives (NAT-friendly long streams) and ping idle clients to notice dead ones.
-SERVER_OPTIONS = (
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.http2.max_ping_strikes", 0),
-    ("grpc.max_receive_message_length", 8 << 20),
-    ("grpc.so_reuseport", 0),
-)
-
-
-HANDLER_THREADS = 512  # gRPC handler threads of the PS (the streams cap, max_streams, stays below it)
-
-
-class ConfigError(ValueError):
-    """The server cannot start with these settings; the message says which one and why."""
-
 
 def load_admin_credential(path: str | None) -> str:
     """Read the admin credential, creating it (mode 0600) when the file does not exist."""
@@ -60,33 +42,6 @@ def load_admin_credential(path: str | None) -> str:
         f.write(credential + "\n")
     log.info("event=admin_credential_created path=%s", p)
     return credential
-
-
-
-def listen(server: grpc.Server, cfg: ServerConfig, credentials: grpc.ServerCredentials | None
-           ) -> tuple[int, health.HealthServicer]:
-    """Add the health service and bind `cfg.host:cfg.port` (TLS when `credentials`): the port and the
-    health servicer, to set SERVING once the server has started. Shared by the PS, the front and shards."""
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    address = f"{cfg.host}:{cfg.port}"
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    if port == 0:
-        raise ConfigError(f"cannot bind {address}")
-    return port, health_servicer
-
-def server_credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:
-    """TLS (mTLS when a client CA is set) or None for --insecure."""
-    if cfg.insecure:
-        return None
-    if not (cfg.tls_cert and cfg.tls_key):
-        raise ConfigError("TLS needs --tls-cert and --tls-key (or pass --insecure for local use only)")
-    try:
-        cert, key = Path(cfg.tls_cert).read_bytes(), Path(cfg.tls_key).read_bytes()
-        ca = Path(cfg.client_ca).read_bytes() if cfg.client_ca else None
-    except OSError as exc:
-        raise ConfigError(f"cannot read TLS file: {exc}") from exc
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
 
 
 class RunningServer:

@@ -26,7 +26,7 @@ from geofed.protocol.auth import AUTH_KEY, credential_from
 from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto
 
-from ..grpc_server import SERVER_OPTIONS, listen
+from ..listen import SERVER_OPTIONS, listen
 from .errors import ShardRefused, ShardUnavailable
 from .shard import ShardCore
 

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from ..ratelimit import RateLimiter
 from ..registry import AuthError
 from .access import Refusal, check_host, credential_from_header, is_loopback, parse_query, scope_site
+from .history import LossHistory
 from .view import build_view
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class StatusPage:
 
     def __init__(self, core: ParameterServerCore, host: str, port: int, *, require_credential: bool) -> None:
         self.core = core
+        self.history = LossHistory()  # (version, time, mean reported losses) of the versions since it started
+        core.on_round(lambda snap: self.history.record(snap.version, core.clients))
         self.require_credential = require_credential or not is_loopback(host)
         self.assets = {path: (files(__package__).joinpath("static", name).read_bytes(), kind)
                        for path, (name, kind) in _STATIC.items()}
@@ -91,7 +94,8 @@ class StatusPage:
         parts = urlsplit(path)
         if parts.path == "/api/status":
             query = parse_query(parts.query)
-            body = json.dumps(build_view(self.core, scope_site(site, query), query.since), allow_nan=False)
+            view = build_view(self.core, self.history, scope_site(site, query), query.since)
+            body = json.dumps(view, allow_nan=False)
             return 200, body.encode(), "application/json"
         if parts.path in self.assets:
             if parts.query:

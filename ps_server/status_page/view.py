@@ -15,6 +15,7 @@ from geofed.contribution_summary import site_summary
 
 if TYPE_CHECKING:
     from ..core import ClientState, ParameterServerCore
+    from .history import LossHistory
 
 _LOCK_WAIT_S = 0.2  # a fold in progress may hold the aggregator lock; the page then omits "waiting"
 
@@ -112,7 +113,7 @@ def wire_fields(row: dict | None) -> dict:
             "rejoins": row["rejoins"]}
 
 
-def build_view(core: ParameterServerCore, site: str | None, since: int = 0) -> dict:
+def build_view(core: ParameterServerCore, history: LossHistory, site: str | None, since: int = 0) -> dict:
     """The page's JSON for the admin (`site` None) or one site; history only after version `since`."""
     rows = client_rows(core, site)
     status = core.status()
@@ -123,7 +124,7 @@ def build_view(core: ParameterServerCore, site: str | None, since: int = 0) -> d
         "server": {k: status.get(k) for k in ("version", "has_model", "num_parameters", "connected_clients",
                                               "active_clients", "known_clients", "buffered_deltas",
                                               "server_instance", "group")},
-        "history": [list(p) for p in core.history.since(since)],
+        "history": [list(p) for p in history.since(since)],
         "clients": rows,
         "sites": site_summary(rows),
         "rejections": _rejections(core),
