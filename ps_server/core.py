@@ -13,14 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from geofed.config import FederationConfig, ServerConfig
 from geofed.manifest import Manifest, manifest_difference
 
 from .aggregation.aggregator import Aggregator, PushOutcome
 from .aggregation.contributions import Contributions
-from .checkpoint import CheckpointStore, PSCheckpoint
+from .aggregation.engine import RoundEngine
+from .checkpoint import CheckpointStore
 from .errors import ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
 from .group import GroupTransport, build_group
@@ -31,7 +30,6 @@ from .stream_slots import StreamSlots
 
 log = logging.getLogger("geofed.ps")
 
-_EMPTY = np.empty(0, dtype=np.float32)
 MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may install
 
 
@@ -81,11 +79,14 @@ class JoinResult:
 
 
 class ParameterServerCore:
-    """Composes registry, global model, aggregator, checkpoints and metrics."""
+    """Composes registry, global model, aggregator, checkpoints and metrics.
+
+    `engine`: where the aggregator's rounds run (`aggregation.engine`): in this process by default, or a
+    `shards.engine.ShardedEngine` for the front of a sharded PS (whose model is the shards')."""
 
     def __init__(
         self, fed: FederationConfig, server: ServerConfig, admin_credential: str, metrics: PSMetrics | None = None,
-        peers: GroupTransport | None = None,
+        peers: GroupTransport | None = None, engine: RoundEngine | None = None,
     ) -> None:
         self.fed, self.server = fed, server
         self.metrics = metrics or PSMetrics()
@@ -94,7 +95,7 @@ class ParameterServerCore:
             admin_credential, session_ttl_s=server.session_ttl_s, master_client_id=server.master_client_id,
             max_client_ids_per_site=server.max_client_ids_per_site,
         )
-        self.model = GlobalModel()
+        self.model: GlobalModel = engine.model if engine is not None else GlobalModel()
         self.clients: dict[str, ClientState] = {}
         self._clients_lock = threading.Lock()
         # Joins and admin calls persist the registry from several gRPC threads: one writer at a time, and the
@@ -105,7 +106,8 @@ class ParameterServerCore:
         self.aggregator = Aggregator(
             fed, self.model, active_clients=self.active_client_count, on_apply=self._on_apply,
             on_published=self._maybe_checkpoint,
-            reducer=self.group.reducer, contributions=Contributions(server.contribution_window),
+            reducer=None if engine is not None else self.group.reducer, engine=engine,
+            contributions=Contributions(server.contribution_window),
             on_staleness=self.metrics.staleness.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
             client_timeout_s=server.client_timeout_s, unit_of=self.unit_of,
@@ -122,23 +124,22 @@ class ParameterServerCore:
 
     def resume(self) -> bool:
         """Load the newest valid checkpoint, if any; sessions start empty (clients re-Join)."""
-        ckpt = self.store.load_latest()
         registry = self.store.load_registry()  # written on every credential change: the newest
         if registry is not None:
             self.registry.load_state_dict(registry)
-        if ckpt is None:
+        found = self.aggregator.resume(self.store)
+        if found is None:
             log.info("event=start checkpoint=none registry=%s", registry is not None)
             return registry is not None
-        if registry is None:
-            self.registry.load_state_dict(ckpt.registry)
-        if ckpt.version == 0:
-            log.info("event=resume version=0 model=none sites=%d", len(ckpt.registry.get("sites", {})))
+        if registry is None and found.registry is not None:
+            self.registry.load_state_dict(found.registry)
+        if found.version == 0:
+            log.info("event=resume version=0 model=none sites=%d", len(self.registry.state_dict().get("sites", {})))
             return True
-        self.aggregator.restore(ckpt.version, ckpt.flat, ckpt.manifest, ckpt.aggregator)
-        self.metrics.global_version.set(ckpt.version)
+        self.metrics.global_version.set(found.version)
         with self.aggregator.lock:
             self.metrics.set_tuning(self.aggregator.round_times)  # an 'auto' PS resumes in its checkpoint's mode
-        log.info("event=resume version=%d numel=%d", ckpt.version, ckpt.flat.size)
+        log.info("event=resume version=%d numel=%d", found.version, self.aggregator.payload_numel() or 0)
         return True
 
     def start_timer(self, period_s: float = 0.25) -> None:
@@ -177,13 +178,9 @@ class ParameterServerCore:
     def checkpoint(self) -> bool:
         """Write a checkpoint of the current version now; False (and a metric) if the disk refuses."""
         with self.aggregator.lock:  # the model and the aggregator state of one version, nothing newer
-            snap = self.model.current()
-            # Before the master's init there is no model, but enrolled sites and minted tokens must
-            # still survive a restart: version 0 holds the registry alone.
-            version, flat, manifest = (snap.version, snap.flat, snap.manifest) if snap else (0, _EMPTY, ())
-            ckpt = PSCheckpoint(version, flat, manifest, self.aggregator.state_dict(), self.registry.state_dict())
+            version = self.model.version
             try:
-                path = self.store.save(ckpt)
+                path = self.aggregator.save(self.store, self.registry.state_dict())
             except OSError as exc:
                 self.metrics.checkpoint_failures.inc()
                 log.error("event=checkpoint_failed version=%d error=%s", version, exc)
@@ -362,10 +359,8 @@ class ParameterServerCore:
         if done is not None:
             self._count_stale(session.client_id, done)
             return None, done
-        receiver = PushReceiver(
-            client_id=session.client_id, expected_numel=self.aggregator.payload_numel(),
-            max_upload_bytes=self.server.max_upload_bytes, max_init_numel=MAX_INIT_NUMEL,
-        )
+        receiver = self.aggregator.receiver(session.client_id, max_upload_bytes=self.server.max_upload_bytes,
+                                            max_init_numel=MAX_INIT_NUMEL)
         receiver.on_header(header)
         self._client(session).push_started = time.time()
         return receiver, None
@@ -437,6 +432,7 @@ class ParameterServerCore:
             "num_parameters": snap.flat.size if snap else 0,
             "federation": self.fed.name,
             **self.group.status(),
+            **self.aggregator.engine.status(),
         }
 
     def client_list(self) -> list[dict]:

@@ -73,13 +73,13 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
         except (OSError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
     try:
+        engine = None
         if front:  # a sharded PS: this process admits and routes, the shards hold the model
-            from .shards.front_grpc import FrontCore
+            from .shards.engine import ShardedEngine
             from .shards.shard_grpc import GrpcLink
 
-            core = FrontCore(fed, cfg, load_admin_credential(cfg.admin_token_file), GrpcLink(fed, cfg, secret))
-        else:
-            core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file), peers=peers)
+            engine = ShardedEngine(fed, GrpcLink(fed, cfg, secret), cfg.checkpoint_dir)
+        core = ParameterServerCore(fed, cfg, load_admin_credential(cfg.admin_token_file), peers=peers, engine=engine)
     except ValueError as exc:  # e.g. --group names no group of the federation
         raise ConfigError(str(exc)) from exc
     core.resume()

@@ -89,12 +89,14 @@ class ShardStageChunk(_message.Message):
     def __init__(self, federation: _Optional[str] = ..., push_id: _Optional[str] = ..., codec_header: _Optional[bytes] = ..., init: _Optional[bool] = ..., lo: _Optional[int] = ..., hi: _Optional[int] = ..., frame: _Optional[bytes] = ...) -> None: ...
 
 class ShardStageReply(_message.Message):
-    __slots__ = ("sq_norm", "numel")
+    __slots__ = ("sq_norm", "numel", "sketch")
     SQ_NORM_FIELD_NUMBER: _ClassVar[int]
     NUMEL_FIELD_NUMBER: _ClassVar[int]
+    SKETCH_FIELD_NUMBER: _ClassVar[int]
     sq_norm: float
     numel: int
-    def __init__(self, sq_norm: _Optional[float] = ..., numel: _Optional[int] = ...) -> None: ...
+    sketch: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, sq_norm: _Optional[float] = ..., numel: _Optional[int] = ..., sketch: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ShardFoldRequest(_message.Message):
     __slots__ = ("federation", "push_id", "client_id", "round", "scale", "norm", "staleness", "factor", "num_tokens", "local_steps", "position")

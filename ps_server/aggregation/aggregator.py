@@ -1,9 +1,11 @@
 """The PS's aggregation state machine (Algorithm 1, PS side): admit, accumulate, close rounds, publish.
 
-What every paradigm shares lives here: admission and staleness, idempotent upload ids, when a round
-closes, the ledger, publishing versions and durability. What a paradigm changes (the payload, the
-accumulator, close → round sum, apply → next vector, the downlink) is its `Strategy`; a `Reducer` sits
-between close and apply. Plain Python over numpy: no gRPC here. The core hands it validated pushes; a
+What every PS shares lives here: admission and staleness, idempotent upload ids, the site defences
+(`DeltaGuard`: one delta per site per base and round, vouched weights, the norm bound and the displacement
+budget), when a round closes, the ledger, contributions and round times. What a paradigm changes (the
+payload, the accumulator, close → round sum, apply → next vector, the downlink) is its `Strategy`; where
+the vector lives and the strategy runs (this process, or PS shards) is the `RoundEngine` chosen at
+construction (`engine.py`). Plain Python over numpy: no gRPC here. The core hands it validated pushes; a
 timer thread calls `tick()` so straggler and buffer timeouts fire without traffic.
 """
 
@@ -20,13 +22,15 @@ import numpy as np
 
 from geofed.config import FederationConfig
 
-from ..errors import InvalidPush, NotPermitted, NotReady, StaleDelta
+from ..checkpoint import CheckpointStore
+from ..errors import AlreadySent, InvalidPush, NotPermitted, NotReady, StaleDelta, Unavailable
 from ..global_model import GlobalModel, Manifest, Snapshot
-from ..ingest import PushHeader, ReceivedPush
+from ..ingest import PushHeader
 from .contributions import Contributions
 from .downlink import Downlink
-from .guard import DeltaGuard, all_finite
-from .reducer import LocalReducer, ReduceFailed, Reducer, empty_round
+from .engine import LocalEngine, Resumed, RoundEngine
+from .guard import DeltaGuard
+from .reducer import Reducer
 from .round_times import GONE_AFTER_S, RoundTimes
 from .rounds import admit, should_close
 from .strategies import build_strategy
@@ -58,7 +62,7 @@ class ClientLedger:
 
 
 class Aggregator:
-    """Runs rounds of the federation's strategy and publishes new global versions."""
+    """Runs rounds of the federation's strategy on its engine and publishes new global versions."""
 
     def __init__(
         self,
@@ -77,12 +81,12 @@ class Aggregator:
         client_timeout_s: float = GONE_AFTER_S,
         unit_of: Callable[[str], str] | None = None,
         on_bounded: Callable[[str], None] | None = None,
+        engine: RoundEngine | None = None,
     ) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
         self.model = model
         self.strategy = strategy or build_strategy(fed)
-        self.reducer = reducer or LocalReducer()
         self.contributions = contributions or Contributions()  # who put what into the model
         self.active_clients = active_clients
         self.on_apply = on_apply
@@ -95,7 +99,14 @@ class Aggregator:
         self.on_bounded = on_bounded  # counts a delta scaled down, by the rule that did it
         # client id -> its site, the unit of trust every quota, bound and robust window counts
         self.unit_of = unit_of or (lambda client_id: client_id)
-        self.guard = DeltaGuard(fed, self.unit_of)  # vouched weights, one delta per site and base/round, the bound
+        if engine is not None and reducer is not None:
+            raise ValueError("a reducer combines the rounds of an in-process engine; pass it to LocalEngine")
+        self.engine = engine or LocalEngine(reducer)
+        if getattr(self.engine, "model", model) is not model:
+            raise ValueError("the engine publishes its own model: construct the Aggregator with engine.model")
+        self.engine.bind(self)
+        # vouched weights, one delta per site and base/round, the norm bound and the displacement budget
+        self.guard = DeltaGuard(fed, self.unit_of, theta_norm=self.engine.theta_norm)
         self.clock = clock
         # Client round times: the tuned straggler timeout and mode advice; a client with no delta for
         # client_timeout_s (the quorum's notion of gone) leaves them.
@@ -109,11 +120,20 @@ class Aggregator:
         self._pending: dict[str, float] = {}  # client -> weight buffered, credited when applied
         self._round_uploads: list[tuple[str, str]] = []  # (client, upload id) buffered in the open round
         self._dropped = ("", "")  # (reason, why) of the last dropped round
+        self._dropped_now = False  # the last `_apply` dropped its round
+
+    @property
+    def reducer(self) -> Reducer | None:
+        """The in-process engine's reducer (None on an engine that combines rounds elsewhere)."""
+        return getattr(self.engine, "reducer", None)
 
     def payload_numel(self) -> int | None:
         """Elements the next delta must decode to (None before Θ0 is installed)."""
-        snap = self.model.current()
-        return self.strategy.payload_numel(snap) if snap else None
+        return self.engine.payload_numel()
+
+    def receiver(self, client_id: str, *, max_upload_bytes: int, max_init_numel: int):
+        """What receives one push of `client_id` (its header, payload chunks and trailer)."""
+        return self.engine.receiver(client_id, max_upload_bytes=max_upload_bytes, max_init_numel=max_init_numel)
 
     @property
     def buffered(self) -> int:
@@ -147,6 +167,7 @@ class Aggregator:
                 return None
             try:
                 self._admit(header.base_version)
+                self.engine.check_header(header)
             except StaleDelta as exc:
                 return PushOutcome("STALE", self.model.version, message=exc.message)
             self.guard.admit(client_id, header.base_version)
@@ -175,74 +196,96 @@ class Aggregator:
 
     # ---- folding in -------------------------------------------------------------------------------
 
-    def initialise(self, push: ReceivedPush) -> PushOutcome:
+    def initialise(self, push) -> PushOutcome:
         """Adopt the master's Θ0 (Fig. 1 step 2) or a re-seed after total loss (§III-B4)."""
         header = push.header
         with self.lock:
             if self.model.current() is not None:
+                self.engine.discard(push)
                 raise NotReady("initialised", "the global model is already initialised")
             try:
                 self.strategy.check_manifest(header.manifest)
             except ValueError as exc:
+                self.engine.discard(push)
                 raise InvalidPush("manifest", f"paradigm {self.fed.paradigm.name}: {exc}") from exc
-            flat = np.empty(push.numel, dtype=np.float32)
-            for off, values in push.iter_values(push.numel):
-                flat[off : off + values.size] = values
             version = max(1, header.base_version)
-            self.strategy.install(push.numel, header.manifest)
+            snap = self.engine.install(push, version)
             self.acc = None
-            snap = self.model.publish(version, flat, header.manifest)
             self.round_times.published(version)
             outcome = PushOutcome("APPLIED", version, message="initial model installed")
             self._remember(push.client_id, header.upload_id, outcome)
+            self.engine.durable()
             log.info("event=init client=%s version=%d numel=%d", push.client_id, version, push.numel)
             self._published(snap)
         if self.on_apply:
             self.on_apply(snap)
         return outcome
 
-    def submit(self, push: ReceivedPush) -> PushOutcome:
+    def submit(self, push) -> PushOutcome:
         """Fold one validated payload into the round; may close it. A stale one comes back as STALE."""
         header = push.header
-        snap = None
+        published: list[Snapshot] = []
         with self.lock:
             done = self._recall(push.client_id, header.upload_id)
             if done is not None:
+                self.engine.discard(push)
                 return PushOutcome("DUPLICATE", self.model.version, done.staleness, done.weight, "already received")
-            current = self.model.current()
-            if current is None:
+            if self.model.current() is None:
                 raise NotReady("no_model", "the PS has no model yet")
+            self._keep(published, self.engine.settle())  # a version committed earlier goes out first
+            current = self.model.current()
             try:
                 adm = self._admit(header.base_version)
+                self.engine.check_header(header)
+                self.guard.admit(push.client_id, header.base_version)
             except StaleDelta as exc:  # the version moved on while the payload was arriving
+                self.engine.discard(push)
                 return PushOutcome("STALE", self.model.version, message=exc.message)
-            self.guard.admit(push.client_id, header.base_version)
+            except AlreadySent:
+                self.engine.discard(push)
+                raise
             bounded = self.guard.bound(push, current)
             if bounded.scale < 1.0:
                 log.info("event=delta_bounded client=%r site=%r rule=%s norm=%.4g bounded_to=%.4g", push.client_id,
                          bounded.site, bounded.rule, push.norm, bounded.norm)
                 if self.on_bounded:
                     self.on_bounded(bounded.rule)
-            if self.acc is None:
-                self.acc = self.strategy.open_round(current)
+            acc = self.acc if self.acc is not None else self.engine.open_round(current)
             tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
             steps = self.guard.vouched_steps(header.local_steps)
-            weight = self.strategy.fold(self.acc, bounded, adm, num_tokens=tokens, local_steps=steps)
+            weight = self.engine.fold(acc, bounded, adm, num_tokens=tokens, local_steps=steps)
+            self.acc = acc
             self._credit(push.client_id, header, adm, tokens=tokens, weight=weight, norm=bounded.norm)
             outcome = PushOutcome("ACCEPTED", self.model.version, adm.staleness, weight)
-            if self._should_close():
-                snap = self._apply()
-                if snap is None:
-                    raise InvalidPush(self._dropped[0], f"the round this delta closed was dropped and the previous "
-                                      f"version kept: {self._dropped[1]}")
-                outcome = PushOutcome("APPLIED", snap.version, adm.staleness, weight)
-            else:
-                self._round_uploads.append((push.client_id, header.upload_id))
+            self._round_uploads.append((push.client_id, header.upload_id))
             self._remember(push.client_id, header.upload_id, outcome)
-            self._published(snap)
-        if snap is not None and self.on_apply:
-            self.on_apply(snap)
+            if self._should_close():
+                try:
+                    snap = self._apply()
+                except Unavailable as exc:  # the delta is folded and durable: the timer closes the round
+                    log.warning("event=round_close_deferred reason=%r", exc.message)
+                else:
+                    if self._dropped_now:
+                        self.uploads[push.client_id].pop(header.upload_id, None)  # it may be sent again
+                        raise InvalidPush(self._dropped[0], f"the round this delta closed was dropped and the "
+                                          f"previous version kept: {self._dropped[1]}")
+                    if snap is not None:
+                        outcome = PushOutcome("APPLIED", snap.version, adm.staleness, weight)
+                        self._remember(push.client_id, header.upload_id, outcome)
+                    self._keep(published, snap)
+        self._announce(published)
         return outcome
+
+    def _keep(self, published: list[Snapshot], snap: Snapshot | None) -> None:
+        """A version just published (under the lock): its durability now, its listeners once the lock is let go."""
+        if snap is not None:
+            self._published(snap)
+            published.append(snap)
+
+    def _announce(self, published: list[Snapshot]) -> None:
+        if self.on_apply:
+            for snap in published:
+                self.on_apply(snap)
 
     def _credit(self, client_id: str, header: PushHeader, adm, *, tokens: int, weight: float, norm: float) -> None:
         """Account for a delta folded into the open round: guard, contributions, ledger, pending weight."""
@@ -267,9 +310,10 @@ class Aggregator:
         acc, version = self.acc, self.model.version
         if self.model.current() is None:
             return False
-        if self.reducer.wants_close(version):  # another PS waits for this one's round sum, even an empty one
+        reducer = self.reducer
+        if reducer is not None and reducer.wants_close(version):  # another PS waits for this one's round sum
             return True
-        if acc is None or not self.reducer.may_close(version):
+        if acc is None or (reducer is not None and not reducer.may_close(version)):
             return False
         return should_close(
             self.cfg, buffered=acc.count, clients_in_round=len(acc.clients), active_clients=self.active_clients(),
@@ -277,33 +321,33 @@ class Aggregator:
         )
 
     def tick(self) -> Snapshot | None:
-        """Close a round whose straggler/buffer timeout has passed (called by a timer thread)."""
+        """Publish a version waiting on its engine, or close a round whose straggler/buffer timeout has passed
+        (called by a timer thread)."""
+        published: list[Snapshot] = []
         with self.lock:
-            snap = self._apply() if self._should_close() else None
-            self._published(snap)
-        if snap is not None and self.on_apply:
-            self.on_apply(snap)
+            try:
+                snap = self.engine.settle()
+                if snap is None and self._should_close():
+                    snap = self._apply()
+            except Unavailable as exc:
+                log.warning("event=round_close_deferred reason=%r", exc.message)
+                snap = None
+            self._keep(published, snap)
+        self._announce(published)
         return snap
 
     def _apply(self) -> Snapshot | None:
-        """close → reduce → apply → publish (Algorithm 1, step 13); None: the round was dropped (not finite).
+        """Close the open round on the engine, account for it, publish (Algorithm 1, step 13).
 
-        The guard's bounds make a non-finite round impossible in practice; this check makes it impossible,
-        full stop: nothing non-finite is ever published, the previous version stays.
-        """
-        acc, current = self.acc, self.model.current()
+        None: the round was dropped (`_dropped_now`, nothing of it is in the model), or its version is
+        committed and the engine publishes it later (`settle`)."""
+        self._dropped_now = False
+        current = self.model.current()
         assert current is not None
-        closed = self.strategy.close(acc) if acc is not None else empty_round(self.strategy.payload_numel(current))
-        try:
-            round_sum = self.reducer.reduce(closed, current.version)
-        except ReduceFailed as exc:  # the PSs could not combine it; none of them applies it
-            return self._drop_round(closed.count, exc.message, exc.reason)
-        if not all_finite(round_sum.delta):  # before the outer optimizer sees it: its state stays clean
-            return self._drop_round(round_sum.count, "the combined update is non-finite")
-        flat = self.strategy.apply(current, round_sum)
-        if not all_finite(flat):
-            return self._drop_round(round_sum.count, "the next model is non-finite")
-        new_version = current.version + 1
+        closed = self.engine.close(self.acc, current)
+        if closed.dropped is not None:
+            return self._drop_round(closed.count, closed.dropped[1], closed.dropped[0])
+        new_version = closed.version
         for client_id, weight in self._pending.items():
             self.ledger.setdefault(client_id, ClientLedger()).contribution += weight
         self.contributions.applied()
@@ -312,13 +356,11 @@ class Aggregator:
             if done is not None and done.status == "ACCEPTED":
                 self.uploads[client_id][upload_id] = PushOutcome("APPLIED", new_version, done.staleness, done.weight,
                                                                  "applied in a later round")
-        log.info(
-            "event=apply version=%d deltas=%d clients=%d weight=%.1f", new_version, round_sum.count,
-            len(round_sum.clients), round_sum.weight,
-        )
+        log.info("event=apply version=%d deltas=%d clients=%d weight=%.1f", new_version, closed.count,
+                 closed.clients, closed.weight)
         self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
         self.guard.round_closed(applied=True)
-        snap = self.model.publish(new_version, flat, current.manifest)
+        snap = self.engine.publish(closed, current.manifest)
         self.round_times.published(new_version)
         self.round_times.retune()
         if self.round_times.mode != self.cfg.mode:  # the safe point: the round just closed, nothing is buffered
@@ -327,9 +369,10 @@ class Aggregator:
 
     def _drop_round(self, deltas: int, why: str, reason: str = "nonfinite_round") -> None:
         log.error("event=round_dropped version=%d deltas=%d reason=%r", self.model.version, deltas, why)
-        self._dropped = (reason, why)
+        self._dropped, self._dropped_now = (reason, why), True
         self.contributions.dropped()
         self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
+        self.engine.reset_round()
         self.guard.round_closed(applied=False)
         if self.on_reject:
             self.on_reject(reason)
@@ -337,12 +380,12 @@ class Aggregator:
 
     def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Downlink:
         """What a client holding `have_version` is streamed for `snapshot` (the strategy decides)."""
-        return self.strategy.downlink(snapshot, have_version)
+        return self.engine.downlink(snapshot, have_version)
 
     # ---- durability -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Strategy state, upload ids and ledger.
+        """The engine's state, upload ids, ledger, contributions and the guard's.
 
         Buffered (ACCEPTED, not yet applied) deltas are not persisted, and neither are their upload ids:
         after a restart the client resends such a delta (it still holds it) and it must be taken again,
@@ -350,8 +393,7 @@ class Aggregator:
         """
         with self.lock:
             return {
-                "paradigm": self.strategy.name,
-                "strategy": self.strategy.state_dict(),
+                **self.engine.state_dict(),
                 "uploads": [
                     [c, u, o.status, o.version, o.staleness, o.weight]
                     for c, recent in self.uploads.items() for u, o in recent.items() if o.status != "ACCEPTED"
@@ -359,33 +401,34 @@ class Aggregator:
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
                 "contributions": self.contributions.state_dict(),
                 "guard": self.guard.state_dict(),
-                "downlink": self.strategy.stream.state_dict(self.model.current()) if self.strategy.stream else {},
-                "mode": self.cfg.mode,  # the live mode: an 'auto' federation resumes in it
             }
 
-    def restore(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, state: dict) -> None:
-        """Resume from a checkpoint: publish its model and reload strategy state and upload ids."""
+    def load_bookkeeping(self, state: dict) -> None:
+        """Upload ids, ledger, contributions and the guard's state from `state_dict`; no open round."""
+        self.uploads = {}
+        for client_id, upload_id, status, version, staleness, weight in state.get("uploads", []):
+            self.uploads.setdefault(client_id, OrderedDict())[upload_id] = PushOutcome(status, version, staleness,
+                                                                                       weight)
+        self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
+        self.contributions.load_state_dict(state.get("contributions", {}))
+        self.guard.load_state_dict(state.get("guard", {}))
+        self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
+
+    def resume(self, store: CheckpointStore) -> Resumed | None:
+        """Load the newest durable state through the engine (None: nothing to resume)."""
         with self.lock:
-            saved = state.get("paradigm", "pretrain")
-            if saved != self.strategy.name:
-                raise ValueError(
-                    f"the checkpoint was written by a federation running paradigm {saved!r}, this PS runs "
-                    f"{self.strategy.name!r}; start it with the checkpoint's paradigm or an empty checkpoint dir"
-                )
-            self.strategy.install(flat.size, manifest)
-            strategy_state = state.get("strategy", {"outer": state["outer"]} if state.get("outer") else {})
-            if strategy_state:
-                self.strategy.load_state_dict(strategy_state)
-            self.uploads = {}
-            for client_id, upload_id, status, version, staleness, weight in state.get("uploads", []):
-                outcome = PushOutcome(status, version, staleness, weight)
-                self.uploads.setdefault(client_id, OrderedDict())[upload_id] = outcome
-            self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
-            self.contributions.load_state_dict(state.get("contributions", {}))
-            self.guard.load_state_dict(state.get("guard", {}))
-            if self.strategy.stream is not None:
-                self.strategy.stream.load_state_dict(state.get("downlink", {}))
-            self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
+            return self.engine.resume(store)
+
+    def save(self, store: CheckpointStore, registry: dict) -> str:
+        """Write the current version and this state durably (with `registry`); OSError if the disk refuses."""
+        with self.lock:
+            return self.engine.save(store, registry)
+
+    def restore(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, state: dict) -> None:
+        """Resume an in-process engine from a checkpoint: publish its model, reload strategy state and upload ids."""
+        with self.lock:
+            self.engine.restore(flat, manifest, state)
+            self.load_bookkeeping(state)
             if self.round_times.restore_mode(state.get("mode")):
                 self._run_mode(self.round_times.mode)
                 log.info("event=autotune knob=aggregation_mode value=%s applied=true reason='restored from the "

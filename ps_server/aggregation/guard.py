@@ -40,8 +40,10 @@ from .weighting import max_tokens_per_sync
 class DeltaGuard:
     """Admission rules and bounds every strategy shares; O(sites) state."""
 
-    def __init__(self, fed: FederationConfig, unit_of: Callable[[str], str] | None = None) -> None:
+    def __init__(self, fed: FederationConfig, unit_of: Callable[[str], str] | None = None, *,
+                 theta_norm: Callable[[Snapshot], float] | None = None) -> None:
         self.fed = fed
+        self._theta_norm = theta_norm  # ‖θ‖ of a snapshot, where the engine knows it better than its values
         self.unit_of = unit_of or (lambda client_id: client_id)  # client id -> its site (the unit of trust)
         self.max_steps = fed.training.local_steps
         self.tokens_per_step = max_tokens_per_sync(fed) // self.max_steps  # batch × block_size
@@ -109,6 +111,8 @@ class DeltaGuard:
         """‖θ‖ of the exchanged vector, when weight decay makes the bounds depend on it."""
         if not self.fed.training.weight_decay:
             return 0.0
+        if self._theta_norm is not None:
+            return self._theta_norm(snapshot)
         return float(np.linalg.norm(snapshot.flat.astype(np.float64)))
 
     def limits(self, snapshot: Snapshot, numel: int) -> tuple[float, float]:

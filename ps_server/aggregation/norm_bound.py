@@ -127,6 +127,11 @@ class BoundedPayload:
         self.site = site or push.client_id  # the unit robust windows and quotas count
         self.norm = push.norm * scale
 
+    @property
+    def received(self):
+        """The push as it was received (unscaled)."""
+        return self._push
+
     def iter_values(self, max_numel: int):
         for off, values in self._push.iter_values(max_numel):
             yield off, self._scaled(values)

@@ -8,7 +8,10 @@ when it refuses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from geofed.manifest import Manifest
 
@@ -16,13 +19,21 @@ from .errors import ShardRefused, ShardUnavailable
 from .shard import ShardCore
 
 
+@dataclass(frozen=True)
+class StagedSlice:
+    """What a shard reports of one push's slice once it has decoded, checked and stored every frame."""
+
+    sq_norm: float
+    sketch: np.ndarray | None  # count sketch at the slice's global positions; None for Θ0
+
+
 class StageCall(Protocol):
     """One push's frames on their way to one shard."""
 
     def send(self, frame: bytes) -> None: ...
 
-    def finish(self) -> float:
-        """The slice's squared norm once the shard has decoded, checked and stored every frame."""
+    def finish(self) -> StagedSlice:
+        """The slice's squared norm and sketch once the shard has decoded, checked and stored every frame."""
 
     def cancel(self) -> None: ...
 
@@ -54,14 +65,14 @@ class ShardLink(Protocol):
 
 
 class _LocalStage:
-    def __init__(self, run: Callable[[list[bytes]], float]) -> None:
+    def __init__(self, run: Callable[[list[bytes]], StagedSlice]) -> None:
         self.frames: list[bytes] = []
         self.run = run
 
     def send(self, frame: bytes) -> None:
         self.frames.append(frame)
 
-    def finish(self) -> float:
+    def finish(self) -> StagedSlice:
         return self.run(self.frames)
 
     def cancel(self) -> None:
@@ -88,8 +99,11 @@ class LocalLink:
         return self._core(i).state()
 
     def stage(self, i, push_id, codec_header, *, init, lo, hi):
-        return _LocalStage(lambda frames: self._core(i).stage(push_id, codec_header, frames, init=init, lo=lo,
-                                                              hi=hi).sq_norm)
+        def run(frames: list[bytes]) -> StagedSlice:
+            staged = self._core(i).stage(push_id, codec_header, frames, init=init, lo=lo, hi=hi)
+            return StagedSlice(staged.sq_norm, staged.sketch)
+
+        return _LocalStage(run)
 
     def fold(self, i, push_id, client_id, round_version, **kw) -> float:
         return self._core(i).fold(push_id, client_id, round_version, **kw)
@@ -123,4 +137,4 @@ class LocalLink:
             yield bytes(view[at : at + step])
 
 
-__all__ = ["LocalLink", "ShardLink", "ShardRefused", "ShardUnavailable", "StageCall"]
+__all__ = ["LocalLink", "ShardLink", "ShardRefused", "ShardUnavailable", "StageCall", "StagedSlice"]

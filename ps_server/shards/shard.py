@@ -33,6 +33,7 @@ from geofed.codec.header import parse_header
 from geofed.config import FederationConfig
 from geofed.manifest import Manifest
 
+from ..aggregation.displacement import DeltaSketch
 from ..aggregation.guard import all_finite
 from ..aggregation.norm_bound import BoundedPayload
 from ..aggregation.reducer import empty_round
@@ -59,6 +60,7 @@ class StagedPush:
     init: bool
     sq_norm: float
     values: np.ndarray | None = None  # kept decoded while the shard's budget allows
+    sketch: np.ndarray | None = None  # count sketch of the slice at its global positions (a delta's, not Θ0's)
     budget: _Budget | None = None
 
     def release(self) -> None:
@@ -206,6 +208,7 @@ class ShardCore:
         kept = self.kept
         values = np.empty(hi - lo, np.float32) if kept.take(4 * (hi - lo)) else None
         sq = 0.0
+        sketch = None if init else DeltaSketch()  # the front sums the shards' into the whole delta's
         try:
             with open(path, "wb") as f:
                 f.write(_LEN.pack(len(codec_header)) + codec_header)
@@ -216,6 +219,8 @@ class ShardCore:
                         raise ShardRefused("nonfinite", f"non-finite value (NaN/Inf) at element {bad}")
                     wide = v.astype(np.float64)
                     sq += float(np.dot(wide, wide))
+                    if sketch is not None:
+                        sketch.add(wide, lo + off)
                     if values is not None:
                         values[off : off + v.size] = v
                     f.write(_LEN.pack(len(frame)))
@@ -234,7 +239,8 @@ class ShardCore:
             if values is not None:
                 kept.give(values.nbytes)
             raise
-        staged = StagedPush(push_id, path, init, sq, values, kept)
+        staged = StagedPush(push_id, path, init, sq, values, sketch=sketch.values if sketch is not None else None,
+                            budget=kept)
         with self.lock:
             old = self.staged.pop(push_id, None)
             if old is not None:

@@ -17,6 +17,7 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
+import numpy as np
 from grpc_health.v1 import health_pb2
 
 from geofed.config import FederationConfig, ServerConfig
@@ -28,6 +29,7 @@ from geofed.protocol.messages import manifest_from_proto, manifest_to_proto
 
 from ..listen import SERVER_OPTIONS, listen
 from .errors import ShardRefused, ShardUnavailable
+from .link import StagedSlice
 from .shard import ShardCore
 
 log = logging.getLogger("geofed.ps.shard")
@@ -96,7 +98,8 @@ class ShardServicer(pb_grpc.PsShardServicer):
         frames = (m.frame for m in request_iterator)
         staged = self._run(context, lambda: self.core.stage(first.push_id, first.codec_header, frames,
                                                             init=first.init, lo=first.lo, hi=first.hi))
-        return pb.ShardStageReply(sq_norm=staged.sq_norm, numel=first.hi - first.lo)
+        sketch = staged.sketch.tolist() if staged.sketch is not None else []
+        return pb.ShardStageReply(sq_norm=staged.sq_norm, numel=first.hi - first.lo, sketch=sketch)
 
     def Fold(self, r, context):
         self._check(context, r.federation)
@@ -187,12 +190,13 @@ class _GrpcStage:
             self.finish()
             raise ShardUnavailable("shard_down", f"PS shard {self.i} ended the push early")
 
-    def finish(self) -> float:
+    def finish(self) -> StagedSlice:
         self._put(self._END)  # never dropped while the call lives: the shard waits for the end of its frames
         try:
-            return self.future.result().sq_norm
+            reply = self.future.result()
         except grpc.RpcError as exc:
             raise _refusal(self.i, exc) from None
+        return StagedSlice(reply.sq_norm, np.asarray(reply.sketch, dtype=np.float64) if reply.sketch else None)
 
     def cancel(self) -> None:
         self.future.cancel()

@@ -20,8 +20,8 @@ from ps_server.aggregation.aggregator import Aggregator
 from ps_server.errors import InvalidPush, StaleDelta
 from ps_server.global_model import GlobalModel
 from ps_server.ingest import PushHeader, PushReceiver
+from ps_server.shards.engine import ShardedEngine, ShardedReceiver
 from ps_server.shards.errors import ShardRefused, ShardUnavailable
-from ps_server.shards.front import FrontModel, ShardedAggregator, ShardedReceiver
 from ps_server.shards.link import LocalLink
 from ps_server.shards.router import FrameRouter
 from ps_server.shards.shard import ShardCore
@@ -85,7 +85,12 @@ class Front:
         self.cfg, self.tmp = cfg, tmp_path
         self.cores = [self.new_core(i) for i in range(shards)]
         self.link = LocalLink(self.cores)
-        self.agg = ShardedAggregator(cfg, FrontModel(), self.link, tmp_path)
+        self.agg = self.new_front()
+
+    def new_front(self) -> Aggregator:
+        """The front's one Aggregator, its rounds on the shards."""
+        engine = ShardedEngine(self.cfg, self.link, self.tmp)
+        return Aggregator(self.cfg, engine.model, engine=engine)
 
     def new_core(self, i: int) -> ShardCore:
         core = ShardCore(self.cfg, i, self.tmp / f"shard{i}")
@@ -97,13 +102,13 @@ class Front:
 
     def push(self, client: str, values: np.ndarray, *, base: int, codec: str = "int8", init: bool = False,
              upload: str | None = None, shard_map: bytes | None = None):
-        smap = self.agg.shard_map
+        smap = self.agg.engine.shard_map
         header, frames = encode(values, "fp32" if init else codec, () if init else smap.cuts)
         payload = b"".join(frames)
         digest = smap.digest if shard_map is None and smap else shard_map
         h = PushHeader(base, upload or f"{client}-{base}", header, len(payload), num_tokens=100, local_steps=1,
                        init=init, manifest=MANIFEST if init else (), shard_map=digest or b"")
-        r = ShardedReceiver(self.agg, client_id=client, max_upload_bytes=1 << 30, max_init_numel=1 << 30)
+        r = ShardedReceiver(self.agg.engine, client_id=client, max_upload_bytes=1 << 30, max_init_numel=1 << 30)
         try:
             r.on_header(h)
             for at in range(0, len(payload), 1000):
@@ -120,7 +125,7 @@ class Front:
 
 
 class Single:
-    """The reference: today's single PS aggregator."""
+    """The reference: the single PS's aggregator (its rounds in process)."""
 
     def __init__(self, cfg: FederationConfig) -> None:
         self.model = GlobalModel()
@@ -216,7 +221,7 @@ def test_stale_shard_map_and_foreign_slice_are_refused(tmp_path):
     with pytest.raises(StaleDelta, match="another PS shard map"):  # and if it were sent anyway
         front.push("c0", np.zeros(NUMEL, np.float32), base=1, shard_map=stale)
     assert front.agg.guard.round_base == {}  # nothing of it was admitted
-    header, frames = encode(np.zeros(NUMEL, np.float32), "int8", front.agg.shard_map.cuts)
+    header, frames = encode(np.zeros(NUMEL, np.float32), "int8", front.agg.engine.shard_map.cuts)
     with pytest.raises(ShardRefused, match=r"owns \[700, 1300\), not \[0, 700\)"):
         front.cores[1].stage("x", header, frames, init=False, lo=0, hi=700)
     with pytest.raises(ShardRefused, match="outside this shard's slice"):
@@ -236,7 +241,7 @@ def test_shards_disagreeing_on_the_version_are_refused_not_published(tmp_path):
     with pytest.raises(ShardUnavailable, match="shard 1 holds version 1, the federation's committed version is 2"):
         front.push("c1", (rng.standard_normal(NUMEL) * 1e-3).astype(np.float32), base=2)
     assert front.agg.model.version == 2 and front.cores[0].model.version == 2
-    table = format_status({"has_model": True, "shards": front.agg.shard_status()}, [])
+    table = format_status({"has_model": True, "shards": front.agg.engine.shard_status()}, [])
     row = next(line for line in table.splitlines() if line.startswith("1 "))
     assert "shard 1 holds version 1, the federation's committed version is 2" in row  # geofed status says why
 
@@ -266,14 +271,14 @@ def test_a_stage_stream_ends_even_when_the_shard_is_behind():
 
         def result(self):
             assert self.ended.wait(3), "the shard never saw the end of the push's frames"
-            return type("Reply", (), {"sq_norm": float(len(got))})()
+            return type("Reply", (), {"sq_norm": float(len(got)), "sketch": []})()
 
     stage = _GrpcStage.__new__(_GrpcStage)
     stage.i, stage.q = 0, queue.Queue(maxsize=2)
     stage.future = Call(stage.q)
     for k in range(6):
         stage.send(b"frame%d" % k)
-    assert stage.finish() == 6.0 and got == [b"frame%d" % k for k in range(6)]
+    assert stage.finish().sq_norm == 6.0 and got == [b"frame%d" % k for k in range(6)]
 
 
 def test_a_restarted_front_leaves_no_staged_push_behind(tmp_path):
@@ -288,8 +293,8 @@ def test_a_restarted_front_leaves_no_staged_push_behind(tmp_path):
     staged = [sorted((tmp_path / f"shard{i}" / "staged").glob("*.bin")) for i in range(2)]
     assert all(len(files) == 1 for files in staged)  # c0's slice on each shard, folded into the open round
 
-    front.agg = ShardedAggregator(front.cfg, FrontModel(), front.link, tmp_path)  # the front restarts
-    assert front.agg.load_state()
+    front.agg = front.new_front()  # the front restarts
+    assert front.agg.engine.load_state()
     assert front.push("c1", d2, base=1).status == "ACCEPTED"  # a new round: c0's fold is gone with the old front
     after = [sorted((tmp_path / f"shard{i}" / "staged").glob("*.bin")) for i in range(2)]
     assert all(len(files) == 1 for files in after)

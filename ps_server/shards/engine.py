@@ -1,11 +1,12 @@
-"""The front of a sharded PS: admission as on a single PS, folding and applying delegated to the shards.
+"""The round engine of a sharded PS: the front's `Aggregator` admits, the shards hold the model.
 
-The front is the PS clients see: Join, sessions, rate limits, admission (staleness, one delta per client
-per base, idempotent upload ids, the norm bound; `Aggregator` and `DeltaGuard`, unchanged) and when a
-round closes (`rounds.should_close`). It holds no model: `ShardedReceiver` routes a push's frames to the
-shards (each decodes, checks and durably stages its slice and reports its squared norm); the front sums
-the norms, bounds the whole delta, and asks every shard to fold it with the same factors. A round closes
-in two phases (paper §III-B1's "publish a new version", made atomic across processes):
+The front is the PS clients see: Join, sessions, rate limits, and the one `Aggregator` every PS runs
+(admission, staleness, idempotent upload ids, the site defences of `DeltaGuard`, when a round closes).
+`ShardedEngine` is the engine its rounds run on. It holds no model: `ShardedReceiver` routes a push's
+frames to the shards (each decodes, checks and durably stages its slice and reports its squared norm and
+its slice's count sketch); the front sums them, so the guard bounds the whole delta exactly as on one PS,
+and every shard folds it with the same factors. A round closes in two phases (paper §III-B1's "publish a
+new version", made atomic across processes):
 
 1. `prepare(v)` on every shard: each closes its round, applies the outer step to its slice and writes the
    slice of v next to its committed one. Any refusal: `abort(v)` everywhere, the round is dropped.
@@ -28,7 +29,7 @@ import os
 import secrets
 import threading
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +38,13 @@ from geofed.config import FederationConfig
 from geofed.manifest import Manifest, TensorEntry, validate_manifest
 from geofed.shard_map import ShardMap, ShardMapError, split_manifest
 
-from ..aggregation.aggregator import Aggregator, ClientLedger, PushOutcome
-from ..aggregation.guard import DeltaGuard
-from ..errors import AlreadySent, CorruptPayload, InvalidPush, NotReady, StaleDelta
+from ..aggregation.engine import Resumed, RoundClosed, RoundEngine
+from ..checkpoint import CheckpointStore
+from ..errors import CorruptPayload, InvalidPush, NotReady, StaleDelta
 from ..global_model import GlobalModel, Snapshot
 from ..ingest import PushHeader, check_envelope
 from .errors import ShardRefused, ShardUnavailable
-from .link import ShardLink, StageCall
+from .link import ShardLink, StageCall, StagedSlice
 from .router import FrameRouter
 
 log = logging.getLogger("geofed.ps.front")
@@ -64,15 +65,6 @@ class FrontModel(GlobalModel):
         return snap
 
 
-class FrontGuard(DeltaGuard):
-    """The norm bound's limits from the model norm the shards report (the front holds no model)."""
-
-    model_norm = 0.0
-
-    def theta_norm(self, snapshot: Snapshot) -> float:
-        return self.model_norm if self.fed.training.weight_decay else 0.0
-
-
 @dataclass
 class StagedFrontPush:
     """A push every shard has staged; what `ParameterServerCore.complete_push` and the aggregator see."""
@@ -84,6 +76,7 @@ class StagedFrontPush:
     norm: float
     push_id: str
     shard_map: ShardMap
+    sketch: np.ndarray | None = None  # the whole delta's count sketch: the sum of its slices' (the guard's budget)
 
     def close(self) -> None:
         """The staged files belong to the shards until the round is committed or the push dropped."""
@@ -101,6 +94,11 @@ class Fold:
     factor: float
     num_tokens: int
     local_steps: int
+
+    def factors(self, position: int) -> dict:
+        """The keyword arguments of a shard's fold of this push, `position` pushes into the round."""
+        return dict(scale=self.scale, norm=self.norm, staleness=self.staleness, factor=self.factor,
+                    num_tokens=self.num_tokens, local_steps=self.local_steps, position=position)
 
 
 @dataclass
@@ -122,7 +120,7 @@ class ShardedReceiver:
 
     Same interface as `ps_server.ingest.PushReceiver` (on_header, on_payload, on_trailer, abort)."""
 
-    def __init__(self, front: ShardedAggregator, *, client_id: str, max_upload_bytes: int,
+    def __init__(self, front: ShardedEngine, *, client_id: str, max_upload_bytes: int,
                  max_init_numel: int) -> None:
         self.front, self.client_id = front, client_id
         self.max_upload_bytes, self.max_init_numel = max_upload_bytes, max_init_numel
@@ -134,7 +132,7 @@ class ShardedReceiver:
         self._map: ShardMap | None = None
         self._call: StageCall | None = None
         self._shard = -1
-        self._sq: dict[int, float] = {}
+        self._slices: dict[int, StagedSlice] = {}
         self._touched: set[int] = set()
         with front.receivers_lock:
             front.receivers.add(self)
@@ -151,7 +149,7 @@ class ShardedReceiver:
             self._map = self.front.shard_map
             if self._map is None:
                 raise NotReady("no_model", "the PS has no model yet: the master must init")
-            self.front.check_shard_map(header)
+            self.front.check_header(header)
         self._router = FrameRouter(self._map, header.codec_header, init=header.init)
         self.header = header
 
@@ -181,7 +179,7 @@ class ShardedReceiver:
     def _finish_call(self) -> None:
         if self._call is not None:
             call, self._call = self._call, None
-            self._sq[self._shard] = self.front.tracked(self._shard, call.finish)
+            self._slices[self._shard] = self.front.tracked(self._shard, call.finish)
 
     def on_trailer(self, sha256: bytes) -> StagedFrontPush:
         if self.header is None or self._router is None:
@@ -193,14 +191,16 @@ class ShardedReceiver:
             raise CorruptPayload("checksum", "payload checksum mismatch")
         self._router.finish()
         self._finish_call()
-        missing = [i for i in range(self._map.shards) if i not in self._sq]
+        missing = [i for i in range(self._map.shards) if i not in self._slices]
         if missing:
             raise InvalidPush("truncated", f"no frames reached PS shards {missing}")
-        norm = math.sqrt(sum(self._sq.values()))
+        norm = math.sqrt(sum(s.sq_norm for s in self._slices.values()))
         if not math.isfinite(norm):
             raise InvalidPush("nonfinite", "delta norm overflows float")
+        sketches = [s.sketch for s in self._slices.values() if s.sketch is not None]
+        sketch = np.sum(sketches, axis=0) if sketches and not self.header.init else None
         return StagedFrontPush(self.client_id, self.header, self._router.codec_name, self._map.numel, norm,
-                               self.push_id, self._map)
+                               self.push_id, self._map, sketch)
 
     def abort(self) -> None:
         """Drop what the shards staged of this push (best effort: a shard that is down drops it on sync)."""
@@ -210,16 +210,15 @@ class ShardedReceiver:
         self.front.drop_staged(self.push_id, self._touched)
 
 
-class ShardedAggregator(Aggregator):
-    """`Aggregator` whose strategy runs on the shards: fold, close and apply go through `link`."""
+class ShardedEngine(RoundEngine):
+    """The rounds of a sharded PS's front: fold, close and apply go through `link` to the shards."""
 
-    def __init__(self, fed: FederationConfig, model: FrontModel, link: ShardLink, state_dir: str | os.PathLike,
-                 **kw) -> None:
-        super().__init__(fed, model, **kw)
-        self.model: FrontModel = model
-        self.guard = FrontGuard(fed, self.unit_of)
+    def __init__(self, fed: FederationConfig, link: ShardLink, state_dir: str | os.PathLike) -> None:
+        self.fed = fed
+        self.model = FrontModel()
         self.link = link
         self.shard_map: ShardMap | None = None
+        self.model_norm = 0.0  # ‖θ‖ of the committed version, as the shards report it
         self.folds: list[Fold] = []
         self.views = [ShardView(i, link.address(i)) for i in range(link.shards)]
         self.state_path = Path(state_dir) / _STATE_FILE
@@ -270,9 +269,7 @@ class ShardedAggregator(Aggregator):
             raise ShardUnavailable("shard_version", exc.message) from None
         base = self.model.version
         for k, fold in enumerate(self.folds):
-            self.call(self.link.fold, i, fold.push_id, fold.client_id, base, scale=fold.scale, norm=fold.norm,
-                      staleness=fold.staleness, factor=fold.factor, num_tokens=fold.num_tokens,
-                      local_steps=fold.local_steps, position=k)
+            self.call(self.link.fold, i, fold.push_id, fold.client_id, base, **fold.factors(k))
         view.instance, view.version, view.synced, view.last_error = state["instance"], state["version"], True, ""
         view.numel = state["hi"] - state["lo"]
         if self.folds:
@@ -283,19 +280,9 @@ class ShardedAggregator(Aggregator):
             if not self.views[i].synced:
                 self.ensure(i)
 
-    def precheck(self, client_id: str, header: PushHeader, *, master: bool) -> PushOutcome | None:
-        """The single PS's admission, then the shard map: a push cut for another map comes back STALE (the client
+    def check_header(self, header: PushHeader) -> None:
+        """A push cut for another shard map is refused before its payload crosses the WAN (the client
         resyncs, learning the current map from the model stream, and re-encodes)."""
-        done = super().precheck(client_id, header, master=master)
-        if done is None and not header.init:
-            try:
-                self.check_shard_map(header)
-            except StaleDelta as exc:
-                return PushOutcome("STALE", self.model.version, message=exc.message)
-        return done
-
-    def check_shard_map(self, header: PushHeader) -> None:
-        """A push cut for another shard map is refused before its payload crosses the WAN."""
         if self.shard_map is not None and header.shard_map != self.shard_map.digest:
             raise StaleDelta("shard_map", "this push was cut for another PS shard map (the federation's PS "
                              f"shards are {list(self.shard_map.bounds)}): resync and re-encode for the current map")
@@ -303,85 +290,49 @@ class ShardedAggregator(Aggregator):
     def payload_numel(self) -> int | None:
         return self.shard_map.numel if self.shard_map else None
 
+    def receiver(self, client_id: str, *, max_upload_bytes: int, max_init_numel: int) -> ShardedReceiver:
+        return ShardedReceiver(self, client_id=client_id, max_upload_bytes=max_upload_bytes,
+                               max_init_numel=max_init_numel)
+
+    def discard(self, push: StagedFrontPush) -> None:
+        self.drop_staged(push.push_id, range(self.link.shards))
+
+    def theta_norm(self, snapshot: Snapshot) -> float:
+        return self.model_norm
+
     # ---- Θ0 ---------------------------------------------------------------------------------------
 
-    def initialise(self, push: StagedFrontPush) -> PushOutcome:
-        header = push.header
-        with self.lock:
-            if self.model.current() is not None:
-                self.drop_staged(push.push_id, range(self.link.shards))
-                raise NotReady("initialised", "the global model is already initialised")
-            try:
-                self.strategy.check_manifest(header.manifest)
-            except ValueError as exc:
-                raise InvalidPush("manifest", f"paradigm {self.fed.paradigm.name}: {exc}") from exc
-            version = max(1, header.base_version)
-            for i in range(self.link.shards):
-                self.call(self.link.install, i, push.push_id, version, header.manifest)
-            self.shard_map = push.shard_map
-            self.acc = None
-            snap = self._publish(version, header.manifest)
-            outcome = PushOutcome("APPLIED", version, message="initial model installed")
-            self._remember(push.client_id, header.upload_id, outcome)
-            self.save_state()
-            for view in self.views:
-                view.synced = False  # learn their instances on the next push
-            log.info("event=init client=%s version=%d numel=%d shards=%s", push.client_id, version, push.numel,
-                     list(push.shard_map.bounds))
-        if self.on_apply:
-            self.on_apply(snap)
-        return outcome
+    def install(self, push: StagedFrontPush, version: int) -> Snapshot:
+        for i in range(self.link.shards):
+            self.call(self.link.install, i, push.push_id, version, push.header.manifest)
+        self.shard_map = push.shard_map
+        snap = self._publish(version, push.header.manifest)
+        for view in self.views:
+            view.synced = False  # learn their instances on the next push
+        log.info("event=shards_installed version=%d shards=%s", version, list(push.shard_map.bounds))
+        return snap
+
+    def durable(self) -> None:
+        self.save_state()
 
     # ---- rounds -----------------------------------------------------------------------------------
 
-    def submit(self, push: StagedFrontPush) -> PushOutcome:
-        header = push.header
-        snap = None
-        with self.lock:
-            done = self._recall(push.client_id, header.upload_id)
-            if done is not None:
-                self.drop_staged(push.push_id, range(self.link.shards))
-                return PushOutcome("DUPLICATE", self.model.version, done.staleness, done.weight, "already received")
-            current = self.model.current()
-            if current is None:
-                raise NotReady("no_model", "the PS has no model yet")
-            self.finish_unpublished()
-            try:
-                adm = self._admit(header.base_version)
-                self.guard.admit(push.client_id, header.base_version)
-            except (StaleDelta, AlreadySent) as exc:
-                self.drop_staged(push.push_id, range(self.link.shards))
-                if isinstance(exc, StaleDelta):
-                    return PushOutcome("STALE", self.model.version, message=exc.message)
-                raise
-            for i in range(self.link.shards):  # every shard at the committed version before any folds it
-                self.ensure(i)
-            scale = self.guard.scale(push.client_id, push.norm, header.local_steps, current, push.numel)
-            tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
-            steps = self.guard.vouched_steps(header.local_steps)
-            fold = Fold(push.push_id, push.client_id, scale, push.norm, adm.staleness, adm.factor, tokens, steps)
-            weight = self._fold_everywhere(fold)
-            self.folds.append(fold)
-            if self.acc is None:
-                self.acc = _RoundCount()
-            self.acc.count += 1
-            self.acc.clients.add(push.client_id)
-            self.acc.weight += weight
-            self._credit(push.client_id, header, adm, tokens=tokens, weight=weight, norm=push.norm * scale)
-            outcome = PushOutcome("ACCEPTED", self.model.version, adm.staleness, weight)
-            self._round_uploads.append((push.client_id, header.upload_id))
-            self._remember(push.client_id, header.upload_id, outcome)
-            if self._should_close():
-                try:
-                    snap = self._apply()
-                except ShardUnavailable as exc:  # the push is folded and durable: the timer closes the round
-                    log.warning("event=round_close_deferred reason=%r", exc.message)
-                if snap is not None:
-                    outcome = PushOutcome("APPLIED", snap.version, adm.staleness, weight)
-                    self._remember(push.client_id, header.upload_id, outcome)
-        if snap is not None and self.on_apply:
-            self.on_apply(snap)
-        return outcome
+    def open_round(self, snapshot: Snapshot) -> _RoundCount:
+        return _RoundCount()
+
+    def fold(self, acc: _RoundCount, bounded, admission, *, num_tokens: int, local_steps: int) -> float:
+        """Fold on every shard (each at the committed version first) with the front's factors."""
+        for i in range(self.link.shards):  # a shard restarted since the last call is noticed here, not mid-fold
+            self.ensure(i)
+        push = bounded.received
+        fold = Fold(push.push_id, push.client_id, bounded.scale, push.norm, admission.staleness, admission.factor,
+                    num_tokens, local_steps)
+        weight = self._fold_everywhere(fold)
+        self.folds.append(fold)
+        acc.count += 1
+        acc.clients.add(push.client_id)
+        acc.weight += weight
+        return weight
 
     def _fold_everywhere(self, fold: Fold) -> float:
         """Fold on every shard; the weight (the same on each: same inputs, same strategy).
@@ -403,40 +354,24 @@ class ShardedAggregator(Aggregator):
         return weight
 
     def _fold_one(self, i: int, fold: Fold, position: int) -> float:
-        kw = dict(scale=fold.scale, norm=fold.norm, staleness=fold.staleness, factor=fold.factor,
-                  num_tokens=fold.num_tokens, local_steps=fold.local_steps, position=position)
         try:
-            return self.call(self.link.fold, i, fold.push_id, fold.client_id, self.model.version, **kw)
+            return self.call(self.link.fold, i, fold.push_id, fold.client_id, self.model.version,
+                             **fold.factors(position))
         except ShardRefused as exc:
             if exc.reason != "replay":
                 raise
             self.views[i].synced = False  # it restarted since the last call: replay, then fold
             self.ensure(i)
-            return self.call(self.link.fold, i, fold.push_id, fold.client_id, self.model.version, **kw)
+            return self.call(self.link.fold, i, fold.push_id, fold.client_id, self.model.version,
+                             **fold.factors(position))
 
-    def tick(self) -> Snapshot | None:
-        snap = None
-        with self.lock:
-            try:
-                if self.unpublished:
-                    snap = self.finish_unpublished()
-                elif self._should_close():
-                    snap = self._apply()
-            except ShardUnavailable as exc:
-                log.warning("event=round_close_deferred reason=%r", exc.message)
-        if snap is not None and self.on_apply:
-            self.on_apply(snap)
-        return snap
+    def settle(self) -> Snapshot | None:
+        return self.finish_unpublished() if self.unpublished else None
 
-    def _should_close(self) -> bool:
-        if self.acc is None or self.model.current() is None:
-            return False
-        return super()._should_close()
-
-    def _apply(self) -> Snapshot | None:
-        """Two-phase close (module docstring); None when the round was dropped."""
-        current = self.model.current()
+    def close(self, acc: _RoundCount | None, current: Snapshot) -> RoundClosed:
+        """Phase 1 on every shard (module docstring); the version is recorded as committed when all prepared."""
         version = current.version + 1
+        acc = acc or _RoundCount()
         self.ensure_all()
         results, norms = [], []
         for i in range(self.link.shards):
@@ -457,29 +392,20 @@ class ShardedAggregator(Aggregator):
                     self.call(self.link.abort, i, version)
                 except ShardUnavailable:
                     pass  # it drops the round when it syncs back
-            count = self.acc.count if self.acc else 0
-            self.folds = []
-            return self._drop_round(count, why)
-        # Phase 2: the decision is durable before any shard publishes.
-        self.guard.model_norm = math.sqrt(sum(norms))
-        self.guard._limits = None  # the bounds of the new model norm
+            return RoundClosed(version, acc.count, len(acc.clients), acc.weight, dropped=("nonfinite_round", why))
+        self.model_norm = math.sqrt(sum(norms))  # the bounds of the new model's norm
         self.unpublished = version
         self.committed_round = [f.push_id for f in self.folds]
-        applied = self.acc
-        for client_id, weight in self._pending.items():
-            self.ledger.setdefault(client_id, ClientLedger()).contribution += weight
-        self.contributions.applied()
-        for client_id, upload_id in self._round_uploads:
-            done = self._recall(client_id, upload_id)
-            if done is not None and done.status == "ACCEPTED":
-                self.uploads[client_id][upload_id] = PushOutcome("APPLIED", version, done.staleness, done.weight,
-                                                                 "applied in a later round")
-        self.acc, self.first_at, self._pending, self._round_uploads, self.folds = None, None, {}, [], []
-        self.guard.round_closed(applied=True)
+        self.folds = []
+        return RoundClosed(version, acc.count, len(acc.clients), acc.weight)
+
+    def publish(self, closed: RoundClosed, manifest: Manifest) -> Snapshot | None:
+        """Phase 2: the decision is durable before any shard publishes; None while a shard lacks it."""
         self.save_state()
-        log.info("event=apply version=%d deltas=%d clients=%d weight=%.1f", version, applied.count,
-                 len(applied.clients), applied.weight)
         return self.finish_unpublished(raise_unavailable=False)
+
+    def reset_round(self) -> None:
+        self.folds = []
 
     def finish_unpublished(self, raise_unavailable: bool = True) -> Snapshot | None:
         """Commit the recorded version on every shard, then publish it (idempotent; retried by the timer)."""
@@ -515,41 +441,38 @@ class ShardedAggregator(Aggregator):
             self.views[i].version = version
         return self.model.publish_remote(version, h.digest(), manifest, self.shard_map.numel)
 
-    def _drop_round(self, deltas: int, why: str, reason: str = "nonfinite_round") -> None:
-        self.folds = []
-        return super()._drop_round(deltas, why, reason)
-
     # ---- durability -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        with self.lock:
-            snap = self.model.current()
-            out = {
-                "format": "geofed-front/1",
-                "version": snap.version if snap else 0,
-                "sha256": snap.sha256.hex() if snap else "",
-                "manifest": [[t.name, list(t.shape), t.dtype] for t in snap.manifest] if snap else [],
-                "bounds": list(self.shard_map.bounds) if self.shard_map else [],
-                "unpublished": self.unpublished,
-                "committed_round": self.committed_round,
-                "theta_norm": self.guard.model_norm,
-                "uploads": [[c, u, o.status, o.version, o.staleness, o.weight]
-                            for c, recent in self.uploads.items() for u, o in recent.items()
-                            if o.status != "ACCEPTED"],
-                "ledger": {k: asdict(v) for k, v in self.ledger.items()},
-                "contributions": self.contributions.state_dict(),
-                "guard": self.guard.state_dict(),
-            }
-        return out
+        snap = self.model.current()
+        return {
+            "format": "geofed-front/1",
+            "version": snap.version if snap else 0,
+            "sha256": snap.sha256.hex() if snap else "",
+            "manifest": [[t.name, list(t.shape), t.dtype] for t in snap.manifest] if snap else [],
+            "bounds": list(self.shard_map.bounds) if self.shard_map else [],
+            "unpublished": self.unpublished,
+            "committed_round": self.committed_round,
+            "theta_norm": self.model_norm,
+        }
 
     def save_state(self) -> None:
         """Atomically (write, fsync, rename): the record of which version the federation committed."""
         tmp = self.state_path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump(self.state_dict(), f)
+            json.dump(self.agg.state_dict(), f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state_path)
+
+    def save(self, store: CheckpointStore, registry: dict) -> str:
+        """The front's own record (committed version, upload ids, ledger); the shards hold the model and the
+        registry is the store's own file."""
+        self.save_state()
+        return str(self.state_path)
+
+    def resume(self, store: CheckpointStore) -> Resumed | None:
+        return Resumed(self.model.version) if self.load_state() else None
 
     def load_state(self) -> bool:
         """Resume: the committed version (published once every shard is synced to it)."""
@@ -559,8 +482,6 @@ class ShardedAggregator(Aggregator):
             return False
         if not state.get("version"):
             return False
-        from collections import OrderedDict
-
         manifest = tuple(TensorEntry(n, tuple(s), d) for n, s, d in state["manifest"])
         try:
             self.shard_map = ShardMap(tuple(state["bounds"]))
@@ -569,19 +490,17 @@ class ShardedAggregator(Aggregator):
         if self.shard_map.shards != self.link.shards:
             raise ValueError(f"the federation's model is split into {self.shard_map.shards} PS shards "
                              f"({self.state_path}), but this front dials {self.link.shards}")
-        self.uploads = {}
-        for client_id, upload_id, status, version, staleness, weight in state.get("uploads", []):
-            self.uploads.setdefault(client_id, OrderedDict())[upload_id] = PushOutcome(status, version, staleness,
-                                                                                       weight)
-        self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
-        self.contributions.load_state_dict(state.get("contributions", {}))
-        self.guard.load_state_dict(state.get("guard", {}))
-        self.guard.model_norm = float(state.get("theta_norm", 0.0))
+        self.agg.load_bookkeeping(state)
+        self.model_norm = float(state.get("theta_norm", 0.0))
         version = int(state["version"])
         self.unpublished = int(state.get("unpublished", 0))
         self.committed_round = [str(p) for p in state.get("committed_round", [])]
         self.model.publish_remote(version, bytes.fromhex(state["sha256"]), manifest, self.shard_map.numel)
+        log.info("event=front_resume version=%d shards=%d", version, self.link.shards)
         return True
+
+    def status(self) -> dict:
+        return {"num_parameters": self.shard_map.numel if self.shard_map else 0, "shards": self.shard_status()}
 
     def shard_status(self) -> list[dict]:
         return [{"index": v.index, "address": v.address, "up": v.up, "version": v.version, "numel": v.numel,
@@ -598,5 +517,3 @@ class _RoundCount:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
