@@ -131,10 +131,11 @@ class Single:
         self.model = GlobalModel()
         self.agg = Aggregator(cfg, self.model)
 
-    def push(self, client: str, values: np.ndarray, *, base: int, codec: str = "int8", init: bool = False):
+    def push(self, client: str, values: np.ndarray, *, base: int, codec: str = "int8", init: bool = False,
+             upload: str | None = None):
         header, frames = encode(values, "fp32" if init else codec)
         payload = b"".join(frames)
-        h = PushHeader(base, f"{client}-{base}", header, len(payload), num_tokens=100, local_steps=1, init=init,
+        h = PushHeader(base, upload or f"{client}-{base}", header, len(payload), num_tokens=100, local_steps=1, init=init,
                        manifest=MANIFEST if init else ())
         r = PushReceiver(client_id=client, expected_numel=None if init else NUMEL, max_upload_bytes=1 << 30,
                          max_init_numel=1 << 30)
