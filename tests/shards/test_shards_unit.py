@@ -135,8 +135,8 @@ class Single:
              upload: str | None = None):
         header, frames = encode(values, "fp32" if init else codec)
         payload = b"".join(frames)
-        h = PushHeader(base, upload or f"{client}-{base}", header, len(payload), num_tokens=100, local_steps=1, init=init,
-                       manifest=MANIFEST if init else ())
+        h = PushHeader(base, upload or f"{client}-{base}", header, len(payload), num_tokens=100, local_steps=1,
+                       init=init, manifest=MANIFEST if init else ())
         r = PushReceiver(client_id=client, expected_numel=None if init else NUMEL, max_upload_bytes=1 << 30,
                          max_init_numel=1 << 30)
         r.on_header(h)
