@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,10 +29,7 @@ from .guard import all_finite
 from .norm_bound import BoundedPayload
 from .reducer import LocalReducer, ReduceFailed, Reducer, empty_round
 from .rounds import Admission
-from .strategy import Accumulator
-
-if TYPE_CHECKING:
-    from .aggregator import Aggregator
+from .strategy import Accumulator, Strategy
 
 log = logging.getLogger("geofed.ps")
 
@@ -59,12 +56,26 @@ class Resumed:
     registry: dict | None = None
 
 
+class Rounds(Protocol):
+    """What an engine uses of the `Aggregator` that runs its rounds (bound with `RoundEngine.bind`)."""
+
+    model: GlobalModel
+    strategy: Strategy
+    cfg: Any  # the live AggregationConfig
+
+    def state_dict(self) -> dict: ...
+
+    def load_bookkeeping(self, state: dict) -> None: ...
+
+    def restore(self, snapshot_version: int, flat: np.ndarray, manifest: Manifest, state: dict) -> None: ...
+
+
 class RoundEngine(ABC):
     """The part of a round that depends on where the vector lives (see the module docstring)."""
 
     model: GlobalModel
 
-    def bind(self, agg: Aggregator) -> None:
+    def bind(self, agg: Rounds) -> None:
         """Called once by the Aggregator that runs its rounds here."""
         self.agg = agg
 
@@ -148,7 +159,7 @@ class LocalEngine(RoundEngine):
     def __init__(self, reducer: Reducer | None = None) -> None:
         self.reducer = reducer or LocalReducer()
 
-    def bind(self, agg: Aggregator) -> None:
+    def bind(self, agg: Rounds) -> None:
         super().bind(agg)
         self.model, self.strategy = agg.model, agg.strategy
 
