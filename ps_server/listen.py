@@ -32,8 +32,9 @@ class ConfigError(ValueError):
     """The server cannot start with these settings; the message says which one and why."""
 
 
-def listen(server: grpc.Server, cfg: ServerConfig, credentials: grpc.ServerCredentials | None
-           ) -> tuple[int, health.HealthServicer]:
+def listen(
+    server: grpc.Server, cfg: ServerConfig, credentials: grpc.ServerCredentials | None
+) -> tuple[int, health.HealthServicer]:
     """Add the health service and bind `cfg.host:cfg.port` (TLS when `credentials`): the port and the
     health servicer, to set SERVING once the server has started. Shared by the PS, the front and shards."""
     health_servicer = health.HealthServicer()

@@ -110,8 +110,9 @@ class RoundEngine(ABC):
         """The account of the round the next accepted delta opens (count, clients, weight)."""
 
     @abstractmethod
-    def fold(self, acc: Accumulator, bounded: BoundedPayload, admission: Admission, *, num_tokens: int,
-             local_steps: int) -> float:
+    def fold(
+        self, acc: Accumulator, bounded: BoundedPayload, admission: Admission, *, num_tokens: int, local_steps: int
+    ) -> float:
         """Fold one bounded delta into the open round; the weight it was credited with."""
 
     @abstractmethod
@@ -168,8 +169,12 @@ class LocalEngine(RoundEngine):
         return self.strategy.payload_numel(snap) if snap else None
 
     def receiver(self, client_id: str, *, max_upload_bytes: int, max_init_numel: int) -> PushReceiver:
-        return PushReceiver(client_id=client_id, expected_numel=self.payload_numel(),
-                            max_upload_bytes=max_upload_bytes, max_init_numel=max_init_numel)
+        return PushReceiver(
+            client_id=client_id,
+            expected_numel=self.payload_numel(),
+            max_upload_bytes=max_upload_bytes,
+            max_init_numel=max_init_numel,
+        )
 
     def install(self, push: ReceivedPush, version: int) -> Snapshot:
         flat = np.empty(push.numel, dtype=np.float32)
@@ -192,10 +197,16 @@ class LocalEngine(RoundEngine):
         try:
             round_sum = self.reducer.reduce(closed, current.version)
         except ReduceFailed as exc:  # the PSs could not combine it; none of them applies it
-            return RoundClosed(version, closed.count, len(closed.clients), closed.weight,
-                               dropped=(exc.reason, exc.message))
-        dropped = RoundClosed(version, round_sum.count, len(round_sum.clients), round_sum.weight,
-                              dropped=("nonfinite_round", "the combined update is non-finite"))
+            return RoundClosed(
+                version, closed.count, len(closed.clients), closed.weight, dropped=(exc.reason, exc.message)
+            )
+        dropped = RoundClosed(
+            version,
+            round_sum.count,
+            len(round_sum.clients),
+            round_sum.weight,
+            dropped=("nonfinite_round", "the combined update is non-finite"),
+        )
         if not all_finite(round_sum.delta):  # before the outer optimizer sees it: its state stays clean
             return dropped
         flat = self.strategy.apply(current, round_sum)
@@ -248,4 +259,3 @@ class LocalEngine(RoundEngine):
         snap = self.model.current()
         version, flat, manifest = (snap.version, snap.flat, snap.manifest) if snap else (0, _EMPTY, ())
         return str(store.save(PSCheckpoint(version, flat, manifest, self.agg.state_dict(), registry)))
-

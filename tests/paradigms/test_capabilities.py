@@ -105,4 +105,3 @@ def test_the_guard_reads_the_update_ceiling_and_whether_deltas_add_up():
     assert dense.budget.enabled
     zo = FederationConfig.model_validate({"paradigm": {"name": "zo", "seeds": 4, "eps": 0.01}})
     assert DeltaGuard(zo).limits(snap, 10) == pytest.approx((2 * math.log(257) / 0.01,) * 2)
-

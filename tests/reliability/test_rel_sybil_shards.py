@@ -71,12 +71,21 @@ class Sybil:
         """A PushDelta whose header fields the attacker chose (tokens, local steps), cut at the shard bounds."""
         header, frames = make_codec(codec).encode(np.ascontiguousarray(values), cuts=self.cuts)
         payload = b"".join(frames)
-        h = pb.DeltaHeader(base_version=base, upload_id=upload, codec_header=header, payload_bytes=len(payload),
-                           num_tokens=MAX_TOKENS, num_samples=MAX_TOKENS, local_steps=2**32 - 1,
-                           shard_map=self.shard_map)
+        h = pb.DeltaHeader(
+            base_version=base,
+            upload_id=upload,
+            codec_header=header,
+            payload_bytes=len(payload),
+            num_tokens=MAX_TOKENS,
+            num_samples=MAX_TOKENS,
+            local_steps=2**32 - 1,
+            shard_map=self.shard_map,
+        )
         msgs = [pb.DeltaChunk(header=h)]
-        msgs += [pb.DeltaChunk(payload=pb.DeltaPayload(offset=o, data=payload[o : o + 65536]))
-                 for o in range(0, len(payload), 65536)]
+        msgs += [
+            pb.DeltaChunk(payload=pb.DeltaPayload(offset=o, data=payload[o : o + 65536]))
+            for o in range(0, len(payload), 65536)
+        ]
         msgs.append(pb.DeltaChunk(trailer=pb.DeltaTrailer(sha256=hashlib.sha256(payload).digest())))
         return raw_push(self.stub, self.session, msgs)
 
@@ -117,8 +126,11 @@ def test_sybil_ids_of_one_site_land_once_per_version_and_stay_within_three_hones
         version, model = new_version, new
 
         other = sybils[(r + 1) % 4]  # another id of the same site, on the same base version
-        code, details = rpc_code(lambda o=other, v=version - 1, i=r: o.push(
-            -1000 * delta_for(f"evil/again/{i}", NUMEL), codec=codec, base=v, upload=f"evil/again/{i}"))
+        code, details = rpc_code(
+            lambda o=other, v=version - 1, i=r: o.push(
+                -1000 * delta_for(f"evil/again/{i}", NUMEL), codec=codec, base=v, upload=f"evil/again/{i}"
+            )
+        )
         assert code == grpc.StatusCode.ALREADY_EXISTS and "site quota" in details, details
         assert observer.model()[1].tobytes() == model.tobytes()
     assert "rule=norm_bound" in front.logs()
@@ -155,4 +167,3 @@ def test_a_drift_just_under_the_bound_in_one_direction_stops_adding_up(front, re
     logs = front.logs()
     assert "rule=displacement_budget" in logs
     assert "event=delta_bounded client='clinic.trainer'" not in logs  # honest deltas are never scaled
-

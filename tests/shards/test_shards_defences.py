@@ -12,8 +12,9 @@ from ps_server.errors import AlreadySent
 
 from .test_shards_unit import NUMEL, Front, Single
 
-FED = FederationConfig.model_validate({"aggregation": {"mode": "async", "buffer_size": 1,
-                                                       "outer_optimizer": "fedavg", "global_lr": 0.5}})
+FED = FederationConfig.model_validate(
+    {"aggregation": {"mode": "async", "buffer_size": 1, "outer_optimizer": "fedavg", "global_lr": 0.5}}
+)
 
 
 def both(tmp_path, shards: int = 2):
@@ -43,8 +44,7 @@ def test_a_drift_in_one_direction_is_bounded_by_the_displacement_budget_as_on_on
             assert target.push("honest", honest, base=version, codec="fp32").status == "APPLIED"
             assert target.push("evil", evil, base=version + 1, codec="fp32").status == "APPLIED"
         version += 2
-        np.testing.assert_allclose(front.model(), single.model.current().flat, rtol=0, atol=1e-6,
-                                   err_msg=f"round {r}")
+        np.testing.assert_allclose(front.model(), single.model.current().flat, rtol=0, atol=1e-6, err_msg=f"round {r}")
     assert rules["single"].count("displacement_budget") > 0
     assert rules["front"] == rules["single"]
 
