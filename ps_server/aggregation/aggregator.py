@@ -293,7 +293,7 @@ class Aggregator:
         """
         acc, current = self.acc, self.model.current()
         assert current is not None
-        closed = self.strategy.close(acc) if acc is not None else empty_round(self.strategy.payload_numel(current))
+        closed = self.strategy.close(acc) if acc is not None else empty_round(self.strategy.round_numel(current))
         try:
             round_sum = self.reducer.reduce(closed, current.version)
         except ReduceFailed as exc:  # the PSs could not combine it; none of them applies it
