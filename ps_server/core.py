@@ -24,6 +24,7 @@ from .errors import ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
 from .group import GroupTransport, build_group
 from .ingest import PushHeader, PushReceiver, ReceivedPush
+from .join_checks import check_frozen_digest, frozen_key, settings_difference
 from .metrics import PSMetrics, value_bits
 from .registry import AuthError, Principal, Registry, Session
 from .status_page.history import LossHistory
@@ -78,6 +79,7 @@ class JoinResult:
     rejoin_token: str
     rejoin_expires_at: float
     snapshot: Snapshot | None
+    frozen_digest: str = ""  # the federation's, once a joined client declared one
 
 
 class ParameterServerCore:
@@ -285,11 +287,18 @@ class ParameterServerCore:
                 raise ParadigmMismatch(f"the client's exchanged parameters differ from the federation's: {difference}")
 
     def join(self, token: str, client_id: str, peer: str = "", *, paradigm: str = "",
-             manifest: Manifest = (), group: str = "") -> JoinResult:
+             manifest: Manifest = (), group: str = "", paradigm_json: str = "",
+             frozen_digest: str = "") -> JoinResult:
         self.check_client_layout(paradigm, manifest)  # before the one-time token is consumed
+        difference = settings_difference(paradigm_json, self.fed)
+        if difference is not None:
+            raise ParadigmMismatch(f"the client's paradigm settings differ from the federation's: {difference}")
+        check_frozen_digest(frozen_digest)
         self.group.check_client_group(group)
         bound = peer if self.server.bind_sessions else ""
-        session_secret, session, rejoin = self.registry.join(token, client_id, bound)
+        session_secret, session, rejoin = self.registry.join(
+            token, client_id, bound, frozen_digest=frozen_digest, frozen_key=frozen_key(self.fed)
+        )
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
         self._client(session).joins += 1
         snap = self.model.current()
@@ -298,7 +307,7 @@ class ParameterServerCore:
                  self.model.version)
         return JoinResult(
             session_secret, self.registry.session_ttl_s, master, self.model.version, rejoin,
-            time.time() + self.registry.rejoin_ttl_s, snap,
+            time.time() + self.registry.rejoin_ttl_s, snap, self.registry.frozen_digest(frozen_key(self.fed)),
         )
 
     def authenticate(self, credential: str, rpc: str, peer: str = "") -> Session:

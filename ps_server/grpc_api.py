@@ -125,7 +125,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many Join attempts: slow down")
         try:
             result = self.core.join(request.token, request.client_id, context.peer(), paradigm=request.paradigm,
-                                    manifest=manifest_from_proto(request.manifest), group=request.group)
+                                    manifest=manifest_from_proto(request.manifest), group=request.group,
+                                    paradigm_json=request.paradigm_json, frozen_digest=request.frozen_digest)
         except ParadigmMismatch as exc:
             log.warning("event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
@@ -138,6 +139,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             session=result.session, session_ttl_s=result.session_ttl_s, federation_json=self.core.fed.model_dump_json(),
             version=result.version, master=result.master, server_instance=self.core.instance,
             rejoin_token=result.rejoin_token, rejoin_expires_at=result.rejoin_expires_at,
+            frozen_digest=result.frozen_digest,
         )
         if result.snapshot is not None:
             response.manifest.extend(manifest_to_proto(result.snapshot.manifest))

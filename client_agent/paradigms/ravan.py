@@ -96,6 +96,9 @@ class Ravan(ClientParadigm):
     def trainable(self, name: str, param: nn.Parameter) -> bool:
         return name.endswith(("ravan_H", "ravan_s"))
 
+    def frozen_buffers(self, name: str) -> bool:
+        return name.endswith(("ravan_A", "ravan_B"))
+
     def local_update(self, trainer: LocalTrainer, steps: int, deadline: float | None, version: int) -> TrainStats:
         """The local steps on heads and scalings, then every sᵢ folded into its head (uploaded as sᵢHᵢ)."""
         stats = super().local_update(trainer, steps, deadline, version)
