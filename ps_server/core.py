@@ -57,6 +57,9 @@ class ClientState:
     last_push_s: float = 0.0  # that push's wall time on the PS (a sync's round trip)
     push_s_total: float = 0.0
     compression_ratio: float = 0.0  # encoded bytes / fp32 bytes of its last delta
+    # The manifest its current session holds (named in its Join response, or in a transfer it received whole):
+    # model transfers leave it out while it is the snapshot's.
+    manifest_held: tuple = ()
 
     def push_done(self, ratio: float | None = None) -> None:
         """Its push ended (accepted, or refused when `ratio` is None)."""
@@ -300,8 +303,10 @@ class ParameterServerCore:
             token, client_id, bound, frozen_digest=frozen_digest, frozen_key=frozen_key(self.fed)
         )
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
-        self._client(session).joins += 1
+        client = self._client(session)
+        client.joins += 1
         snap = self.model.current()
+        client.manifest_held = tuple(snap.manifest) if snap is not None else ()
         master = session.master and snap is None
         log.info("event=join client=%s site=%s master=%s version=%d", client_id, session.site, master,
                  self.model.version)

@@ -173,12 +173,16 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     except AuthError as exc:
                         context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
                     continue
+                held = client.manifest_held == tuple(snap.manifest)
                 for chunk in self._transfer(snap, have, request, context):
                     if not context.is_active():
                         return
+                    if held:  # sent once per session (Join, or a whole transfer), not with every version
+                        chunk.ClearField("manifest")
                     client.bytes_out += len(chunk.data)
                     self.core.metrics.bytes_out.labels(client.client_id).inc(len(chunk.data))
                     yield chunk
+                client.manifest_held = tuple(snap.manifest)
                 if request.one_transfer:  # an on-demand client: nothing more until it asks again
                     return
                 have = snap.version
