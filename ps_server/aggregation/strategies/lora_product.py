@@ -8,8 +8,9 @@ the exact global product X = BA + R: R is the part of X the rank-r factors canno
 X ← X + outer(mean Dᵢ), and the published (A, B) are X's best rank-r approximation (truncated SVD,
 Eckart–Young); R = X − BA is kept for the next round (server-side error feedback), so nothing the
 clients contributed is discarded: BA differs from the exact sum of all rounds' updates by R alone,
-which is X's spectral tail and does not accumulate. Memory: two dense out × in buffers per wrapped
-layer (R, and the optimizer's state for Nesterov/Adam), saved with the checkpoint.
+which is X's spectral tail and does not accumulate. Memory per wrapped layer, dense out × in: R and
+the outer optimizer's state (Nesterov: one buffer, Adam: two; both saved with the checkpoint), and while
+a round is open its sum and the round's BA (float64).
 """
 
 from __future__ import annotations
