@@ -6,6 +6,7 @@ a failed push is retransmitted with the same upload id, so the PS applies it at 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import tempfile
@@ -20,6 +21,7 @@ from typing import BinaryIO
 import grpc
 
 from geofed.config import FederationConfig
+from geofed.frozen_digest import frozen_mismatch
 from geofed.manifest import Manifest
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
@@ -108,15 +110,20 @@ class JoinSpec:
     """What a client declares at Join, and how it decodes the model stream of the federation it joins.
 
     `paradigm` and `manifest`: what it ran before (a relaunch reads them from its checkpoint; empty when
-    unknown); the PS refuses a mismatch. `group`: multi-PS, the client's group; the PS refuses a client of
-    another group. `decoders`: the paradigm's own downlink encodings for the federation joined (its
-    `ClientParadigm.downlink_decoders`), by encoding name.
+    unknown); the PS refuses a mismatch. `paradigm_json` and `frozen_digest`: the paradigm settings its
+    model was built under and the sha256 of the frozen part it built (`ClientParadigm.frozen_digest`);
+    the PS refuses other settings or another digest than the federation's, naming the difference.
+    `group`: multi-PS, the client's group; the PS refuses a client of another group. `decoders`: the
+    paradigm's own downlink encodings for the federation joined (its `ClientParadigm.downlink_decoders`),
+    by encoding name.
     """
 
     paradigm: str = ""
     manifest: Manifest = ()
     group: str = ""
     decoders: Callable[[FederationConfig], Mapping] = _no_decoders
+    paradigm_json: str = ""
+    frozen_digest: str = ""
 
 
 class PSClient:
@@ -147,6 +154,7 @@ class PSClient:
         self.server_instance = ""
         self.join_version = 0
         self.manifest: Manifest = ()
+        self.frozen_digest = ""  # the federation's, as the last Join response named it
         # A sharded PS: inner shard bounds (frames must end there) and the map's digest, learnt at Join and
         # on every model transfer; a push cut for an older map comes back STALE.
         self.shard_cuts: tuple[int, ...] = ()
@@ -166,23 +174,25 @@ class PSClient:
 
     # ---- Join ---------------------------------------------------------------------------------------
 
-    def join(self, spec: JoinSpec | None = None) -> None:
+    def join(self, spec: JoinSpec | None = None, *, rejoin_only: bool = False) -> None:
         """Join with the freshest credential we have: the given token first, then the rejoin token.
 
-        `spec` is kept: a rejoin after the PS refused the session declares the same."""
+        `spec` is kept: a rejoin after the PS refused the session declares the same. `rejoin_only`: the
+        one-time token is known to be spent (this client joined with it already)."""
         if spec is not None:
             self._spec = spec
         with self._join_lock:
             errors = []
             backoff = Backoff()
             deadline = time.monotonic() + self.timeouts.join_s
-            candidates = self._token_candidates()
+            candidates = [c for c in self._token_candidates() if c[0] == "rejoin" or not rejoin_only]
             while True:
                 for source, token in candidates:
                     try:
                         request = pb.JoinRequest(token=token, client_id=self.client_id, paradigm=self._spec.paradigm,
                                                  manifest=manifest_to_proto(self._spec.manifest),
-                                                 group=self._spec.group)
+                                                 group=self._spec.group, paradigm_json=self._spec.paradigm_json,
+                                                 frozen_digest=self._spec.frozen_digest)
                         r = self.stub.Join(request, timeout=self.timeouts.rpc_s)
                     except grpc.RpcError as exc:
                         if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # another paradigm or layout
@@ -201,6 +211,22 @@ class PSClient:
                 if time.monotonic() > deadline:
                     raise JoinError(f"parameter server {self.address} unreachable: " + "; ".join(errors[-3:]))
                 time.sleep(backoff.next_delay())
+
+    def declare_build(self, paradigm_json: str, frozen_digest: str) -> None:
+        """After Join: declare the settings and frozen digest of the model this client built. A federation
+        with another digest refuses it (JoinError naming both); one without a digest yet is told this one
+        (a Join with the rejoin token), which the PS then holds for every later client."""
+        if not frozen_digest or (self._spec.frozen_digest == frozen_digest and self.frozen_digest == frozen_digest):
+            return
+        if self.frozen_digest and self.frozen_digest != frozen_digest:
+            raise JoinError(
+                f"the parameter server refused this client: {frozen_mismatch(frozen_digest, self.frozen_digest)}"
+            )
+        declared = dataclasses.replace(self._spec, paradigm_json=paradigm_json, frozen_digest=frozen_digest)
+        if self.frozen_digest == frozen_digest:
+            self._spec = declared  # nothing new for the PS: later rejoins declare it
+            return
+        self.join(declared, rejoin_only=True)
 
     def _token_candidates(self) -> list[tuple[str, str]]:
         out = []
@@ -226,6 +252,7 @@ class PSClient:
         self.join_version = r.version
         self.ps_version_seen = max(self.ps_version_seen, r.version)
         self.manifest = manifest_from_proto(r.manifest)
+        self.frozen_digest = r.frozen_digest
         self.learn_shard_map(r)
         self._rejoin.save(r.rejoin_token)
         if restarted:

@@ -1,14 +1,16 @@
 """A site's start, before its first round: data, Join, the model, the trainer and the sync path.
 
 Data first (a bad data directory fails before the one-time token is spent); rank 0 joins while the model
-code imports and the first global model streams in; the model is built the way the sync path needs it; the
-site's checkpoint is restored; the master bootstraps Θ0 (or re-seeds it after a total PS loss); an upload
+code imports and the first global model streams in; the model is built the way the sync path needs it and
+the digest of its frozen part declared (a federation whose digest differs refuses it); the site's
+checkpoint is restored; the master bootstraps Θ0 (or re-seeds it after a total PS loss); an upload
 a preemption interrupted is resent.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from .trainer import LocalTrainer
 log = logging.getLogger("geofed.client")
 
 FEDERATION_CACHE = "federation.json"  # the federation of the last Join: checked before the next one
+BUILD_CACHE = "build.json"  # the paradigm settings and frozen digest of the last model built: declared at Join
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,14 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     shard_meta = sharded_meta(work) if ranks.leader else None
     declared = _newest_declaration(resumed, shard_meta)
     # Declare what we ran: a federation that changed refuses us at Join.
+    built = _cached_build(work / BUILD_CACHE) if declared else ("", "")
     spec = JoinSpec(
         paradigm=declared[0] if declared else "",
         manifest=tuple(TensorEntry(n, tuple(s), d) for n, s, d in declared[1]) if declared else (),
         group=cfg.group or "",
         decoders=_downlink_decoders,
+        paradigm_json=built[0],
+        frozen_digest=built[1],
     )
 
     def join() -> tuple[str, bool]:
@@ -133,6 +139,8 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     else:
         model = paradigm.prepare(paradigm.build(fed, initialise=bootstrap))
     _check_layout(ps, paradigm, model, ranks)
+    if ranks.leader:  # before sharding: the digest is over whole tensors
+        _declare_build(ps, fed, paradigm, model, work / BUILD_CACHE)
     if resumed is not None and resumed.private:
         paradigm.load_private_state(model, resumed.private)  # before sharding: full tensors here
         log.info(
@@ -179,6 +187,27 @@ def _check_layout(ps: PSClient, paradigm: ClientParadigm, model: torch.nn.Module
         check_manifest(model, ps.manifest, paradigm.exchanged)
     except ManifestMismatch as exc:
         raise ManifestMismatch(f"paradigm {paradigm.name!r}: {exc}") from None
+
+
+def _declare_build(ps: PSClient, fed: FederationConfig, paradigm: ClientParadigm, model: torch.nn.Module,
+                   cache: Path) -> None:
+    """Tell the PS what this model was built under and the digest of its frozen part (JoinError when the
+    federation's differs), and keep both for the next launch's Join."""
+    settings, digest = fed.paradigm.model_dump_json(), paradigm.frozen_digest(model)
+    if not digest:
+        return
+    ps.declare_build(settings, digest)
+    cache.write_text(json.dumps({"paradigm": settings, "frozen_digest": digest}))
+    log.info("event=frozen_digest paradigm=%s sha256=%s", paradigm.name, digest)
+
+
+def _cached_build(path: Path) -> tuple[str, str]:
+    """(paradigm settings JSON, frozen digest) of the model the last launch built; empty when unknown."""
+    try:
+        saved = json.loads(path.read_text())
+        return str(saved["paradigm"]), str(saved["frozen_digest"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "", ""
 
 
 def _newest_declaration(resumed: ClientCheckpoint | None, meta: dict | None) -> tuple[str, list] | None:

@@ -76,15 +76,19 @@ class SplitLocal:
 
     @staticmethod
     def memory_line(logs: Path) -> str:
-        """`client peak memory: X MB (full model: Y MB)` from the clients' logged training state."""
-        pattern = re.compile(r"event=split_memory state_bytes=(\d+) full_model_bytes=(\d+)")
-        found = [tuple(map(int, m.groups())) for p in sorted(logs.glob("client-*.log"))
+        """`client peak memory: X MB (full model: Y MB)` from the clients' logged training state, and the
+        largest measured process peak (`python -m client_agent.split.peak_memory` compares measured peaks)."""
+        pattern = re.compile(
+            r"event=split_memory state_bytes=(\d+) full_model_bytes=(\d+)(?: measured_peak_bytes=(\d+))?"
+        )
+        found = [tuple(int(g or 0) for g in m.groups()) for p in sorted(logs.glob("client-*.log"))
                  for m in pattern.finditer(p.read_text(errors="replace"))]
         if not found:
             return "client peak memory: ? MB (no client logged its training state)"
-        state, full = max(f[0] for f in found), max(f[1] for f in found)
+        state, full, measured = (max(f[i] for f in found) for i in range(3))
         return (f"client peak memory: {state / 1e6:.2f} MB (full model: {full / 1e6:.2f} MB) "
-                "[parameters, gradients, AdamW state]")
+                f"[parameters, gradients, AdamW state, computed]; measured client process peak "
+                f"{measured / 1e6:.1f} MB [resident set or CUDA allocator: activations and runtime included]")
 
     def exchanges(self, log: Path) -> int:
         return len(re.findall(r"event=split_align ", log.read_text(errors="replace"))) if log.exists() else 0

@@ -14,13 +14,20 @@ import numpy as np
 
 
 class RecordingProxy:
-    """A TCP relay that keeps every byte the client side sends (what would cross the client's WAN link)."""
+    """A TCP relay that keeps every byte the client side sends (what would cross the client's WAN link) and
+    counts every byte the server side sends back.
+
+    The counts are the TCP payload: gRPC's HTTP/2 frames, headers included (TLS records too when the channel
+    uses TLS). A real link also carries TCP/IP headers and retransmissions, which no relay sees; and this
+    one adds no latency, so timing-dependent traffic (keepalive pings, heartbeats) may differ on a WAN.
+    """
 
     def __init__(self, target_port: int) -> None:
         self.target = target_port
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.up = bytearray()
+        self.down_bytes = 0
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -41,9 +48,11 @@ class RecordingProxy:
     def _pipe(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
         try:
             while data := src.recv(65536):
-                if record:
-                    with self.lock:
+                with self.lock:
+                    if record:
                         self.up += data
+                    else:
+                        self.down_bytes += len(data)
                 dst.sendall(data)
         except OSError:
             pass
@@ -53,6 +62,11 @@ class RecordingProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def bytes_both_ways(self) -> int:
+        """Client-to-server plus server-to-client bytes relayed so far."""
+        with self.lock:
+            return len(self.up) + self.down_bytes
 
     def close(self) -> None:
         self.sock.close()

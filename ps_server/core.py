@@ -24,6 +24,7 @@ from .errors import ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
 from .group import GroupTransport, build_group
 from .ingest import PushHeader, PushReceiver, ReceivedPush
+from .join_checks import check_frozen_digest, frozen_key, settings_difference
 from .metrics import PSMetrics, value_bits
 from .registry import AuthError, Principal, Registry, Session
 from .stream_slots import StreamSlots
@@ -54,6 +55,9 @@ class ClientState:
     last_push_s: float = 0.0  # that push's wall time on the PS (a sync's round trip)
     push_s_total: float = 0.0
     compression_ratio: float = 0.0  # encoded bytes / fp32 bytes of its last delta
+    # The manifest its current session holds (named in its Join response, or in a transfer it received whole):
+    # model transfers leave it out while it is the snapshot's.
+    manifest_held: tuple = ()
 
     def push_done(self, ratio: float | None = None) -> None:
         """Its push ended (accepted, or refused when `ratio` is None)."""
@@ -76,6 +80,7 @@ class JoinResult:
     rejoin_token: str
     rejoin_expires_at: float
     snapshot: Snapshot | None
+    frozen_digest: str = ""  # the federation's, once a joined client declared one
 
 
 class ParameterServerCore:
@@ -287,20 +292,29 @@ class ParameterServerCore:
                 raise ParadigmMismatch(f"the client's exchanged parameters differ from the federation's: {difference}")
 
     def join(self, token: str, client_id: str, peer: str = "", *, paradigm: str = "",
-             manifest: Manifest = (), group: str = "") -> JoinResult:
+             manifest: Manifest = (), group: str = "", paradigm_json: str = "",
+             frozen_digest: str = "") -> JoinResult:
         self.check_client_layout(paradigm, manifest)  # before the one-time token is consumed
+        difference = settings_difference(paradigm_json, self.fed)
+        if difference is not None:
+            raise ParadigmMismatch(f"the client's paradigm settings differ from the federation's: {difference}")
+        check_frozen_digest(frozen_digest)
         self.group.check_client_group(group)
         bound = peer if self.server.bind_sessions else ""
-        session_secret, session, rejoin = self.registry.join(token, client_id, bound)
+        session_secret, session, rejoin = self.registry.join(
+            token, client_id, bound, frozen_digest=frozen_digest, frozen_key=frozen_key(self.fed)
+        )
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
-        self._client(session).joins += 1
+        client = self._client(session)
+        client.joins += 1
         snap = self.model.current()
+        client.manifest_held = tuple(snap.manifest) if snap is not None else ()
         master = session.master and snap is None
         log.info("event=join client=%s site=%s master=%s version=%d", client_id, session.site, master,
                  self.model.version)
         return JoinResult(
             session_secret, self.registry.session_ttl_s, master, self.model.version, rejoin,
-            time.time() + self.registry.rejoin_ttl_s, snap,
+            time.time() + self.registry.rejoin_ttl_s, snap, self.registry.frozen_digest(frozen_key(self.fed)),
         )
 
     def authenticate(self, credential: str, rpc: str, peer: str = "") -> Session:

@@ -6,6 +6,8 @@ A stale delta is not an error but an outcome (`PushOutcome("STALE")`): the clien
 
 from __future__ import annotations
 
+from geofed.frozen_digest import frozen_mismatch
+
 
 class PushRejected(Exception):
     """A push the PS refuses; nothing of it reaches the global model."""
@@ -49,3 +51,11 @@ class StaleDelta(PushRejected):
 
 class ParadigmMismatch(Exception):
     """A joining client runs another paradigm or exchanges another layout than the federation."""
+
+
+class FrozenMismatch(ParadigmMismatch):
+    """A joining client built another frozen part (base model, fixed projections) than the federation's."""
+
+    def __init__(self, client: str, federation: str) -> None:
+        super().__init__(frozen_mismatch(client, federation))
+        self.client, self.federation = client, federation

@@ -125,7 +125,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many Join attempts: slow down")
         try:
             result = self.core.join(request.token, request.client_id, context.peer(), paradigm=request.paradigm,
-                                    manifest=manifest_from_proto(request.manifest), group=request.group)
+                                    manifest=manifest_from_proto(request.manifest), group=request.group,
+                                    paradigm_json=request.paradigm_json, frozen_digest=request.frozen_digest)
         except ParadigmMismatch as exc:
             log.warning("event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
@@ -138,6 +139,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             session=result.session, session_ttl_s=result.session_ttl_s, federation_json=self.core.fed.model_dump_json(),
             version=result.version, master=result.master, server_instance=self.core.instance,
             rejoin_token=result.rejoin_token, rejoin_expires_at=result.rejoin_expires_at,
+            frozen_digest=result.frozen_digest,
         )
         if result.snapshot is not None:
             response.manifest.extend(manifest_to_proto(result.snapshot.manifest))
@@ -171,12 +173,16 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                     except AuthError as exc:
                         context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
                     continue
+                held = client.manifest_held == tuple(snap.manifest)
                 for chunk in self._transfer(snap, have, request, context):
                     if not context.is_active():
                         return
+                    if held:  # sent once per session (Join, or a whole transfer), not with every version
+                        chunk.ClearField("manifest")
                     client.bytes_out += len(chunk.data)
                     self.core.metrics.bytes_out.labels(client.client_id).inc(len(chunk.data))
                     yield chunk
+                client.manifest_held = tuple(snap.manifest)
                 if request.one_transfer:  # an on-demand client: nothing more until it asks again
                     return
                 have = snap.version

@@ -15,6 +15,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from .errors import FrozenMismatch
+
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,253}")
 
 
@@ -100,6 +102,8 @@ class Registry:
         self.max_client_ids_per_site = max_client_ids_per_site
         self._site_quota: dict[str, int] = {}
         self._site_ids: dict[str, set[str]] = {}
+        # The frozen digest joined clients declared, under the federation settings it belongs to (frozen_key).
+        self._frozen: tuple[str, str] = ("", "")
         self._sessions: dict[str, Session] = {}
         self.session_ttl_s = session_ttl_s
         self.rejoin_ttl_s = rejoin_ttl_s
@@ -237,11 +241,15 @@ class Registry:
 
     # ---- client surface -------------------------------------------------------------------------
 
-    def join(self, token: str, client_id: str, peer: str = "") -> tuple[str, Session, str]:
+    def join(
+        self, token: str, client_id: str, peer: str = "", *, frozen_digest: str = "", frozen_key: str = ""
+    ) -> tuple[str, Session, str]:
         """Consume a token atomically; return (session credential, session, fresh rejoin token).
 
         With `peer` set, the session only works from that connection: a stolen session credential is
         useless elsewhere, and a client whose connection was replaced simply re-joins (rejoin token).
+        A declared `frozen_digest` other than the one held under `frozen_key` is refused (FrozenMismatch)
+        before the token is consumed; the first one declared under a key is held from then on.
         """
         digest = _hash(token)
         now = time.time()
@@ -257,7 +265,12 @@ class Registry:
                 raise AuthError(f"token was minted for another client id, not {client_id!r}")
             if record.site in self._revoked_sites:
                 raise AuthError(f"site {record.site!r} is revoked")
+            held = self._frozen[1] if self._frozen[0] == frozen_key else ""
+            if frozen_digest and held and frozen_digest != held:
+                raise FrozenMismatch(frozen_digest, held)  # the token is not consumed
             del self._tokens[digest]
+            if frozen_digest and not held:
+                self._frozen = (frozen_key, frozen_digest)
             session_secret = secrets.token_urlsafe(32)
             session = Session(client_id, record.site, record.master, now + self.session_ttl_s, peer=peer)
             self._sessions[_hash(session_secret)] = session
@@ -272,6 +285,11 @@ class Registry:
                 if not (r.kind == "rejoin" and r.client_id == client_id and h != _hash(rejoin))
             }
         return session_secret, session, rejoin
+
+    def frozen_digest(self, frozen_key: str) -> str:
+        """The frozen digest held under `frozen_key`; empty when none was declared under it."""
+        with self._lock:
+            return self._frozen[1] if self._frozen[0] == frozen_key else ""
 
     def session(self, credential: str, peer: str = "") -> Session:
         """Look up a live session or raise AuthError telling the client to re-Join."""
@@ -315,6 +333,7 @@ class Registry:
                 "revoked_sites": sorted(self._revoked_sites),
                 "site_quota": dict(self._site_quota),
                 "site_client_ids": {site: sorted(ids) for site, ids in self._site_ids.items()},
+                "frozen": {"key": self._frozen[0], "digest": self._frozen[1]},
             }
 
     def load_state_dict(self, state: dict) -> None:
@@ -325,4 +344,6 @@ class Registry:
             self._revoked_sites = set(state.get("revoked_sites", []))
             self._site_quota = {str(k): int(v) for k, v in state.get("site_quota", {}).items()}
             self._site_ids = {str(k): set(v) for k, v in state.get("site_client_ids", {}).items()}
+            frozen = state.get("frozen", {})
+            self._frozen = (str(frozen.get("key", "")), str(frozen.get("digest", "")))
             self._sessions = {}

@@ -24,6 +24,7 @@ from ..flat import manifest as flat_manifest
 from ..model import build_model, build_model_shell
 from ..ranks import Ranks
 from ..trainer import LocalTrainer, TrainStats
+from .frozen import tensors_digest
 
 # (held vector, transfer bytes, base version, version) -> the new vector
 DownlinkDecoder = Callable[[np.ndarray, bytes, int, int], np.ndarray]
@@ -85,6 +86,20 @@ class ClientParadigm:
     def manifest(self, model: nn.Module) -> list[tuple[str, tuple[int, ...], str]]:
         """(name, shape, dtype) of the exchanged vector, in flat order."""
         return flat_manifest(model, self.exchanged)
+
+    def frozen_buffers(self, name: str) -> bool:
+        """True for the buffers the paradigm draws itself and every client must hold alike (none by default)."""
+        return False
+
+    def frozen_digest(self, model: nn.Module) -> str:
+        """sha256 of what this client built and neither trains nor exchanges (frozen parameters, the
+        paradigm's frozen buffers), compared with the federation's at Join; empty when the PS streams the
+        whole model (`shell_ok`: nothing is frozen)."""
+        if self.shell_ok:
+            return ""
+        frozen = [(n, p) for n, p in model.named_parameters() if not self.trainable(n, p) and not self.exchanged(n, p)]
+        frozen += [(n, b) for n, b in model.named_buffers() if self.frozen_buffers(n)]
+        return tensors_digest(frozen)
 
     # ---- local work -----------------------------------------------------------------------------------
 

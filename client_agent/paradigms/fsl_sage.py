@@ -4,10 +4,11 @@ The model is cut after `cut_layer` blocks (`client_agent.split.parts`): this cli
 embeddings, the first blocks, the final norm and the tied head, with a small `AuxBlock` where the
 server-side blocks were, and trains all of it locally (Algorithm 1's loop, unchanged). The client-side
 part is the exchanged vector the PS averages like any parameters; the auxiliary model is private (it
-rides in the client checkpoint). Every `align_every` rounds the client sends a few batches of smashed
-activations to the server-side trainer, returns the loss gradient at the trainer's output, and adopts
-the auxiliary model the trainer realigned. Only hidden states, their gradients and the auxiliary
-weights cross the wire: tokens and labels stay here.
+rides in the client checkpoint). Every `align_every` rounds the client sends the smashed activations of
+every batch it trained on since the last exchange (`align_batches: 0`, at most 64; or that many fresh
+batches) to the server-side trainer (which steps its blocks on each), returns the loss gradient at the
+trainer's output, and adopts the auxiliary model the trainer realigned. Only hidden states, their
+gradients and the auxiliary weights cross the wire: tokens and labels stay here.
 """
 
 from __future__ import annotations
@@ -29,10 +30,30 @@ from geofed.protocol.channel import open_channel
 
 from ..model import build_model
 from ..split.parts import aux_prefix, client_model, decode_tensor, encode_tensor, training_state_bytes
+from ..split.peak import peak_bytes
 from ..trainer import LocalTrainer, TrainStats
 from .base import ClientParadigm
 
 log = logging.getLogger("geofed.client")
+
+
+MAX_EXCHANGE_BATCHES = 64  # the trainer's bound on batches per exchange
+
+
+class BatchRecorder:
+    """The trainer's token stream, keeping a copy of every training batch it hands out (token ids only)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.batches: list[torch.Tensor] = []
+
+    def next_batch(self, batch_size: int, rank: int = 0, world: int = 1) -> torch.Tensor:
+        batch = self.stream.next_batch(batch_size, rank, world)
+        self.batches.append(batch.detach().to("cpu", copy=True))
+        return batch
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 class FslSage(ClientParadigm):
@@ -45,6 +66,7 @@ class FslSage(ClientParadigm):
         self.ps = None  # the PSClient whose session authenticates us at the trainer
         self.exchanges = 0
         self.full_numel = 0
+        self.trained: list[torch.Tensor] = []  # token batches trained on since the last exchange
 
     def build(self, fed: FederationConfig, *, initialise: bool) -> nn.Module:
         self.fed = fed
@@ -67,12 +89,21 @@ class FslSage(ClientParadigm):
         self.ps = ps
 
     def local_update(self, trainer: LocalTrainer, steps: int, deadline: float | None, version: int) -> TrainStats:
-        stats = super().local_update(trainer, steps, deadline, version)
+        recorder = BatchRecorder(trainer.stream)
+        trainer.stream = recorder
+        try:
+            stats = super().local_update(trainer, steps, deadline, version)
+        finally:
+            trainer.stream = recorder.stream
+        if self.settings.align_batches == 0:  # the server learns from every batch this client trained on
+            self.trained = (self.trained + recorder.batches)[-MAX_EXCHANGE_BATCHES:]
         self.rounds += 1
         if self.rounds == 1:
             full = 16 * self.full_numel  # fp32 parameters, gradients and AdamW's two moments
-            log.info("event=split_memory state_bytes=%d full_model_bytes=%d", training_state_bytes(
-                trainer.model, trainer.optimizer), full)
+            # Computed training state beside the measured peak (activations, temporaries and runtime included).
+            log.info("event=split_memory state_bytes=%d full_model_bytes=%d measured_peak_bytes=%d measured_by=%s",
+                     training_state_bytes(trainer.model, trainer.optimizer), full, peak_bytes(trainer.device),
+                     "cuda_allocator" if trainer.device.type == "cuda" else "process_max_rss")
         if self.settings.trainer and self.rounds % self.settings.align_every == 0 and self.ps is not None:
             try:
                 self.align(trainer)
@@ -96,15 +127,20 @@ class FslSage(ClientParadigm):
             while (msg := requests.get()) is not None:
                 yield msg
 
+        if s.align_batches:
+            batches = [trainer.stream.next_batch(trainer.cfg.batch_size, 0, 1) for _ in range(s.align_batches)]
+        else:
+            batches, self.trained = self.trained, []
+        if not batches:
+            raise ValueError("no batch to exchange: this client trained on none since the last exchange")
         try:
             call = stub.Align(outgoing(), metadata=bearer(self.ps.session), timeout=300)
             state = aux.state_dict()
-            start = pb.SplitMessage(kind="start", batches=s.align_batches,
+            start = pb.SplitMessage(kind="start", batches=len(batches),
                                     tensors=[self._tensor(n, v) for n, v in state.items()])
             requests.put(start)
             sent += start.ByteSize()
-            for _ in range(s.align_batches):
-                batch = trainer.stream.next_batch(trainer.cfg.batch_size, 0, 1)
+            for batch in batches:
                 inputs, targets = batch[:, :-1].to(trainer.device), batch[:, 1:].to(trainer.device)
                 with torch.no_grad():
                     model(input_ids=inputs, use_cache=False)  # fills cut_in["a"]: the smashed activations

@@ -6,8 +6,9 @@
 It holds the server-side blocks (`ServerPart`, seeded like every client's model). A client's `Align` call
 sends its auxiliary model and a few batches of smashed activations; per batch the trainer answers the
 blocks' output, takes back the loss gradient at that output (the client holds the head and the labels:
-a U-shaped split) and steps its blocks; then it realigns the client's auxiliary model to the blocks
-(outputs and input-gradients matched on those batches, FSL-SAGE's gradient alignment) and sends it back.
+a U-shaped split) and steps its blocks; then it realigns the client's auxiliary model to the blocks as
+they are after those steps (outputs and input-gradients matched on those batches, FSL-SAGE's gradient
+alignment) and sends it back.
 Clients authenticate with their PS session, which the trainer checks with the PS (`Peer.CheckSession`,
 authenticated by the federation's peer secret). The blocks are saved (safetensors) after every exchange
 and reloaded on restart.
@@ -83,6 +84,20 @@ def align_aux(aux: AuxBlock, pairs: list[tuple[torch.Tensor, ...]], steps: int, 
     return loss_value
 
 
+def alignment_targets(
+    part: ServerPart, batches: list[tuple[torch.Tensor, torch.Tensor]]
+) -> list[tuple[torch.Tensor, ...]]:
+    """(A, H, g_H, g_A) per (activations A, output gradient g_H): H = part(A) and g_A = J_part(A)ᵀ g_H, with
+    the part's current weights (no parameter gradient is kept)."""
+    out = []
+    for a, g_h in batches:
+        a = a.detach().clone().requires_grad_(True)
+        h = part(a)
+        (g_a,) = torch.autograd.grad(h, a, grad_outputs=g_h)
+        out.append((a.detach(), h.detach(), g_h, g_a.detach()))
+    return out
+
+
 class SplitTrainerServicer(pb_grpc.SplitTrainerServicer):
     """The server-side blocks and the Align exchange (see the module docstring)."""
 
@@ -148,9 +163,11 @@ class SplitTrainerServicer(pb_grpc.SplitTrainerServicer):
                 if g_h.shape != h.shape:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, "gradient shape differs from the outputs'")
                 self.opt.zero_grad(set_to_none=True)
-                (h * g_h).sum().backward()  # d loss / d blocks, and d loss / d activations into a.grad
+                (h * g_h).sum().backward()  # d loss / d blocks
                 self.opt.step()
-                pairs.append((a.detach(), h.detach(), g_h, a.grad.detach()))
+                pairs.append((a.detach(), g_h))
+            # The auxiliary model is fitted to the blocks as they are now, after this exchange's steps.
+            pairs = alignment_targets(self.part, pairs)
             misfit = align_aux(aux, pairs, self.settings.align_steps)
             self.exchanges += 1
             self._save()

@@ -37,7 +37,10 @@ class FslSageSettings(ParadigmSettings):
     )
     align_every: int = Field(1, ge=1, le=1_000_000, description="Rounds between two exchanges with the trainer.")
     align_batches: int = Field(
-        2, ge=1, le=1024, description="Batches of smashed activations sent per exchange (each of training.batch_size)."
+        0, ge=0, le=64,
+        description="Batches of smashed activations sent per exchange (each of training.batch_size): 0 sends every "
+        "batch the client trained on since the last exchange (the last 64 at most), so the server-side blocks "
+        "learn from all of the client's training; n > 0 sends n fresh batches instead.",
     )
     align_steps: int = Field(
         20, ge=1, le=10_000, description="Optimizer steps the trainer spends realigning a client's auxiliary model."

@@ -1,8 +1,9 @@
 """Federated LoRA (FedIT; Zhang et al., 2024): W + (α/r)·BA, only A and B trained and exchanged.
 
 Averaging A and B separately is not averaging BA (the mean of products is not the product of means).
-`aggregation: product` makes the PS average the clients' products BA exactly and re-factorise the
-mean to rank r (a truncated SVD, the best rank-r approximation); `separate` is FedIT's plain averaging.
+`aggregation: product` makes the PS average the clients' products BA exactly, step them with the outer
+optimizer, re-factorise to rank r (a truncated SVD, the best rank-r approximation) and carry what rank r
+cannot hold into the next round; `separate` is FedIT's plain averaging.
 `target_modules` and `rank` are checked against the model family here when the model is built from
 config, and against the real layers on every client before it trains.
 """
@@ -61,5 +62,6 @@ class LoRASettings(AdapterSettings):
     aggregation: Literal["separate", "product"] = Field(
         "separate",
         description="separate: average A and B on their own (FedIT); product: average the products BA exactly "
-        "and re-factorise to rank r by truncated SVD.",
+        "(clipped and stepped by the outer optimizer), re-factorise to rank r by truncated SVD and carry the "
+        "remainder into the next round (server-side error feedback).",
     )

@@ -141,21 +141,25 @@ class ShardSliceChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("token", "client_id", "group", "paradigm", "manifest")
+    __slots__ = ("token", "client_id", "group", "paradigm", "manifest", "paradigm_json", "frozen_digest")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     PARADIGM_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    PARADIGM_JSON_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_DIGEST_FIELD_NUMBER: _ClassVar[int]
     token: str
     client_id: str
     group: str
     paradigm: str
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
-    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
+    paradigm_json: str
+    frozen_digest: str
+    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., paradigm_json: _Optional[str] = ..., frozen_digest: _Optional[str] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
-    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map")
+    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map", "frozen_digest")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_TTL_S_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +171,7 @@ class JoinResponse(_message.Message):
     REJOIN_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     SHARD_BOUNDS_FIELD_NUMBER: _ClassVar[int]
     SHARD_MAP_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_DIGEST_FIELD_NUMBER: _ClassVar[int]
     session: str
     session_ttl_s: float
     federation_json: str
@@ -178,7 +183,8 @@ class JoinResponse(_message.Message):
     rejoin_expires_at: float
     shard_bounds: _containers.RepeatedScalarFieldContainer[int]
     shard_map: bytes
-    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ...) -> None: ...
+    frozen_digest: str
+    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ..., frozen_digest: _Optional[str] = ...) -> None: ...
 
 class TensorSpec(_message.Message):
     __slots__ = ("name", "shape", "dtype")

@@ -192,7 +192,7 @@ class LocalEngine(RoundEngine):
     def close(self, acc, current: Snapshot) -> RoundClosed:
         """close → reduce → apply (Algorithm 1, step 13). The guard's bounds make a non-finite round impossible in
         practice; the checks here make it impossible, full stop: nothing non-finite is ever published."""
-        closed = self.strategy.close(acc) if acc is not None else empty_round(self.strategy.payload_numel(current))
+        closed = self.strategy.close(acc) if acc is not None else empty_round(self.strategy.round_numel(current))
         version = current.version + 1
         try:
             round_sum = self.reducer.reduce(closed, current.version)

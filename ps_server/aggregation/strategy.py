@@ -74,6 +74,10 @@ class Strategy(ABC):
     def payload_numel(self, snapshot: Snapshot) -> int:
         """Elements a client's payload must decode to, given the current global vector."""
 
+    def round_numel(self, snapshot: Snapshot) -> int:
+        """Elements of a closed round's combined update (what `close` returns and `apply` takes)."""
+        return self.payload_numel(snapshot)
+
     @abstractmethod
     def open_round(self, snapshot: Snapshot) -> Accumulator:
         """A fresh accumulator for the round that starts with the next accepted payload."""

@@ -336,7 +336,8 @@ class ShardCore:
             if current is None or current.version + 1 != version:
                 raise ShardRefused("version", f"shard {self.index} holds version {self.model.version}; it cannot "
                                    f"prepare version {version}")
-            closed = self.strategy.close(self.acc) if self.acc is not None else empty_round(current.flat.size)
+            closed = (self.strategy.close(self.acc) if self.acc is not None
+                      else empty_round(self.strategy.round_numel(current)))
             self.acc = None
             if not all_finite(closed.delta):
                 self._reload_strategy()

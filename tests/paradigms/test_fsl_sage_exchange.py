@@ -83,3 +83,27 @@ def test_a_call_without_a_live_session_is_refused(exchange):
     with pytest.raises(grpc.RpcError) as err:
         list(stub.Align(iter([pb.SplitMessage(kind="start", batches=1)]), metadata=bearer("stolen"), timeout=10))
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED and "no live PS session" in err.value.details()
+
+
+def test_by_default_the_server_blocks_learn_from_every_batch_the_client_trained_on(exchange, monkeypatch):
+    """align_batches 0: the exchange carries the round's own training batches, each one a server step."""
+    fed, servicer, _, _, tokens, _ = exchange
+    fed = fed.model_copy(update={"paradigm": fed.paradigm.model_copy(update={"align_batches": 0})})
+    paradigm = client_paradigm(fed.paradigm)
+    model = paradigm.prepare(paradigm.build(fed, initialise=True))
+    paradigm.bind_ps(SimpleNamespace(session="live-session", channel_options={"insecure": True}))
+    trainer = LocalTrainer(model, fed.training, TokenStream(tokens, 32, seed=0), "cpu", micro_batch_size=2)
+    same_order = TokenStream(tokens, 32, seed=0)
+    expected = [same_order.next_batch(fed.training.batch_size) for _ in range(3)]
+    server_steps: list[int] = []
+    step = servicer.opt.step
+    monkeypatch.setattr(servicer.opt, "step", lambda *a, **k: server_steps.append(1) or step(*a, **k))
+    exchanged: list[torch.Tensor] = []
+    align = paradigm.align
+    monkeypatch.setattr(paradigm, "align", lambda t: exchanged.extend(paradigm.trained) or align(t))
+
+    paradigm.local_update(trainer, 3, None, 1)
+
+    assert len(exchanged) == 3 and all(torch.equal(a, b) for a, b in zip(exchanged, expected, strict=True))
+    assert len(server_steps) == 3  # one server step per batch the client trained on
+    assert paradigm.trained == [] and servicer.exchanges == 1

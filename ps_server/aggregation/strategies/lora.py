@@ -2,23 +2,20 @@
 
 `aggregation: separate` is FedIT's: A and B are averaged on their own like any parameter slice, which is
 not the average of the products (mean(BᵢAᵢ) ≠ mean(Bᵢ)·mean(Aᵢ)). `aggregation: product` averages the
-products exactly, P = Σ wᵢ BᵢAᵢ / Σ wᵢ (a dense out × in sum per layer, O(wrapped layers) memory), steps
-the global product by the outer learning rate, and re-factorises it to rank r by truncated SVD, the best
-rank-r approximation (Eckart–Young): never further from the exact mean than separate averaging's B̄Ā.
-A keeps its row scale across the re-factorisation, so the clients' next steps on B stay as large.
+products exactly and carries what rank r cannot hold to the next round (lora_product.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...global_model import Manifest, Snapshot
 from ..rounds import Admission
 from ..strategy import Accumulator, Payload, RoundSum
-from ..weighting import base_weight
 from .delta_averaging import DeltaAveraging
+from .lora_product import ProductRound, product_delta, product_numel, step_factors
 
 
 @dataclass(frozen=True)
@@ -61,38 +58,18 @@ def adapter_pairs(manifest: Manifest) -> list[AdapterPair]:
     return pairs
 
 
-def refactorise(product: np.ndarray, rank: int, a_rms: float) -> tuple[np.ndarray, np.ndarray]:
-    """(A, B) with B·A the best rank-`rank` approximation of `product`; A's rows keep RMS `a_rms`."""
-    u, s, vt = np.linalg.svd(product.astype(np.float64), full_matrices=False)
-    u, s, vt = u[:, :rank], s[:rank], vt[:rank]
-    c = a_rms * np.sqrt(vt.shape[1]) if a_rms > 0 else 1.0  # vt's rows have unit norm
-    return (c * vt).astype(np.float32), (u * (s / c)).astype(np.float32)
-
-
-@dataclass
-class ProductAccumulator:
-    """Σ wᵢ·BᵢAᵢ per wrapped layer, plus what every accumulator counts."""
-
-    base: np.ndarray  # the round's global adapters (read-only snapshot)
-    sums: list[np.ndarray]
-    count: int = 0
-    weight: float = 0.0
-    mass: float = 0.0
-    clients: set[str] = field(default_factory=set)
-
-    def close(self) -> None:
-        return None
-
-
 class LoRA(DeltaAveraging):
     name = "lora"
 
     def __init__(self, fed) -> None:
         super().__init__(fed)
         self.pairs: list[AdapterPair] = []
+        self.residual = np.zeros(0, dtype=np.float32)
         if self.product and self.cfg.robust != "none":
-            raise ValueError("paradigm.aggregation 'product' averages products exactly; it does not combine with "
-                             f"aggregation.robust {self.cfg.robust!r}")
+            raise ValueError(
+                "paradigm.aggregation 'product' averages products exactly; it does not combine with "
+                f"aggregation.robust {self.cfg.robust!r}"
+            )
 
     @property
     def product(self) -> bool:
@@ -102,50 +79,45 @@ class LoRA(DeltaAveraging):
         adapter_pairs(manifest)
 
     def install(self, numel: int, manifest: Manifest) -> None:
-        super().install(numel, manifest)
         self.pairs = adapter_pairs(manifest)
+        if not self.product:
+            super().install(numel, manifest)
+            return
+        dense = product_numel(self.pairs)
+        super().install(dense, manifest)  # the outer optimizer steps on the dense products
+        self.residual = np.zeros(dense, dtype=np.float32)
+
+    def round_numel(self, snapshot: Snapshot) -> int:
+        return product_numel(self.pairs) if self.product else super().round_numel(snapshot)
 
     def open_round(self, snapshot: Snapshot) -> Accumulator:
         if not self.product:
             return super().open_round(snapshot)
-        return ProductAccumulator(snapshot.flat, [np.zeros((p.b_shape[0], p.a_shape[1])) for p in self.pairs])
+        return ProductRound(self.pairs, snapshot.flat)
 
-    def fold(self, acc: Accumulator, push: Payload, admission: Admission, *, num_tokens: int,
-             local_steps: int) -> float:
-        if not isinstance(acc, ProductAccumulator):
-            return super().fold(acc, push, admission, num_tokens=num_tokens, local_steps=local_steps)
-        adapters = np.array(acc.base, dtype=np.float32)  # Aᵢ, Bᵢ = global + δᵢ (adapter-sized)
-        for off, values in push.iter_values(adapters.size):
-            adapters[off : off + values.size] += values
-        weight = base_weight(self.cfg, num_tokens, local_steps) * admission.factor
-        for total, pair in zip(acc.sums, self.pairs, strict=True):
-            a, b = pair.factors(adapters)
-            total += weight * (b.astype(np.float64) @ a)
-        acc.weight += weight  # a stale product counts less, it is not shrunk towards zero
-        acc.count += 1
-        acc.clients.add(push.client_id)
-        return weight
-
-    def close(self, acc: Accumulator) -> RoundSum:
-        if not isinstance(acc, ProductAccumulator):
-            return super().close(acc)
-        mean = np.concatenate([(s / acc.weight).reshape(-1) for s in acc.sums]).astype(np.float32)
-        return RoundSum(mean, acc.count, frozenset(acc.clients), acc.weight)
+    def fold(
+        self, acc: Accumulator, push: Payload, admission: Admission, *, num_tokens: int, local_steps: int
+    ) -> float:
+        if isinstance(acc, ProductRound):
+            push = product_delta(acc, push)  # clipped, weighted and summed as a delta of the products
+        return super().fold(acc, push, admission, num_tokens=num_tokens, local_steps=local_steps)
 
     def apply(self, snapshot: Snapshot, round_sum: RoundSum) -> np.ndarray:
-        """Product mode: P ← P + η·(mean BᵢAᵢ − P) per layer, re-factorised to rank r."""
+        """Product mode: X ← BA + R + outer(mean Dᵢ) per layer, re-factorised to rank r, R ← X − B'A'."""
         if not self.product:
             return super().apply(snapshot, round_sum)
-        out = np.array(snapshot.flat, dtype=np.float32)
-        lr, off = self.cfg.global_lr, 0
-        for pair in self.pairs:
-            a, b = pair.factors(snapshot.flat)
-            size = pair.b_shape[0] * pair.a_shape[1]
-            mean = round_sum.delta[off : off + size].reshape(pair.b_shape[0], pair.a_shape[1]).astype(np.float64)
-            off += size
-            current = b.astype(np.float64) @ a
-            target = current + lr * (mean - current)
-            new_a, new_b = refactorise(target, pair.a_shape[0], float(np.sqrt(np.mean(np.square(a)))))
-            oa, ob = pair.factors(out)
-            oa[...], ob[...] = new_a, new_b
-        return out
+        update = round_sum.delta
+        self.outer_step_(update)
+        return step_factors(self.pairs, snapshot, update, self.residual)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.product and state:
+            state["residual"] = self.residual
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        residual = state.get("residual")
+        if self.product and residual is not None and np.asarray(residual).size == self.residual.size:
+            self.residual = np.asarray(residual, dtype=np.float32).copy()

@@ -1,7 +1,9 @@
 """RAVAN: the exchanged vector is every layer's heads Hᵢ (r × r each), averaged like any parameter slice.
 
-Averaging the heads is exact, unlike LoRA's A and B: the layer's update Σᵢ Bᵢ Hᵢ Aᵢ is linear in the heads
-and Aᵢ, Bᵢ are the same on every client, so the mean of the clients' updates is the update of the mean heads.
+Clients upload sᵢHᵢ, their trainable per-head scalings folded in, so the global heads are the mean of the
+scaled heads and every client starts its next round from sᵢ = 1. Averaging the heads is exact, unlike LoRA's
+A and B: the layer's update Σᵢ Bᵢ Hᵢ Aᵢ is linear in the heads and Aᵢ, Bᵢ are the same on every client, so
+the mean of the clients' updates is the update of the mean heads.
 """
 
 from __future__ import annotations

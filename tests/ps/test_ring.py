@@ -72,8 +72,15 @@ class FakeTransport:
 def ring_of(groups, net, *, timeout_s=2.0, codec="fp32", versions=None):
     versions = versions or {}
     for g in groups:
-        net.nodes[g] = RingReducer(g, groups, net.transport(g), timeout_s=timeout_s, retries=2, codec=codec,
-                                   version=lambda g=g: versions.get(g, 5))
+        net.nodes[g] = RingReducer(
+            g,
+            groups,
+            net.transport(g),
+            timeout_s=timeout_s,
+            retries=2,
+            codec=codec,
+            version=lambda g=g: versions.get(g, 5),
+        )
     return net.nodes
 
 
@@ -97,8 +104,10 @@ def run_all(nodes, sums, version=5):
 
 def sums_for(groups, numel=1001, seed=0):
     rng = np.random.default_rng(seed)
-    return {g: RoundSum(rng.standard_normal(numel).astype(np.float32), i + 1, frozenset({f"{g}.c"}), 10.0 * (i + 1))
-            for i, g in enumerate(groups)}
+    return {
+        g: RoundSum(rng.standard_normal(numel).astype(np.float32), i + 1, frozenset({f"{g}.c"}), 10.0 * (i + 1))
+        for i, g in enumerate(groups)
+    }
 
 
 def weighted_mean(sums, groups):
@@ -127,8 +136,9 @@ def test_encoded_chunk_round_trips_and_refuses_another_size():
         decode_chunk(data, 1000)
 
 
-@pytest.mark.parametrize(("groups", "codec"), [(("a", "b"), "fp32"), (("a", "b", "c"), "int16"),
-                                               (("a", "b", "c", "d"), "int8")])
+@pytest.mark.parametrize(
+    ("groups", "codec"), [(("a", "b"), "fp32"), (("a", "b", "c"), "int16"), (("a", "b", "c", "d"), "int8")]
+)
 def test_every_ps_gets_the_same_bits_of_the_weighted_mean(groups, codec):
     """All members end with bit-identical combined deltas, equal to Σ w·δ / Σ w within the codec's error."""
     # Prepare

@@ -1,0 +1,39 @@
+"""The peak memory of this process: the CUDA allocator's on a GPU, the peak resident set size on CPU."""
+
+from __future__ import annotations
+
+import os
+import resource
+
+import torch
+
+
+def peak_bytes(device: torch.device) -> int:
+    """The peak memory of this process on `device` since it started or since `reset_peak`:
+    `torch.cuda.max_memory_allocated` on CUDA, else `getrusage(RUSAGE_SELF).ru_maxrss` (Linux reports KiB):
+    everything the process touched, activations and temporaries included."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def resident_bytes(device: torch.device) -> int:
+    """What the process holds on `device` now: allocated CUDA memory, or the resident set size."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def reset_peak(device: torch.device) -> bool:
+    """Start the peak over from what the process holds now (Linux: `5` into /proc/self/clear_refs resets
+    the peak resident set size); False where it cannot be reset (the peak then spans the process's life)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
