@@ -20,6 +20,8 @@ import yaml
 from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, validate_settings
 from geofed.config import FederationConfig
 
+from .run_dir import new_run_dir
+
 if TYPE_CHECKING:
     from .evaluate import GlobalEvaluator
 
@@ -156,8 +158,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         fed = validate_settings(FederationConfig, data)
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))
-    run = Path(opts.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
-    run.mkdir(parents=True, exist_ok=False)
+    run = new_run_dir(opts.run_dir)
     task = None
     try:
         if opts.paradigm and split is None:
