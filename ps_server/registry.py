@@ -246,17 +246,7 @@ class Registry:
         digest = _hash(token)
         now = time.time()
         with self._lock:
-            record = self._tokens.get(digest)
-            if record is None:
-                raise AuthError("token unknown or already used")
-            if record.expires_at < now:
-                del self._tokens[digest]
-                raise AuthError("token expired")
-            if record.client_id != client_id:
-                # Not consumed: a foreign client must not be able to burn someone else's token.
-                raise AuthError(f"token was minted for another client id, not {client_id!r}")
-            if record.site in self._revoked_sites:
-                raise AuthError(f"site {record.site!r} is revoked")
+            record = self._usable(digest, client_id, now)
             del self._tokens[digest]
             session_secret = secrets.token_urlsafe(32)
             session = Session(client_id, record.site, record.master, now + self.session_ttl_s, peer=peer)
@@ -272,6 +262,26 @@ class Registry:
                 if not (r.kind == "rejoin" and r.client_id == client_id and h != _hash(rejoin))
             }
         return session_secret, session, rejoin
+
+    def check(self, token: str, client_id: str) -> TokenRecord:
+        """The token's record if `join` would accept it for `client_id`; nothing is consumed."""
+        with self._lock:
+            return self._usable(_hash(token), client_id, time.time())
+
+    def _usable(self, digest: str, client_id: str, now: float) -> TokenRecord:
+        """The record of a token `client_id` may use now, or AuthError saying why not (caller holds the lock)."""
+        record = self._tokens.get(digest)
+        if record is None:
+            raise AuthError("token unknown or already used")
+        if record.expires_at < now:
+            del self._tokens[digest]
+            raise AuthError("token expired")
+        if record.client_id != client_id:
+            # Not consumed: a foreign client must not be able to burn someone else's token.
+            raise AuthError(f"token was minted for another client id, not {client_id!r}")
+        if record.site in self._revoked_sites:
+            raise AuthError(f"site {record.site!r} is revoked")
+        return record
 
     def session(self, credential: str, peer: str = "") -> Session:
         """Look up a live session or raise AuthError telling the client to re-Join."""

@@ -139,18 +139,20 @@ class ShardSliceChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("token", "client_id", "group", "paradigm", "manifest")
+    __slots__ = ("token", "client_id", "group", "paradigm", "manifest", "preview")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     PARADIGM_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
     token: str
     client_id: str
     group: str
     paradigm: str
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
-    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ...) -> None: ...
+    preview: bool
+    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., preview: _Optional[bool] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
     __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map")
