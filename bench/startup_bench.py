@@ -90,7 +90,8 @@ def run_once(duration_s: float, label: str, attempt: int) -> list[dict]:
         "--run-dir",
         str(runs),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # cwd: `python -m` puts the working directory first on sys.path, ahead of a PYTHONPATH naming other code.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=runs)
     starts: dict[str, float] = {}
     while proc.poll() is None:
         for child in _children(proc.pid):
@@ -99,7 +100,7 @@ def run_once(duration_s: float, label: str, attempt: int) -> list[dict]:
                 starts[cid] = at
         time.sleep(0.01)
     output = proc.stdout.read() if proc.stdout else ""
-    run = next(runs.iterdir())
+    run = next(p for p in runs.iterdir() if p.is_dir() and p.name[:8].isdigit())
     rows = []
     for cid, t0 in sorted(starts.items()):
         log = run / "logs" / f"client-{cid.rsplit('-', 1)[1]}.log"
