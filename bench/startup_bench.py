@@ -120,11 +120,12 @@ def _spread(values: list[float]) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """One line per label: median (range) over every client of every try, per phase boundary."""
-    cols = ["import_s", *(f"t_{e}_s" for e in EVENTS)]
+    """One line per label: median (range) over every client of every try, of the seconds from each client
+    process's start to each event; '–' where the code measured does not log the event."""
+    cols = [f"t_{e}_s" for e in EVENTS]
     out = [
-        "| code | tries × clients | import | settings checked | joined | model built | model received "
-        "| first step | launcher → client process | load (1 min) |",
+        "| code | tries × clients | agent started (imports, settings) | settings checked | joined | model built "
+        "| model received | first step | launcher → client process | load (1 min) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[str, list[dict]] = {}
@@ -133,7 +134,7 @@ def table(rows: list[dict]) -> str:
     for name, rs in groups.items():
         cells = [_spread([r[c] for r in rs if c in r]) for c in cols]
         loads = [r["loadavg_at_start"][0] for r in rs]
-        tries = len({r["try"] for r in rs})
+        tries = len({r["final"][-1] for r in rs})  # the run directory line: one per try
         out.append(
             f"| {name} | {tries} × {len(rs) // max(1, tries)} | "
             + " | ".join(cells)

@@ -115,7 +115,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         if ps.session is None:  # a PS without previews joined us already
             ps.join(spec)
         joined = ps.federation.model_dump_json()
-        if joined != fed_json:
+        if ps.federation != fed:
             raise JoinError("the federation's settings changed between the Join preview and the Join: relaunch")
         bootstrap = ps.master and ps.join_version == 0
         if not bootstrap:
