@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,6 +111,7 @@ def run_once(duration_s: float, label: str, attempt: int) -> list[dict]:
             "loadavg_at_start": load, "loadavg_at_end": os.getloadavg(), "commit": _commit(),
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })  # fmt: skip
+    shutil.rmtree(runs, ignore_errors=True)  # the rows keep what was measured; the run's model and logs go
     return rows
 
 
