@@ -104,6 +104,7 @@ class ClientAgent:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _raise_preempted)
+        log.info("event=agent_started client=%s", self.cfg.client_id)  # the agent's code is imported
         # transformers' model code takes seconds to import; do it while data loads and we Join (rejoin time).
         # transformers' lazy modules are not safe to import from two threads: set_up joins this first.
         preload = threading.Thread(target=_preload_model_code, name="geofed-preload", daemon=True)

@@ -10,6 +10,10 @@ class JoinError(Exception):
     """Could not join: bad/used/expired token or unreachable PS; the message says which."""
 
 
+class SiteError(ValueError):
+    """This site cannot run what the federation asks (its device, its client's paradigms); one readable line."""
+
+
 class StaleDeltaError(Exception):
     """The PS refused the delta as too stale: fetch the current model and train again."""
 
@@ -24,10 +28,11 @@ def expected_errors() -> dict[type[Exception], int]:
     from .corpus import CorpusError
     from .data import DataError
     from .model import ModelConfigError
+    from .precision import PrecisionError
     from .tokenizer import TokenizerError
 
-    return {DataError: 2, CorpusError: 2, ModelConfigError: 2, TokenizerError: 2,
-            JoinError: 3, PushError: 3, CheckpointError: 4}
+    return {DataError: 2, CorpusError: 2, ModelConfigError: 2, TokenizerError: 2, PrecisionError: 2,
+            SiteError: 2, JoinError: 3, PushError: 3, CheckpointError: 4}
 
 
 def exit_code_for(exc: Exception) -> int | None:

@@ -92,13 +92,22 @@ def _context_length(model: nn.Module) -> int | None:
     return None
 
 
-def _load_pretrained(cfg: ModelConfig) -> nn.Module:
-    """Load a local checkpoint directory in fp32 (the master weights), refusing anything remote."""
-    path = Path(cfg.path or "").expanduser()
+def check_model_source(cfg: ModelConfig) -> None:
+    """What can be checked without building: the shapes, and that a `cfg.path` is a local transformers model."""
+    check_model_config(cfg)
+    if not cfg.path:
+        return
+    path = Path(cfg.path).expanduser()
     if not path.is_dir():
         raise ModelConfigError(f"model path {str(path)!r} is not a directory")
     if not (path / "config.json").is_file():
         raise ModelConfigError(f"model path {str(path)!r} has no config.json (not a transformers model)")
+
+
+def _load_pretrained(cfg: ModelConfig) -> nn.Module:
+    """Load a local checkpoint directory in fp32 (the master weights), refusing anything remote."""
+    check_model_source(cfg)
+    path = Path(cfg.path or "").expanduser()
     from transformers import AutoModelForCausalLM
 
     try:

@@ -174,6 +174,21 @@ class PSClient:
 
     # ---- Join ---------------------------------------------------------------------------------------
 
+    def preview(self, spec: JoinSpec | None = None) -> pb.JoinResponse:
+        """Ask what a Join would answer (federation, version, master) without spending a token.
+
+        The PS checks the token, group and declarations as for a Join and answers with no session. A PS that
+        knows no preview answers with a real Join: then it is adopted (the client is joined, `session` set)."""
+        if spec is not None:
+            self._spec = spec
+        with self._join_lock:
+            r, source = self._ask(preview=True)
+            if r.session:
+                self._adopt_join(r)
+                log.info("event=joined client=%s via=%s version=%d master=%s", self.client_id, source, r.version,
+                         r.master)
+            return r
+
     def join(self, spec: JoinSpec | None = None, *, rejoin_only: bool = False) -> None:
         """Join with the freshest credential we have: the given token first, then the rejoin token.
 
@@ -182,35 +197,39 @@ class PSClient:
         if spec is not None:
             self._spec = spec
         with self._join_lock:
-            errors = []
-            backoff = Backoff()
-            deadline = time.monotonic() + self.timeouts.join_s
-            candidates = [c for c in self._token_candidates() if c[0] == "rejoin" or not rejoin_only]
-            while True:
-                for source, token in candidates:
-                    try:
-                        request = pb.JoinRequest(token=token, client_id=self.client_id, paradigm=self._spec.paradigm,
-                                                 manifest=manifest_to_proto(self._spec.manifest),
-                                                 group=self._spec.group, paradigm_json=self._spec.paradigm_json,
-                                                 frozen_digest=self._spec.frozen_digest)
-                        r = self.stub.Join(request, timeout=self.timeouts.rpc_s)
-                    except grpc.RpcError as exc:
-                        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # another paradigm or layout
-                            raise JoinError(f"the parameter server refused this client: {exc.details()}") from None
-                        if exc.code() in RETRYABLE:
-                            errors.append(f"{source}: {exc.code().name}")
-                            break  # PS unreachable: back off, then try the same candidates again
-                        errors.append(f"{source} token refused ({exc.details()})")
-                        continue
-                    self._adopt_join(r)
-                    log.info("event=joined client=%s via=%s version=%d master=%s", self.client_id, source,
-                             r.version, r.master)
-                    return
-                else:
-                    raise JoinError("; ".join(errors) or "no token available (give --token-file or GEOFED_TOKEN)")
-                if time.monotonic() > deadline:
-                    raise JoinError(f"parameter server {self.address} unreachable: " + "; ".join(errors[-3:]))
-                time.sleep(backoff.next_delay())
+            r, source = self._ask(preview=False, rejoin_only=rejoin_only)
+            self._adopt_join(r)
+            log.info("event=joined client=%s via=%s version=%d master=%s", self.client_id, source, r.version,
+                     r.master)
+
+    def _ask(self, preview: bool, rejoin_only: bool = False) -> tuple[pb.JoinResponse, str]:
+        """One answered JoinRequest, trying each credential in turn and retrying an unreachable PS with backoff
+        until the Join deadline; returns the response and which credential served."""
+        errors = []
+        backoff = Backoff()
+        deadline = time.monotonic() + self.timeouts.join_s
+        candidates = [c for c in self._token_candidates() if c[0] == "rejoin" or not rejoin_only]
+        while True:
+            for source, token in candidates:
+                try:
+                    request = pb.JoinRequest(token=token, client_id=self.client_id, paradigm=self._spec.paradigm,
+                                             manifest=manifest_to_proto(self._spec.manifest),
+                                             group=self._spec.group, paradigm_json=self._spec.paradigm_json,
+                                             frozen_digest=self._spec.frozen_digest, preview=preview)
+                    return self.stub.Join(request, timeout=self.timeouts.rpc_s), source
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # another paradigm or layout
+                        raise JoinError(f"the parameter server refused this client: {exc.details()}") from None
+                    if exc.code() in RETRYABLE:
+                        errors.append(f"{source}: {exc.code().name}")
+                        break  # PS unreachable: back off, then try the same candidates again
+                    errors.append(f"{source} token refused ({exc.details()})")
+                    continue
+            else:
+                raise JoinError("; ".join(errors) or "no token available (give --token-file or GEOFED_TOKEN)")
+            if time.monotonic() > deadline:
+                raise JoinError(f"parameter server {self.address} unreachable: " + "; ".join(errors[-3:]))
+            time.sleep(backoff.next_delay())
 
     def declare_build(self, paradigm_json: str, frozen_digest: str) -> None:
         """After Join: declare the settings and frozen digest of the model this client built. A federation

@@ -1,10 +1,11 @@
-"""A site's start, before its first round: data, Join, the model, the trainer and the sync path.
+"""A site's start, before its first round: data, the checks, Join, the model, the trainer and the sync path.
 
-Data first (a bad data directory fails before the one-time token is spent); rank 0 joins while the model
-code imports and the first global model streams in; the model is built the way the sync path needs it and
-the digest of its frozen part declared (a federation whose digest differs refuses it); the site's
-checkpoint is restored; the master bootstraps Θ0 (or re-seeds it after a total PS loss); an upload
-a preemption interrupted is resent.
+Data first (a bad data directory fails before the one-time token is spent); rank 0 previews the Join (the
+token is checked, not spent) and the site's tokenizer, data and device are checked against the federation
+(`preflight`); the model is built in a thread, the way the sync path needs it, while rank 0 joins and the
+first global model streams in, and the digest of its frozen part is declared (a federation whose digest
+differs refuses it); the site's checkpoint is restored; the master bootstraps Θ0 (or re-seeds it after a
+total PS loss); an upload a preemption interrupted is resent.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,22 +25,23 @@ from geofed.manifest import TensorEntry
 
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
-from .data import TokenStream, load_tokens
+from .data import load_tokens
+from .errors import JoinError
 from .flat import ManifestMismatch, check_manifest
 from .fsdp import build_on_meta, shard_model
 from .link_tuner import CODEC_POLICIES, FixedCodec, LinkTuner
 from .paradigms import ClientParadigm, client_paradigm
-from .precision import pick_precision
+from .preflight import check_before_join
 from .ps_client import GlobalVersion, JoinSpec, PSClient
 from .ranks import Ranks
 from .slices.state import sharded_meta
 from .sync import SyncContext, SyncPath, start_restore, sync_route
-from .tokenizer import check_vocab, load_tokenizer
+from .threads import in_thread
+from .tokenizer import load_tokenizer
 from .trainer import LocalTrainer
 
 log = logging.getLogger("geofed.client")
 
-FEDERATION_CACHE = "federation.json"  # the federation of the last Join: checked before the next one
 BUILD_CACHE = "build.json"  # the paradigm settings and frozen digest of the last model built: declared at Join
 
 
@@ -83,7 +86,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     # A site that ran shard-wise has a sharded checkpoint instead (every rank wrote its own shards).
     shard_meta = sharded_meta(work) if ranks.leader else None
     declared = _newest_declaration(resumed, shard_meta)
-    # Declare what we ran: a federation that changed refuses us at Join.
+    # Declare what we ran: a federation that changed refuses us at Join (and at its preview).
     built = _cached_build(work / BUILD_CACHE) if declared else ("", "")
     spec = JoinSpec(
         paradigm=declared[0] if declared else "",
@@ -94,36 +97,45 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         frozen_digest=built[1],
     )
 
-    def join() -> tuple[str, bool]:
-        # A tokenizer the model cannot embed: refuse before a token is spent when the federation is known,
-        # else right after Join (the saved rejoin token serves the corrected relaunch).
-        if (vocab := _cached_vocab(work / FEDERATION_CACHE)) is not None:
-            check_vocab(tokenizer, vocab)
-        ps.join(spec)
-        joined = ps.federation.model_dump_json()
-        (work / FEDERATION_CACHE).write_text(joined)
-        check_vocab(tokenizer, ps.federation.model.vocab_size)
-        master = ps.master and ps.join_version == 0
-        if not master:
-            if resumed is not None:
-                _hold_base(ps, resumed)
-            ps.start()  # fetch the global model while the model is being built
-        return joined, master
+    def preview() -> tuple[str, bool]:
+        answer = ps.preview(spec)  # the token is checked, not spent
+        return answer.federation_json, answer.master and answer.version == 0
 
-    # Rank 0 joins while the other ranks wait in short polls (`Ranks.lead`): a slow PS cannot time them out.
-    fed_json, bootstrap = ranks.lead(join) or (None, False)
+    # Rank 0 talks to the PS while the other ranks wait in short polls (`Ranks.lead`): a slow PS cannot time them out.
+    fed_json, master = ranks.lead(preview) or (None, False)
     fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
-    bootstrap = ranks.bcast_flag(bootstrap)
+    master = ranks.bcast_flag(master)
     device = ranks.device(pick_device(cfg.device))
-    # The error-feedback residual needs only the checkpoint: restore it now, beside the model code import.
-    restoring = start_restore(resumed, fed, cfg.client_id, ranks.leader)
-    preload.join()
-    paradigm = client_paradigm(fed.paradigm)
-    paradigm.bind_ps(ps)
+    checked = check_before_join(cfg, fed, tokenizer, tokens, device)
+    log.info("event=settings_checked client=%s paradigm=%s device=%s", cfg.client_id, fed.paradigm.name, device)
+    paradigm = checked.paradigm
     codecs = CODEC_POLICIES.get(fed.codec.name, FixedCodec)(fed.codec.name).candidates
     route = sync_route(
         ranks.world, paradigm, codecs, ranks.bcast_flag(shard_meta is not None if ranks.leader else None)
     )
+    if fed.training.torch_threads:
+        torch.set_num_threads(fed.training.torch_threads)
+    # The model (its code's import included) is built while rank 0 joins and the first global model streams in.
+    building = in_thread(lambda: _build(paradigm, fed, route.path, ranks, master, preload), "geofed-build")
+
+    def join() -> tuple[str, bool]:
+        if ps.session is None:  # a PS without previews joined us already
+            ps.join(spec)
+        joined = ps.federation.model_dump_json()
+        if ps.federation != fed:
+            raise JoinError("the federation's settings changed between the Join preview and the Join: relaunch")
+        bootstrap = ps.master and ps.join_version == 0
+        if not bootstrap:
+            if resumed is not None:
+                _hold_base(ps, resumed)
+            ps.start()  # fetch the global model while the model is being built
+        return joined, bootstrap
+
+    _, bootstrap = ranks.lead(join) or (None, False)
+    bootstrap = ranks.bcast_flag(bootstrap)
+    # The error-feedback residual needs only the checkpoint: restore it now, beside the model build.
+    restoring = start_restore(resumed, fed, cfg.client_id, ranks.leader)
+    paradigm.bind_ps(ps)
     if ranks.leader:
         log.info(
             "event=sync_path client=%s shard_wise=%s ranks=%d reason=%r",
@@ -132,12 +144,9 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
             ranks.world,
             route.reason,
         )
-    # Only the master's Θ0 needs a random init when everything is exchanged; a paradigm that keeps a
-    # frozen part builds it on every client (`shell_ok`).
-    if route.path.slices_only and ranks.distributed and not bootstrap and paradigm.shell_ok and not fed.model.path:
-        model = paradigm.prepare(build_on_meta(fed.model))  # only this rank's shards are ever allocated
-    else:
-        model = paradigm.prepare(paradigm.build(fed, initialise=bootstrap))
+    model = building.result()
+    if bootstrap and not master:  # the preview did not foresee seeding Θ0: an initialised model is needed
+        model = _build(paradigm, fed, route.path, ranks, True, preload)
     _check_layout(ps, paradigm, model, ranks)
     if ranks.leader:  # before sharding: the digest is over whole tensors
         _declare_build(ps, fed, paradigm, model, work / BUILD_CACHE)
@@ -149,16 +158,13 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
             len(resumed.private),
             private_digest(resumed.private),
         )
-    precision = pick_precision(fed.training.precision, device)
+    precision = checked.precision
     if ranks.distributed:
         model = shard_model(model, precision)  # only this rank's shards are allocated on the device
-    if fed.training.torch_threads:
-        torch.set_num_threads(fed.training.torch_threads)
-    stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
     trainer = LocalTrainer(
         model,
         fed.training,
-        stream,
+        checked.stream,
         device,
         precision=precision,
         slowdown=cfg.slowdown,
@@ -177,6 +183,26 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
     sync.resend()
     return Site(fed, paradigm, trainer, sync, tuner, numel)
+
+
+def _build(
+    paradigm: ClientParadigm,
+    fed: FederationConfig,
+    path: type[SyncPath],
+    ranks: Ranks,
+    initialise: bool,
+    preload: threading.Thread,
+) -> torch.nn.Module:
+    """The model as the sync path needs it. Only the master's Θ0 needs a random init when everything is
+    exchanged; a paradigm that keeps a frozen part builds it on every client (`shell_ok`)."""
+    preload.join()  # transformers' lazy modules are not safe to import from two threads
+    t0 = time.monotonic()
+    if path.slices_only and ranks.distributed and not initialise and paradigm.shell_ok and not fed.model.path:
+        model = paradigm.prepare(build_on_meta(fed.model))  # only this rank's shards are ever allocated
+    else:
+        model = paradigm.prepare(paradigm.build(fed, initialise=initialise))
+    log.info("event=model_built initialised=%s seconds=%.2f", initialise, time.monotonic() - t0)
+    return model
 
 
 def _check_layout(ps: PSClient, paradigm: ClientParadigm, model: torch.nn.Module, ranks: Ranks) -> None:
@@ -229,14 +255,6 @@ def _hold_base(ps: PSClient, resumed: ClientCheckpoint) -> None:
         return
     kept = GlobalVersion(resumed.base_version, base.numpy(), ps.manifest, instance=resumed.base_instance)
     log.info("event=model_held version=%d use=%s", kept.version, ps.hold(kept))
-
-
-def _cached_vocab(path: Path) -> int | None:
-    """The model vocabulary of the federation saved at the last Join, if one was saved and is readable."""
-    try:
-        return FederationConfig.model_validate_json(path.read_text()).model.vocab_size
-    except (OSError, ValueError):
-        return None
 
 
 def _data_source(data: str):

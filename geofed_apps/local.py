@@ -20,6 +20,9 @@ import yaml
 from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, validate_settings
 from geofed.config import FederationConfig
 
+from .deferred_eval import DeferredEvaluation
+from .run_dir import new_run_dir
+
 if TYPE_CHECKING:
     from .evaluate import GlobalEvaluator
 
@@ -157,8 +160,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         fed = validate_settings(FederationConfig, data)
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))
-    run = Path(opts.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
-    run.mkdir(parents=True, exist_ok=False)
+    run = new_run_dir(opts.run_dir)
     task = None
     try:
         if opts.paradigm and split is None:
@@ -215,11 +217,16 @@ def run_local_federation(opts: LocalOptions) -> int:
                 slowdown=slow, **client_extra,
             ))  # fmt: skip
             tails.append(_Tail(work / "metrics.jsonl"))
-        evaluator = GlobalEvaluator(fed, held, run / "eval-tokens.npy")
-        initial = evaluator.loss() if split is None else split.full_loss(evaluator, fed)
-        _say(f"initial global eval loss {initial:.3f} (held-out modules: {len(held)} files)")
-        records = [{"t": time.time(), "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0}]
-        records += _watch(clients, tails, admin, opts, ps_set.newest, evaluator, t0)
+        evaluation = DeferredEvaluation(
+            lambda: GlobalEvaluator(fed, held, run / "eval-tokens.npy"),
+            (lambda ev: ev.loss()) if split is None else (lambda ev: split.full_loss(ev, fed)),
+            [(p, logs / f"client-{i}.log") for i, p in enumerate(clients)],
+            lambda loss: _say(f"initial global eval loss {loss:.3f} (held-out modules: {len(held)} files)"),
+        )
+        t_watch = time.time()
+        records = _watch(clients, tails, admin, opts, ps_set.newest, evaluation, t0)
+        evaluator, initial = evaluation.result()
+        records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0})
         traffic = _traffic(admin)
         admin.close()
         rings = ps_set.ring_summary()
@@ -278,8 +285,9 @@ def _finetune_preset(name: str) -> dict:
     return preset_settings(name, ensure_base_model(say=_say))
 
 
-def _watch(clients, tails, admin, opts, latest, evaluator: GlobalEvaluator, t0: float) -> list[dict]:
-    """Live progress until every client has exited; periodic global evals (of `latest()`) for the plot."""
+def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float) -> list[dict]:
+    """Live progress until every client has exited; periodic global evals (of `latest()`) for the plot, once
+    the evaluator is built."""
     records: list[dict] = []
     last_eval = time.monotonic()
     while True:
@@ -292,7 +300,8 @@ def _watch(clients, tails, admin, opts, latest, evaluator: GlobalEvaluator, t0: 
                          f"step {rec['step']:>5} "
                          f"loss {rec['train_loss']:.3f}  {rec['tokens_per_s']:7.0f} tok/s  -> v{rec['version']:<4} "
                          f"{rec['payload_bytes'] / 1e3:7.1f} kB ({rec['ratio'] * 100:.1f}% of fp32, {rec['codec']})")
-        if time.monotonic() - last_eval > 10:
+        evaluator = evaluation.ready()
+        if evaluator is not None and time.monotonic() - last_eval > 10:
             last_eval = time.monotonic()
             ckpt = latest()
             if ckpt is not None:

@@ -317,6 +317,20 @@ class ParameterServerCore:
             time.time() + self.registry.rejoin_ttl_s, snap, self.registry.frozen_digest(frozen_key(self.fed)),
         )
 
+    def preview(self, token: str, client_id: str, *, paradigm: str = "", manifest: Manifest = (),
+                group: str = "", paradigm_json: str = "", frozen_digest: str = "") -> JoinResult:
+        """What `join` would answer, checked the same way, with no session and the token left unused."""
+        self.check_client_layout(paradigm, manifest)
+        difference = settings_difference(paradigm_json, self.fed)
+        if difference is not None:
+            raise ParadigmMismatch(f"the client's paradigm settings differ from the federation's: {difference}")
+        check_frozen_digest(frozen_digest)
+        self.group.check_client_group(group)
+        record = self.registry.check(token, client_id)
+        snap = self.model.current()
+        return JoinResult("", self.registry.session_ttl_s, record.master and snap is None, self.model.version, "",
+                          0.0, snap)
+
     def authenticate(self, credential: str, rpc: str, peer: str = "") -> Session:
         try:
             session = self.registry.session(credential, peer)

@@ -124,9 +124,13 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             self.core.metrics.rate_limited.labels("Join").inc()
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many Join attempts: slow down")
         try:
-            result = self.core.join(request.token, request.client_id, context.peer(), paradigm=request.paradigm,
-                                    manifest=manifest_from_proto(request.manifest), group=request.group,
-                                    paradigm_json=request.paradigm_json, frozen_digest=request.frozen_digest)
+            declared = {"paradigm": request.paradigm, "manifest": manifest_from_proto(request.manifest),
+                        "group": request.group, "paradigm_json": request.paradigm_json,
+                        "frozen_digest": request.frozen_digest}
+            if request.preview:
+                result = self.core.preview(request.token, request.client_id, **declared)
+            else:
+                result = self.core.join(request.token, request.client_id, context.peer(), **declared)
         except ParadigmMismatch as exc:
             log.warning("event=join_refused client=%r reason=%r", request.client_id[:64], str(exc))
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))

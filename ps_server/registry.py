@@ -254,17 +254,7 @@ class Registry:
         digest = _hash(token)
         now = time.time()
         with self._lock:
-            record = self._tokens.get(digest)
-            if record is None:
-                raise AuthError("token unknown or already used")
-            if record.expires_at < now:
-                del self._tokens[digest]
-                raise AuthError("token expired")
-            if record.client_id != client_id:
-                # Not consumed: a foreign client must not be able to burn someone else's token.
-                raise AuthError(f"token was minted for another client id, not {client_id!r}")
-            if record.site in self._revoked_sites:
-                raise AuthError(f"site {record.site!r} is revoked")
+            record = self._usable(digest, client_id, now)
             held = self._frozen[1] if self._frozen[0] == frozen_key else ""
             if frozen_digest and held and frozen_digest != held:
                 raise FrozenMismatch(frozen_digest, held)  # the token is not consumed
@@ -290,6 +280,26 @@ class Registry:
         """The frozen digest held under `frozen_key`; empty when none was declared under it."""
         with self._lock:
             return self._frozen[1] if self._frozen[0] == frozen_key else ""
+
+    def check(self, token: str, client_id: str) -> TokenRecord:
+        """The token's record if `join` would accept it for `client_id`; nothing is consumed."""
+        with self._lock:
+            return self._usable(_hash(token), client_id, time.time())
+
+    def _usable(self, digest: str, client_id: str, now: float) -> TokenRecord:
+        """The record of a token `client_id` may use now, or AuthError saying why not (caller holds the lock)."""
+        record = self._tokens.get(digest)
+        if record is None:
+            raise AuthError("token unknown or already used")
+        if record.expires_at < now:
+            del self._tokens[digest]
+            raise AuthError("token expired")
+        if record.client_id != client_id:
+            # Not consumed: a foreign client must not be able to burn someone else's token.
+            raise AuthError(f"token was minted for another client id, not {client_id!r}")
+        if record.site in self._revoked_sites:
+            raise AuthError(f"site {record.site!r} is revoked")
+        return record
 
     def session(self, credential: str, peer: str = "") -> Session:
         """Look up a live session or raise AuthError telling the client to re-Join."""

@@ -141,7 +141,7 @@ class ShardSliceChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("token", "client_id", "group", "paradigm", "manifest", "paradigm_json", "frozen_digest")
+    __slots__ = ("token", "client_id", "group", "paradigm", "manifest", "paradigm_json", "frozen_digest", "preview")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class JoinRequest(_message.Message):
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     PARADIGM_JSON_FIELD_NUMBER: _ClassVar[int]
     FROZEN_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
     token: str
     client_id: str
     group: str
@@ -156,7 +157,8 @@ class JoinRequest(_message.Message):
     manifest: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     paradigm_json: str
     frozen_digest: str
-    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., paradigm_json: _Optional[str] = ..., frozen_digest: _Optional[str] = ...) -> None: ...
+    preview: bool
+    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., paradigm_json: _Optional[str] = ..., frozen_digest: _Optional[str] = ..., preview: _Optional[bool] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
     __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map", "frozen_digest")

@@ -1,0 +1,62 @@
+"""Checks of this site's tokenizer, data and device against the federation, run before a one-time token is spent.
+
+The client learns the federation from a Join preview (`PSClient.preview`), which leaves the token unused, so
+any refusal here can be fixed and relaunched with the same token. What only building the model can show (a
+pretrained checkpoint that does not load, a paradigm that exchanges nothing of it) is found while the model
+builds, which runs beside the Join; the rejoin token saved at Join serves the relaunch after such an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from geofed.config import ClientConfig, FederationConfig
+
+from .data import TokenStream
+from .errors import SiteError
+from .model import check_model_source
+from .paradigms import ClientParadigm, ParadigmError, client_paradigm
+from .precision import Precision, pick_precision
+from .tokenizer import Tokenizer, check_vocab
+
+
+class DeviceError(SiteError):
+    """The requested torch device is not on this machine; one readable line."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the checks built, reused by the site's set-up."""
+
+    paradigm: ClientParadigm
+    precision: Precision
+    stream: TokenStream
+
+
+def check_device(device: torch.device) -> None:
+    """Refuse a CUDA device this machine does not have (torch would fail only at the first tensor moved)."""
+    if device.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise DeviceError(f"device {str(device)!r} requested but this machine has no CUDA device (use cpu or auto)")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise DeviceError(f"device {str(device)!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+
+
+def check_before_join(
+    cfg: ClientConfig, fed: FederationConfig, tokenizer: Tokenizer, tokens: np.ndarray, device: torch.device
+) -> Checked:
+    """Every check of this site against `fed` that needs no model; raises the first failure's one-line error."""
+    check_vocab(tokenizer, fed.model.vocab_size)
+    try:
+        paradigm = client_paradigm(fed.paradigm)
+    except ParadigmError as exc:
+        raise SiteError(str(exc)) from None
+    check_model_source(fed.model)
+    check_device(device)
+    precision = pick_precision(fed.training.precision, device)
+    stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
+    return Checked(paradigm, precision, stream)

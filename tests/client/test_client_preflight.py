@@ -1,0 +1,57 @@
+"""`check_before_join`: each mismatch between a site and its federation is one specific error, found without
+building a model (so before a one-time token is spent)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from client_agent.data import DataError
+from client_agent.model import ModelConfigError
+from client_agent.precision import PrecisionError
+from client_agent.preflight import DeviceError, check_before_join
+from client_agent.tokenizer import ByteTokenizer, TokenizerError
+from geofed.config import ClientConfig, FederationConfig
+
+TOKENS = np.arange(4000, dtype=np.uint16) % 200
+
+
+def _fed(**model) -> FederationConfig:
+    small = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}
+    return FederationConfig.model_validate({"model": {**small, **model}, "training": {"precision": "fp32"}})
+
+
+def _cfg(tmp_path) -> ClientConfig:
+    return ClientConfig(client_id="t.pre", data=str(tmp_path))
+
+
+def test_a_fitting_site_passes_and_gets_its_data_stream(tmp_path):
+    checked = check_before_join(_cfg(tmp_path), _fed(), ByteTokenizer(), TOKENS, torch.device("cpu"))
+
+    assert checked.paradigm.name == "pretrain" and checked.precision.name == "fp32"
+    assert checked.stream.block_size == 32 and checked.stream.tokens.size + checked.stream.eval_tokens.size == 4000
+
+
+@pytest.mark.parametrize(
+    ("fed", "tokens", "device", "error", "fragment"),
+    [
+        (_fed(vocab_size=256), TOKENS, "cpu", TokenizerError, "tokenizer 'byte' has 257 ids (EOS 256)"),
+        (_fed(), TOKENS[:40], "cpu", DataError, "40 tokens are too few to hold out 33 for evaluation"),
+        (_fed(path="/nonexistent/model"), TOKENS, "cpu", ModelConfigError, "'/nonexistent/model' is not a directory"),
+        (
+            FederationConfig.model_validate({"training": {"precision": "fp16"}}),
+            TOKENS,
+            "cpu",
+            PrecisionError,
+            "fp16 training needs a CUDA device, not cpu",
+        ),
+        (_fed(), TOKENS, "cuda:99", DeviceError, "device 'cuda:99' requested but this machine has"),
+    ],
+    ids=["vocab", "data", "model-path", "precision", "device"],
+)
+def test_each_mismatch_is_one_specific_error(tmp_path, fed, tokens, device, error, fragment):
+    with pytest.raises(error) as got:
+        check_before_join(_cfg(tmp_path), fed, ByteTokenizer(), tokens, torch.device(device))
+
+    assert fragment in str(got.value) and "\n" not in str(got.value)

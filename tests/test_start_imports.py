@@ -1,0 +1,44 @@
+"""What each process imports before it needs it: the PS and the launcher no model code at all, the client
+no transformers, peft or accelerate until it builds its model (those imports take seconds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "transformers", "peft", "accelerate")
+
+PS_MODULES = """
+import importlib, pkgutil, ps_server
+for found in pkgutil.walk_packages(ps_server.__path__, "ps_server."):
+    importlib.import_module(found.name)
+"""
+LAUNCHER_MODULES = (
+    "import geofed_apps.cli, geofed_apps.local, geofed_apps.launch, geofed_apps.groups, geofed_apps.shards, "
+    "geofed_apps.split_local, geofed_apps.run_dir, geofed_apps.deferred_eval"
+)
+CLIENT_MODULES = (
+    "import client_agent.cli, client_agent.agent, client_agent.site, client_agent.preflight, client_agent.ps_client"
+)
+
+
+def _imported(code: str) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("code", "allowed"),
+    [(PS_MODULES, ()), (LAUNCHER_MODULES, ()), (CLIENT_MODULES, ("torch",))],
+    ids=["ps-every-module", "launcher", "client-before-model-build"],
+)
+def test_no_heavy_import_before_it_is_needed(code, allowed):
+    assert [m for m in _imported(code) if m not in allowed] == []
+
+
+def test_the_probe_sees_a_heavy_import():
+    assert "transformers" in _imported("import client_agent.model, transformers")
