@@ -177,6 +177,14 @@ METHODS: dict[str, Method] = {
             {"codec": {"name": "auto"}},
         ),
         Method(
+            "ours-overlap",
+            "ours, overlapped",
+            "federated",
+            "ours with training.overlap_sync: each client trains on while its delta uploads and the next model "
+            "downloads, and folds the newer model in with the progress made meanwhile",
+            {"training": {"overlap_sync": True}},
+        ),
+        Method(
             "single",
             "single process",
             "single",
