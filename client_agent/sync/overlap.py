@@ -1,13 +1,15 @@
 """The overlapped sync path: the client keeps training while its delta uploads and the next model downloads.
 
-Round k ends at θ_k = b + δ_k (b: the global model it is based on). The round is encoded and checkpointed
-as on the whole-vector path, then sent, and the next global model G' awaited, in a thread, while the next
-round trains on from θ_k: the client's own delta is applied to its model at once (eagerly, at weight 1).
-When G' arrives it is folded in with the correction that makes the eager estimate exact,
+Round k ends at b + δ_k (b: the global model it is based on). The round is encoded and checkpointed as on
+the whole-vector path, then sent, and the next global model G' awaited, in a thread, while the next round
+trains on from the eager estimate θ_k = b + w·δ_k of G': the client's own delta applied at once, at the
+outer learning rate (w = aggregation.global_lr, the PS's outer step with this delta standing in for the
+round's average, as in DiLoCo's eager updates) or whole (w = 1, `training.overlap_eager: full`). When G'
+arrives it is folded in with the correction that makes the eager estimate exact,
 
     θ ← θ + (G' − θ_k),
 
-which keeps the local progress made since the push (θ − θ_k) and replaces the estimate b + δ_k by what
+which keeps the local progress made since the push (θ − θ_k) and replaces the estimate θ_k by what
 the PS really holds (δ_k at its outer step and staleness weight, plus the other clients' deltas). If the
 PS did not take δ_k (STALE), G' lacks it and the same fold drops it, as the whole-vector path drops a
 stale round. The next delta is then θ − G': nothing is pushed twice and nothing trained is left out.
@@ -117,16 +119,26 @@ class OverlapSync(WholeVectorSync):
             raise RuntimeError("a round is pushed on the model it is based on (adopt it first)")
         ctx = self.ctx
         ctx.paradigm.delta(ctx.ranks, self.delta, trainer.model, result.base.flat)
-        pushed = self.delta + torch.from_numpy(result.base.flat)  # θ_k, before the residual joins δ
+        weight = self.eager_weight()
+        # θ_k, the eager estimate of the next global model, before the residual joins δ.
+        pushed = torch.from_numpy(result.base.flat) + (self.delta if weight == 1.0 else weight * self.delta)
         state = trainer.state_dict()
         state["private"] = ctx.paradigm.private_state(trainer.model)
         upload, codec = self.encode_and_checkpoint(result, state, trainer.step)
+        if weight != 1.0:  # after the checkpoint: it keeps the model as trained (base + δ)
+            ctx.paradigm.adopt(ctx.ranks, trainer.model, pushed.numpy())
         self.pushed = pushed
         self._sent, self._next = Future(), Future()
         threading.Thread(
             target=self._send_and_wait, args=(upload, result.base, codec), name="geofed-overlap", daemon=True
         ).start()
         return None
+
+    def eager_weight(self) -> float:
+        """How much of its own delta the client applies at once (`training.overlap_eager`): the outer
+        learning rate (at most 1), or all of it."""
+        fed = self.ctx.fed
+        return 1.0 if fed.training.overlap_eager == "full" else min(1.0, fed.aggregation.global_lr)
 
     def close(self) -> None:
         """A push still in flight at the end is left to its daemon thread (its checkpoint resends it)."""

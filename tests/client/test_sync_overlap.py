@@ -137,8 +137,12 @@ class FakePS:
         return self.versions[-1]
 
 
-def make_sync(tmp_path, ps: FakePS, codec: str = "fp32", error_feedback: bool = False):
-    settings = {"codec": {"name": codec, "error_feedback": error_feedback}, "training": {"overlap_sync": True}}
+def make_sync(tmp_path, ps: FakePS, codec: str = "fp32", error_feedback: bool = False, eager: str = "outer"):
+    settings = {
+        "codec": {"name": codec, "error_feedback": error_feedback},
+        "training": {"overlap_sync": True, "overlap_eager": eager},
+        "aggregation": {"global_lr": 0.5},
+    }
     if codec == "sparse":
         settings["codec"]["sparse_density"] = 0.05
     fed = FederationConfig.model_validate(settings)
@@ -183,6 +187,22 @@ def test_training_goes_on_while_the_push_is_in_flight(tmp_path):
     assert settled.outcome.status == "APPLIED" and settled.model.version == 2
     assert settled.waited_s > 0.1  # the round loop waited for the held push: that is the idle time
     assert base.version == 1
+
+
+@pytest.mark.parametrize(("eager", "weight"), [("outer", 0.5), ("full", 1.0)])
+def test_the_next_round_starts_from_the_eager_estimate(tmp_path, eager, weight):
+    """While the push is in flight the model is base + w·δ: the outer learning rate's share of the delta
+    (outer), or all of it (full); the checkpoint keeps the model as trained."""
+    ps = FakePS(hold=True)
+    sync, trainer = make_sync(tmp_path, ps, eager=eager), FakeTrainer()
+
+    one_round(sync, trainer, ps.latest(), 3)
+
+    np.testing.assert_allclose(trainer.flat(), weight * trained(range(3)), atol=1e-6)
+    saved = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    np.testing.assert_allclose(saved.model.numpy(), trained(range(3)), atol=1e-6)
+    ps.released.set()
+    sync.settle()
 
 
 def test_the_newer_model_is_folded_in_keeping_the_progress_since_the_push(tmp_path):
