@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.federation.accounting import idle_fraction
+from bench.federation.analysis import loss_at_tokens
 from bench.federation.results import load_all
 from bench.federation.scenario import load_scenario
 from bench.federation.suite import run_suite
@@ -28,11 +29,20 @@ ROOT = Path(__file__).resolve().parent / "results" / "overlap"
 METHODS = ("ours", "ours-overlap")
 
 
-def run(scenario_name: str, repeats: int, work_root: Path, methods: Sequence[str] = METHODS) -> None:
+def run(
+    scenario_name: str,
+    repeats: int,
+    work_root: Path,
+    methods: Sequence[str] = METHODS,
+    first: int = 1,
+    single: bool = True,
+) -> None:
+    """Runs `first` .. `first + repeats - 1` of every method in `methods`, interleaved, then (`single`) the
+    single-process reference."""
     scenario = load_scenario(scenario_name)
     load_log = ROOT / scenario_name / "load.log"
     load_log.parent.mkdir(parents=True, exist_ok=True)
-    plan = [(r, m) for r in range(1, repeats + 1) for m in methods] + [(1, "single")]
+    plan = [(r, m) for r in range(first, first + repeats) for m in methods] + ([(1, "single")] if single else [])
     for repeat, method in plan:
         with load_log.open("a") as f:
             f.write(
@@ -59,12 +69,14 @@ def summary(scenario_name: str) -> str:
     steps), encoded bytes per push; median (range) over the runs, then each run."""
     runs = load_all(scenario_name, ROOT)
     single = single_run(runs)
+    common = min((r.curve[-1].tokens for r in runs if r.kind != "single" and r.curve), default=0)
     lines = [
         f"### {scenario_name}: round-by-round (`ours`) against overlapped (`ours-overlap`)",
         "",
-        "| method | runs | final loss | M tokens | vs single at equal tokens | idle share per client (%) "
+        f"| method | runs | final loss | M tokens | loss at {common / 1e6:.2f} M tokens | vs single at equal tokens "
+        "| idle share per client (%) "
         "| not training per client (%) | kB per push per client | load (1 min) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     per_run = []
     for method in (*METHODS, "single"):
@@ -73,6 +85,7 @@ def summary(scenario_name: str) -> str:
             continue
         finals = [r.curve[-1].loss for r in mine if r.curve]
         tokens = [r.curve[-1].tokens / 1e6 for r in mine if r.curve]
+        at_common = [x for r in mine if (x := loss_at_tokens(r.curve, common)) is not None]
         gaps = [100 * g for r in mine if (g := vs_single(r, single)) is not None]
         idle = [[100 * f for c in r.clients if (f := idle_fraction(c)) is not None] for r in mine]
         busy = [[100 * (c.push_s + c.idle_s) / c.accounted_s for c in r.clients if c.accounted_s > 0] for r in mine]
@@ -84,6 +97,7 @@ def summary(scenario_name: str) -> str:
         loads = [r.load_avg_1m for r in mine if r.load_avg_1m is not None]
         lines.append(
             f"| {method} | {len(mine)} | {_spread(finals, '.3f')} | {_spread(tokens, '.2f')} | "
+            f"{_spread(at_common, '.3f')} | "
             f"{_spread(gaps, '+.1f') + ' %' if gaps else '—'} | {idle_cols or '—'} | {busy_cols or '—'} | "
             f"{kb_cols or '—'} | "
             f"{_spread(loads, '.1f')} |"
@@ -114,11 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--repeats", type=int, default=3)
     r.add_argument("--work-dir", type=Path, default=Path("/tmp/ovl-runs"))
     r.add_argument("--methods", default=",".join(METHODS))
+    r.add_argument("--first", type=int, default=1, help="number of the first run")
+    r.add_argument("--no-single", action="store_true", help="skip the single-process reference")
     s = sub.add_parser("summary")
     s.add_argument("--scenario", default="hetero-wan")
     args = ap.parse_args(argv)
     if args.cmd == "run":
-        run(args.scenario, args.repeats, args.work_dir, args.methods.split(","))
+        run(args.scenario, args.repeats, args.work_dir, args.methods.split(","), args.first, not args.no_single)
     else:
         text = summary(args.scenario)
         (ROOT / args.scenario / "summary.md").write_text(text, encoding="utf-8")
