@@ -65,6 +65,18 @@ class RoundRecord:
     skipped_steps: int = 0  # steps of the round whose loss or gradient was not finite (skipped, as GradScaler does)
 
 
+@dataclass(frozen=True)
+class _InFlight:
+    """An overlapped round whose push is in flight, recorded when its outcome comes back."""
+
+    round: int
+    step: int
+    base_version: int
+    stats: TrainStats
+    eval_loss: float | None
+    push_s: float  # the round loop's time encoding and checkpointing it, before the send started
+
+
 def read_token(cfg: ClientConfig) -> str:
     """The one-time token from --token-file or GEOFED_TOKEN (read lazily: it may be rotated by the operator)."""
     if cfg.token_file:
@@ -132,6 +144,7 @@ class ClientAgent:
         fed, trainer, sync = site.fed, site.trainer, site.sync
         global_model = ranks.lead(partial(first_model, ps, self.cfg.model_wait_timeout_s))
         rounds = bad_rounds = 0
+        pending: _InFlight | None = None  # an overlapped round whose push is in flight
         while True:
             sync.adopt(trainer.model, global_model)
             if not fed.training.keep_optimizer_state and rounds:
@@ -149,6 +162,16 @@ class ClientAgent:
             bad_rounds = 0
             eval_loss = self._evaluate(site, stats)
             rounds += 1
+            if sync.overlapped:  # one rank (`sync_route`): no collectives to keep in step
+                global_model = self._settle(site, pending, global_model)
+                t_push = time.monotonic()
+                sync.push_round(trainer, RoundResult(global_model, stats, eval_loss))
+                push_s = time.monotonic() - t_push
+                pending = _InFlight(rounds, trainer.step, global_model.version, stats, eval_loss, push_s)
+                if self._should_stop(rounds, trainer.step, site):
+                    self._settle(site, pending, global_model, await_model=False)
+                    return 0
+                continue
             outcome = sync.push_round(trainer, RoundResult(global_model, stats, eval_loss))
             done = ranks.bcast_flag(ranks.leader and self._should_stop(rounds, trainer.step, site))
             if not ranks.leader:
@@ -164,6 +187,31 @@ class ClientAgent:
             )
             if done:
                 return 0
+
+    def _settle(
+        self, site: Site, pending: _InFlight | None, current: GlobalVersion, await_model: bool = True
+    ) -> GlobalVersion:
+        """Overlapped path: wait for the push in flight (and the model it leads to), record its round and fold
+        the model in; the model the next round is based on. Idle time is the wait; push time the encode and
+        checkpoint before the send started (the send itself overlapped training)."""
+        settled = site.sync.settle(await_model)
+        if settled is None or pending is None:
+            return current
+        self._record(
+            pending.round,
+            pending.step,
+            pending.base_version,
+            settled.outcome,
+            pending.stats,
+            pending.eval_loss,
+            site.numel,
+            settled.waited_s,
+            push_s=pending.push_s,
+        )
+        if settled.model is None:
+            return current
+        site.sync.adopt(site.trainer.model, settled.model)
+        return settled.model
 
     def _local_update(self, ranks: Ranks, site: Site, global_model: GlobalVersion | None) -> TrainStats:
         """Algorithm 1's local loop for T seconds or H steps (the tuner's, the same on every rank)."""
@@ -208,6 +256,7 @@ class ClientAgent:
         eval_loss: float | None,
         numel: int,
         idle_s: float,
+        push_s: float | None = None,
     ) -> None:
         rec = RoundRecord(
             time.time(),
@@ -224,7 +273,7 @@ class ClientAgent:
             outcome.payload_bytes,
             outcome.payload_bytes / max(1, 4 * numel),
             outcome.codec,
-            outcome.seconds,
+            outcome.seconds if push_s is None else push_s,
             idle_s,
             stats.seconds,
             stats.skipped_steps,

@@ -111,7 +111,11 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     paradigm = checked.paradigm
     codecs = CODEC_POLICIES.get(fed.codec.name, FixedCodec)(fed.codec.name).candidates
     route = sync_route(
-        ranks.world, paradigm, codecs, ranks.bcast_flag(shard_meta is not None if ranks.leader else None)
+        ranks.world,
+        paradigm,
+        codecs,
+        ranks.bcast_flag(shard_meta is not None if ranks.leader else None),
+        overlap=fed.training.overlap_sync,
     )
     if fed.training.torch_threads:
         torch.set_num_threads(fed.training.torch_threads)

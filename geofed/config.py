@@ -250,6 +250,19 @@ class TrainingConfig(_Section):
         description="Keep the inner AdamW moments across rounds (Algorithm 1, and DiLoCo); false resets them each "
         "time the client adopts a new global model (FedAvg-style local optimisation).",
     )
+    overlap_sync: bool = Field(
+        False,
+        description="Keep training while a round's delta uploads and the next global model downloads; the model "
+        "is folded in when it arrives, keeping the progress made meanwhile (one-rank sites of paradigms that "
+        "exchange parameters element by element; other sites sync round by round, and say why in their log).",
+    )
+    overlap_eager: Literal["outer", "full"] = Field(
+        "outer",
+        description="overlap_sync: the model the next round starts from while the push is in flight. outer: "
+        "base + aggregation.global_lr × delta (the PS's outer step, this client's delta standing in for the "
+        "round's average, as in DiLoCo's eager updates); full: base + delta (the client's own model as it is). "
+        "Either way the global model is folded in with the correction when it arrives.",
+    )
     torch_threads: int = Field(
         0, ge=0, le=1024, description="CPU threads torch uses on each client; 0 keeps torch's default (all cores)."
     )

@@ -177,6 +177,23 @@ METHODS: dict[str, Method] = {
             {"codec": {"name": "auto"}},
         ),
         Method(
+            "ours-overlap",
+            "ours, overlapped",
+            "federated",
+            "ours with training.overlap_sync: each client trains on while its delta uploads and the next model "
+            "downloads (from base + η·δ, its own delta at the outer rate), and folds the newer model in with the "
+            "progress made meanwhile",
+            {"training": {"overlap_sync": True}},
+        ),
+        Method(
+            "ours-overlap-full",
+            "ours, overlapped, own delta whole",
+            "federated",
+            "ours-overlap with training.overlap_eager full: the round beside the transfer starts from base + δ "
+            "(the client's own model) instead of base + η·δ",
+            {"training": {"overlap_sync": True, "overlap_eager": "full"}},
+        ),
+        Method(
             "single",
             "single process",
             "single",

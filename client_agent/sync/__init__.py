@@ -1,17 +1,20 @@
-"""How the client's rounds reach the PS: the `SyncPath` seam, its two paths and the route between them."""
+"""How the client's rounds reach the PS: the `SyncPath` seam, its paths and the route between them."""
 
 from __future__ import annotations
 
 from .base import TAKEN, PushOutcome, RoundResult, SyncContext, SyncPath
+from .overlap import OverlapSync, Settled
 from .route import Route, sync_route
 from .sliced import SliceWiseSync
 from .whole import WholeVectorSync, start_restore
 
 __all__ = [
     "TAKEN",
+    "OverlapSync",
     "PushOutcome",
     "Route",
     "RoundResult",
+    "Settled",
     "SliceWiseSync",
     "SyncContext",
     "SyncPath",

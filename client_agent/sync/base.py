@@ -84,6 +84,9 @@ class SyncPath(ABC):
     # Every rank holds only its own slices of the exchanged vector: a model that needs no initialisation can
     # be built on the meta device and sharded before anything is allocated.
     slices_only: ClassVar[bool] = False
+    # The send and the wait for the next model run beside the next round (`push_round` returns None; the
+    # round loop takes the outcome from `settle` and folds the model in with `adopt`).
+    overlapped: ClassVar[bool] = False
 
     def __init__(self, ctx: SyncContext, restoring: Future | None = None) -> None:
         """`restoring`: the checkpoint's error-feedback residual, being restored in a thread (`start_restore`)."""
@@ -120,6 +123,11 @@ class SyncPath(ABC):
     def push_round(self, trainer: LocalTrainer, result: RoundResult) -> PushOutcome | None:
         """Diff, encode, checkpoint and push one round; the outcome on rank 0, None elsewhere."""
         ...
+
+    def settle(self, await_model: bool = True):
+        """An overlapped path's push in flight once it is back (`overlap.Settled`); None here: this path's
+        `push_round` returns its outcome itself."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the path holds. Nothing by default."""

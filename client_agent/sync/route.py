@@ -12,6 +12,9 @@ pays, and only fits, when
 A sharded PS is served too: each rank's frames also end at the PS's shard bounds inside its slice
 (`SliceCodec` with `cuts`; a slice starts on the frame grid, so the frames are the one-rank stream's).
 Anything else takes the whole-vector path, which works for all of them; the reason is logged, never silent.
+
+`training.overlap_sync` asks for the overlapped path (`OverlapSync`: the send and the wait for the next
+model beside the next round); it serves one rank and the element-by-element paradigms, with every codec.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from geofed.codec.sharded import SliceCodec
 
 from ..paradigms import ClientParadigm
 from .base import SyncPath
+from .overlap import OverlapSync
 from .sliced import SliceWiseSync
 from .whole import WholeVectorSync
 
@@ -60,12 +64,34 @@ def _shard_wise_codec(names: Sequence[str]) -> str | None:
     return None
 
 
-def sync_route(world: int, paradigm: ClientParadigm, codecs: Sequence[str], sharded_checkpoint: bool = False) -> Route:
+def sync_route(
+    world: int,
+    paradigm: ClientParadigm,
+    codecs: Sequence[str],
+    sharded_checkpoint: bool = False,
+    overlap: bool = False,
+) -> Route:
     """The path for a site of `world` ranks running `paradigm`, whose rounds choose among `codecs`
     (`LinkTuner.codec_policy.candidates`).
 
     `sharded_checkpoint`: the site's newest checkpoint was written shard-wise (it ran on several ranks); a
-    single rank then keeps the shard-wise path too, which on one rank is the whole vector and reads it."""
+    single rank then keeps the shard-wise path too, which on one rank is the whole vector and reads it.
+    `overlap`: `training.overlap_sync` asks for the overlapped path."""
+    route = _round_by_round(world, paradigm, codecs, sharded_checkpoint)
+    if not overlap:
+        return route
+    if route.path is not WholeVectorSync or world > 1:
+        return Route(route.path, f"overlap_sync not taken: the overlapped path runs on one rank; {route.reason}")
+    if not paradigm.elementwise:
+        return Route(
+            route.path,
+            f"overlap_sync not taken: paradigm {paradigm.name!r} exchanges its own small vector; the fold of a "
+            "newer model is an element-by-element sum",
+        )
+    return Route(OverlapSync, "one rank, overlap_sync: the send and the next model overlap the next round")
+
+
+def _round_by_round(world: int, paradigm: ClientParadigm, codecs: Sequence[str], sharded_checkpoint: bool) -> Route:
     if world <= 1 and not sharded_checkpoint:
         return Route(WholeVectorSync, "one rank: it holds the whole vector either way")
     if not paradigm.elementwise:

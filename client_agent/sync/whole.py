@@ -90,6 +90,12 @@ class WholeVectorSync(SyncPath):
         A client preempted mid-push resends that upload when relaunched (DUPLICATE if it had landed) instead
         of training again. The error-feedback residual moves on only when the PS took the delta.
         """
+        upload, codec = self.encode_and_checkpoint(result, state, step)
+        return self.settle_send(upload, result.base, codec)
+
+    def encode_and_checkpoint(self, result: RoundResult, state: dict, step: int) -> tuple[Upload, str]:
+        """Rank 0: encode δ (in `self.delta`, with error feedback) and checkpoint the round with its upload;
+        the upload and the codec's name, ready for `settle_send`."""
         ps, tuner = self.ctx.ps, self.ctx.tuner
         model_flat = self.ctx.paradigm.checkpoint_flat(self.delta, result.base.flat)  # before the residual joins δ
         values = self.delta.numpy()
@@ -98,7 +104,11 @@ class WholeVectorSync(SyncPath):
         header, frames = self.ef.encode(codec, values, **cut) if self.ef is not None else codec.encode(values, **cut)
         upload = self._prepare(result, step, header, frames)
         self._checkpoint(state, model_flat, result, step, upload)
-        outcome = self._send(upload, result.base, codec.name)
+        return upload, codec.name
+
+    def settle_send(self, upload: Upload, base: GlobalVersion, codec: str) -> PushOutcome:
+        """Rank 0: send a checkpointed upload; the error-feedback residual moves on when the PS took it."""
+        outcome = self._send(upload, base, codec)
         if self.ef is not None:
             # A stale delta was not applied at all: its quantisation error must not carry over.
             self.ef.discard() if outcome.status == "STALE" else self.ef.commit()

@@ -14,7 +14,7 @@ from client_agent.paradigms import client_paradigm
 from client_agent.ps_client import GlobalVersion
 from client_agent.ranks import Ranks
 from client_agent.site import Site
-from client_agent.sync import PushOutcome, RoundResult, SyncPath
+from client_agent.sync import PushOutcome, RoundResult, Settled, SyncPath
 from client_agent.trainer import NonFiniteLossError, TrainStats
 from geofed.config import ClientConfig, FederationConfig
 
@@ -169,3 +169,77 @@ def test_without_kept_optimizer_state_every_round_after_the_first_starts_afresh(
 
     assert events.count(("reset",)) == 1
     assert events.index(("reset",)) == events.index(("adopt", 2)) + 1
+
+
+class FakeOverlapSync(FakeSync):
+    """An overlapped path: `push_round` only starts the push; `settle` hands back its outcome, the model it
+    led to (the PS's next version) and how long it waited (here a fixed 0.25 s, where the real path waits
+    for the send and the model stream). The real path also folds the model in with the progress since."""
+
+    overlapped = True
+
+    def __init__(self, ps: FakePS, events: list) -> None:
+        super().__init__(ps, events)
+        self.in_flight: RoundResult | None = None
+
+    def adopt(self, model, global_model: GlobalVersion | None) -> None:
+        if global_model is not self.adopted:  # as the real path: the model already based on changes nothing
+            super().adopt(model, global_model)
+
+    def push_round(self, trainer, result: RoundResult) -> None:
+        assert self.in_flight is None, "one push in flight at a time"
+        assert result.base is self.adopted, "a round is pushed on the model it is based on"
+        self.events.append(("push", result.base.version, result.stats.steps, result.eval_loss))
+        self.in_flight = result
+        return None
+
+    def settle(self, await_model: bool = True) -> Settled | None:
+        if self.in_flight is None:
+            return None
+        base, self.in_flight = self.in_flight.base, None
+        self.events.append(("settle", base.version, await_model))
+        self.ps.publish(base.version + 1)
+        model = self.ps.latest() if await_model else None
+        return Settled(PushOutcome("APPLIED", base.version + 1, 0, 100, 0.01, "int8"), model, 0.25)
+
+
+def test_overlapped_rounds_train_on_while_the_push_is_in_flight_and_record_it_when_it_settles(tmp_path):
+    fed = FederationConfig.model_validate({"training": {"local_steps": 4, "eval_every": 1000}})
+    events: list = []
+    ps = FakePS(events)
+    site = Site(
+        fed,
+        client_paradigm(fed.paradigm),
+        FakeTrainer(events),
+        FakeOverlapSync(ps, events),
+        LinkTuner(fed, LinkMeter(), NUMEL, "t.loop"),
+        NUMEL,
+    )
+    agent = ClientAgent(
+        ClientConfig(client_id="t.loop", data=str(tmp_path), work_dir=str(tmp_path / "w"), max_rounds=3)
+    )
+
+    assert agent.loop(ps, Ranks(), site) == 0
+
+    assert events == [
+        ("wait", 0),
+        ("adopt", 1),
+        ("train", 4),
+        ("push", 1, 4, None),  # nothing in flight before the first push: nothing to settle
+        ("train", 4),  # round 2 trains while push 1 is in flight
+        ("settle", 1, True),
+        ("adopt", 2),  # the model push 1 led to, folded in before push 2
+        ("push", 2, 4, None),
+        ("train", 4),
+        ("settle", 2, True),
+        ("adopt", 3),
+        ("push", 3, 4, None),
+        ("settle", 3, False),  # the last push: its outcome is recorded, its model not awaited
+    ]
+    records = [json.loads(line) for line in agent.metrics_path.read_text().splitlines()]
+    assert [(r["round"], r["step"], r["base_version"], r["version"], r["status"]) for r in records] == [
+        (1, 4, 1, 2, "APPLIED"),
+        (2, 8, 2, 3, "APPLIED"),
+        (3, 12, 3, 4, "APPLIED"),
+    ]
+    assert all(r["idle_s"] == 0.25 for r in records)  # the wait for the push in flight is the idle time

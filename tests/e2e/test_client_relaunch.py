@@ -92,14 +92,21 @@ def _applied(ps: PSNode, client_id: str) -> list[str]:
     return re.findall(rf"event=push client={re.escape(client_id)} upload=(\w+) status=APPLIED", ps.logs())
 
 
-def test_client_preempted_mid_push_resends_its_upload_and_does_not_retrain(tmp_path):
+@pytest.mark.parametrize(
+    "overlap",
+    [False, pytest.param(True, marks=pytest.mark.slow, id="overlapped")],  # overlapped: about 30 s
+)
+def test_client_preempted_mid_push_resends_its_upload_and_does_not_retrain(tmp_path, overlap):
     """The PS applies round 2's delta but its answer never reaches the client, which is then SIGKILLed.
 
     The relaunch must resend that same upload (answered DUPLICATE) and go on with round 3's data: neither
-    retrain round 2 nor push its data twice.
+    retrain round 2 nor push its data twice. Overlapped (training.overlap_sync), round 3 was training beside
+    the unanswered push when the client was killed: those batches are trained again, and pushed once; round
+    1 is recorded when it settles, at the end of round 2, just before round 2's push.
     """
     # Prepare: one client behind a link whose PS→client direction can be throttled to a trickle.
-    ps = PSNode(tmp_path / "ps", PUSH_FED).start()
+    fed = {**PUSH_FED, "training": {**PUSH_FED["training"], "overlap_sync": overlap}}
+    ps = PSNode(tmp_path / "ps", fed).start()
     proxy = WanProxy("127.0.0.1", ps.port, LinkProfile())
     proxy.start()
     procs: list[subprocess.Popen] = []
@@ -119,6 +126,10 @@ def test_client_preempted_mid_push_resends_its_upload_and_does_not_retrain(tmp_p
         proxy.set_profile(LinkProfile(down_bytes_per_s=50))
         wait_until(lambda: len(_applied(ps, "t.p0")) == 3, 120, "round 2's push applied", period=0.05)
         stop(procs[0], signal.SIGKILL)
+        if overlap:
+            log = (tmp_path / "client-a.log").read_text()
+            assert "overlap_sync: the send and the next model overlap" in log
+            assert "event=overlap_folded client=t.p0 version=2 based_on=1" in log, log[-3000:]
         assert _steps(work) == [3]  # the client never learned of round 2's outcome
         in_flight = _applied(ps, "t.p0")[2]
         procs.append(start_client(fresh, tmp_path / "token-b", tmp_path / "client-b.log", ps=ps.address,
