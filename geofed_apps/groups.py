@@ -82,7 +82,7 @@ class LocalPSSet:
         self.groups: PSGroupProcesses | None = None
         self.sharded: ShardedPS | None = None
         extra = ["--keep-checkpoints", "2"]
-        if shards > 1:  # a sharded PS (issue 18): the front is the clients' PS, the shards hold the model
+        if shards > 1:  # a sharded PS: the front is the clients' PS, the shards hold the model
             self.sharded = ShardedPS(run / "ps", fed_file, shards, extra=extra, logs=logs)
             self.all = self.sharded.all
         elif groups > 1:

@@ -66,7 +66,7 @@ class LocalOptions:
     overrides: list[str] = field(default_factory=list)
     quiet: bool = False
     ps_groups: int = 1  # PS groups (multi-PS, ring all-reduce); clients round-robin across them
-    ps_shards: int = 1  # a sharded PS (issue 18): front + N shard processes
+    ps_shards: int = 1  # a sharded PS: front + N shard processes
     paradigm: str | None = None  # a fine-tuning preset (geofed_apps.finetune.preset)
 
 

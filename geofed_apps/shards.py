@@ -1,4 +1,4 @@
-"""Start a sharded PS on this machine (issue 18): one front `geofed ps --shard-role front` on the clients' port
+"""Start a sharded PS on this machine: one front `geofed ps --shard-role front` on the clients' port
 and one `geofed ps --shard-role shard` per shard, all sharing one peer secret (a 0600 file).
 
 `geofed local --ps-shards N`, the sharded-PS tests and `bench/ps_shards_bench.py` start it through here.
