@@ -17,6 +17,8 @@ client ids.
   round will apply it (‖δ‖ · H / τ), so declaring few local steps buys no length.
 - **A displacement budget** (`displacement.DisplacementBudget`): what a site's latest deltas add up to is
   bounded too, so a drift just under the norm bound in one direction stops adding up.
+- **A site's share of a round** (`displacement`): in async mode a site could push again on the version its own
+  delta made; what it lands within one round of the federation adds up to at most one delta's bound.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -25,6 +27,7 @@ Plain Python over numpy, no gRPC.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -33,7 +36,7 @@ from geofed.config import FederationConfig
 
 from ..errors import AlreadySent
 from ..global_model import Snapshot
-from .displacement import DisplacementBudget
+from .displacement import WINDOW, DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
 from .weighting import max_tokens_per_sync
 
@@ -56,12 +59,14 @@ class DeltaGuard:
         agg = fed.aggregation
         self.norms = NormBound(agg.norm_bound_multiple, agg.norm_bound_window)
         # Scalars of zeroth-order rounds lie along each round's own directions: their sum means nothing.
-        self.budget = DisplacementBudget(0.0 if fed.paradigm.name == "zo" else agg.norm_bound_multiple,
-                                         agg.norm_bound_window)
+        self.budget = DisplacementBudget(
+            0.0 if fed.paradigm.name == "zo" else agg.norm_bound_multiple, agg.norm_bound_window
+        )
         self._sketches: dict[str, np.ndarray] = {}  # client -> sketch of its bounded delta, until accepted
         self.applied_base: dict[str, int] = {}  # site -> newest base version of its applied deltas
         self.round_base: dict[str, tuple[str, int]] = {}  # site -> (client, base version) of its open-round delta
         self._limits: tuple[int, float, float] | None = None  # (version, ceiling, start) cache
+        self._recent_sites: deque[str] = deque(maxlen=4 * WINDOW)  # the site of each recent accepted delta
 
     # ---- weights --------------------------------------------------------------------------------
 
@@ -80,19 +85,21 @@ class DeltaGuard:
             holder, base = self.round_base[site]
             if holder == client_id:
                 raise AlreadySent(
-                    "already_sent", f"this client already has a delta (on base version {base}) in the open round: "
-                    "one delta per site per round; wait for the next version"
+                    "already_sent",
+                    f"this client already has a delta (on base version {base}) in the open round: "
+                    "one delta per site per round; wait for the next version",
                 )
             raise AlreadySent(
-                "site_quota", f"site quota: client {holder!r} of site {site!r} already has a delta (on base version "
-                f"{base}) in the open round; one delta per site per round, shared by all its client ids"
+                "site_quota",
+                f"site quota: client {holder!r} of site {site!r} already has a delta (on base version "
+                f"{base}) in the open round; one delta per site per round, shared by all its client ids",
             )
         last = self.applied_base.get(site)
         if last is not None and base_version <= last:
             raise AlreadySent(
                 "already_sent" if site == client_id else "site_quota",
                 f"site quota: site {site!r} already sent a delta on base version {last}; a new delta must be "
-                f"trained from a newer version (got base version {base_version})"
+                f"trained from a newer version (got base version {base_version})",
             )
 
     def accepted(self, client_id: str, base_version: int, norm: float, local_steps: int = 1) -> None:
@@ -100,6 +107,7 @@ class DeltaGuard:
         site = self.unit_of(client_id)
         self.round_base[site] = (client_id, base_version)
         self.norms.record(site, self.bound_norm(norm, local_steps))
+        self._recent_sites.append(site)
         sketch = self._sketches.pop(client_id, None)
         if sketch is not None:
             self.budget.record(site, sketch)
@@ -110,6 +118,20 @@ class DeltaGuard:
             for site, (_, base) in self.round_base.items():
                 self.applied_base[site] = max(base, self.applied_base.get(site, 0))
         self.round_base = {}
+
+    def in_round(self, site: str) -> int:
+        """How many of `site`'s latest deltas are in its current round: those since which fewer deltas of
+        other sites were accepted than there are other sites (the sites with a norm entry)."""
+        others_needed = len(self.norms.norms) - (site in self.norms.norms)
+        own = others = 0
+        for s in reversed(self._recent_sites):
+            if others >= others_needed:
+                break
+            if s == site:
+                own += 1
+            else:
+                others += 1
+        return own
 
     # ---- norm bound -----------------------------------------------------------------------------
 
@@ -128,8 +150,14 @@ class DeltaGuard:
             else:
                 t, theta_norm = self.fed.training, self.theta_norm(snapshot)
                 ceiling = adamw_ceiling(
-                    lr=t.lr, local_steps=t.local_steps, numel=numel, weight_decay=t.weight_decay,
-                    theta_norm=theta_norm, beta1=t.adam_beta1, beta2=t.adam_beta2)
+                    lr=t.lr,
+                    local_steps=t.local_steps,
+                    numel=numel,
+                    weight_decay=t.weight_decay,
+                    theta_norm=theta_norm,
+                    beta1=t.adam_beta1,
+                    beta2=t.adam_beta2,
+                )
                 start = start_bound(t, numel, theta_norm)
             self._limits = (snapshot.version, ceiling, start)
         return self._limits[1], self._limits[2]
@@ -159,6 +187,10 @@ class DeltaGuard:
             within = self.budget.scale(site, applied, self.norms.reference(site, start))
             if within < 1.0:
                 scale, rule = scale * within, "displacement_budget"
+            limit = self.norms.limit(site, *self.limits(snapshot, push.numel))
+            share = self.budget.share_scale(site, applied * within, limit, self.in_round(site))
+            if share < 1.0:
+                scale, within, rule = scale * share, within * share, "round_share"
             self._sketches[push.client_id] = applied * within
         return BoundedPayload(push, scale, site, rule)
 
@@ -173,6 +205,7 @@ class DeltaGuard:
         self.applied_base = {str(k): int(v) for k, v in state.get("applied_base", {}).items()}
         self.norms.load_state_dict(state.get("norms", []))
         self.round_base, self._limits = {}, None
+
 
 def all_finite(a: np.ndarray, slice_elems: int = 1 << 22) -> bool:
     """True when no element is NaN or ±Inf; checked slice by slice (temporaries O(slice), not O(model))."""

@@ -273,3 +273,41 @@ def test_a_drift_just_under_the_bound_in_one_direction_stops_adding_up(tmp_path,
     logs = ps.logs()
     assert "rule=displacement_budget" in logs
     assert "event=delta_bounded client='clinic.trainer'" not in logs  # honest deltas are never scaled
+
+
+@pytest.mark.parametrize("ids", [1, 4], ids=["one_id", "four_ids"])
+def test_a_burst_of_pushes_each_on_the_newest_version_adds_up_to_one_bounded_delta_per_round(tmp_path, reaper, ids):
+    """In async mode every push makes a version, so the hostile site can push again on the version its own delta
+    made (through one client id, or several): each push is within the norm bound, but what the site lands
+    before the other site pushes again must add up to at most one delta's bound (3 × the other site's median
+    norm); under FedAvg the burst moves the model at most η × that, about 3 honest steps, and honest deltas
+    are never scaled."""
+    arena = TwoSites(tmp_path, reaper, {})
+    ps, honest, _, observer, _ = arena.parts()
+    with ps.admin() as admin:
+        credential = admin.create_site_credential("burst")
+    sessions = [site_session(ps, credential, f"burst.s{i}") for i in range(ids)]
+    honest_norms, honest_steps = [], []
+    version, model = observer.model()
+    for r in range(6):
+        delta = delta_for(f"clinic/{r}", NUMEL)
+        honest_norms.append(float(np.linalg.norm(delta.astype(np.float64))))
+        push(honest, version, delta, tokens=FULL_SYNC, local_steps=H)
+        new_version, new = observer.model()
+        honest_steps.append(step(model, new))
+        version, model = new_version, new
+        if r < 3:  # the honest site's history first
+            continue
+        limit = 3 * float(np.median(honest_norms[-5:]))
+        before_burst = model
+        evil = 1000 * delta_for(f"burst/{r}", NUMEL)  # one direction for the whole burst
+        shared_before = counter(ps, "geofed_bounded_deltas", "rule", "round_share")
+        for k in range(4):
+            stub, session = sessions[k % ids]
+            result = raw_push(stub, session, attack_messages(evil, codec="fp32", base=version, upload=f"b/{r}/{k}"))
+            assert result.status == pb.APPLIED
+            version, model = observer.model()
+        burst = step(before_burst, model)
+        assert burst <= 1.05 * SLACK * ETA * limit, f"round {r}: the burst moved {burst / max(honest_steps):.1f} steps"
+        assert counter(ps, "geofed_bounded_deltas", "rule", "round_share") - shared_before >= 3
+    assert "event=delta_bounded client='clinic.trainer'" not in ps.logs()
