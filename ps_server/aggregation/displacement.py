@@ -17,15 +17,7 @@ sign): the sketch of a sum is the sum of the sketches, its squared length estima
 √(2 / BUCKETS) (2%), and it is built while the push is validated (`DeltaSketch`, fed by the ingest decode), so
 the budget costs O(sites × WINDOW × BUCKETS) memory and no extra pass over a delta. The windows live in memory
 only: a checkpoint written with every version stays O(model + sites), and after a restart every site's window
-starts empty.
-
-**A site's share of a round.** In async mode every push makes a version, and a site's base versions only
-have to increase: a site that pushes again on the version its own delta made (through one client id or
-several) could land many maximal deltas while the others train one. So the deltas a site landed within its
-current round (those since which fewer deltas of other sites arrived than there are other sites) add up, with
-the new one, to at most one delta's limit. An honest site lands about one delta per round; two honest deltas,
-each within 1.7 × the median norm and at cosine ≤ 0.5, add up to at most 2.95 × it, inside the limit of
-3 ×. Plain numpy, no gRPC.
+starts empty. Plain numpy, no gRPC.
 """
 
 from __future__ import annotations
@@ -64,17 +56,6 @@ class DeltaSketch:
         self.values += np.bincount(buckets, weights=signs * values.astype(np.float64), minlength=BUCKETS)
 
 
-def fitting(total: np.ndarray, sketch: np.ndarray, limit: float) -> float:
-    """Largest c in [0, 1] with ‖total + c·sketch‖ ≤ limit (0 when total is already beyond it)."""
-    a, b, c0 = float(sketch @ sketch), float(total @ sketch), float(total @ total) - limit * limit
-    if a <= 0 or a + 2 * b + c0 <= 0:  # the whole delta fits
-        return 1.0
-    disc = b * b - a * c0
-    if disc < 0:  # the sum is beyond the limit along every c: nothing of this delta may add to it
-        return 0.0
-    return min(1.0, max(0.0, (-b + math.sqrt(disc)) / a))
-
-
 class DisplacementBudget:
     """The last WINDOW sketched deltas of up to `sites` sites; `multiple` = 0 turns it off."""
 
@@ -89,6 +70,10 @@ class DisplacementBudget:
     def budget(self, reference: float) -> float:
         return self.multiple * reference * math.sqrt(WINDOW)
 
+    def _sum(self, site: str) -> np.ndarray | None:
+        window = self.windows.get(site)
+        return np.sum(window, axis=0) if window else None
+
     def scale(self, site: str, sketch: np.ndarray, reference: float) -> float:
         """Largest c in [0, 1] with ‖sum of the site's window (but its oldest, when full) + c·delta‖ ≤ budget."""
         if not self.enabled or not math.isfinite(reference) or reference <= 0:
@@ -98,14 +83,14 @@ class DisplacementBudget:
             return 1.0
         kept = list(window)[1:] if len(window) == WINDOW else list(window)  # the oldest leaves with this delta
         total = np.sum(kept, axis=0) if kept else np.zeros(BUCKETS)
-        return fitting(total, sketch, self.budget(reference))
-
-    def share_scale(self, site: str, sketch: np.ndarray, limit: float, recent: int) -> float:
-        """Largest c in [0, 1] with ‖the site's latest `recent` deltas + c·delta‖ ≤ `limit`."""
-        window = self.windows.get(site)
-        if not self.enabled or not window or recent <= 0 or not math.isfinite(limit) or limit <= 0:
+        limit = self.budget(reference)
+        a, b, c0 = float(sketch @ sketch), float(total @ sketch), float(total @ total) - limit * limit
+        if a <= 0 or a + 2 * b + c0 <= 0:  # the whole delta fits
             return 1.0
-        return fitting(np.sum(list(window)[-recent:], axis=0), sketch, limit)
+        disc = b * b - a * c0
+        if disc < 0:  # the sum is beyond the budget along every c: nothing of this delta may add to it
+            return 0.0
+        return min(1.0, max(0.0, (-b + math.sqrt(disc)) / a))
 
     def record(self, site: str, sketch: np.ndarray) -> None:
         """An accepted delta (its sketch as folded, i.e. after every scaling) joins its site's window."""

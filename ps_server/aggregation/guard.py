@@ -17,8 +17,14 @@ client ids.
   round will apply it (‖δ‖ · H / τ), so declaring few local steps buys no length.
 - **A displacement budget** (`displacement.DisplacementBudget`): what a site's latest deltas add up to is
   bounded too, so a drift just under the norm bound in one direction stops adding up.
-- **A site's share of a round** (`displacement`): in async mode a site could push again on the version its own
-  delta made; what it lands within one round of the federation adds up to at most one delta's bound.
+- **A site's share of a round**: in async mode every push makes a version and a site's base versions only
+  have to increase, so a site could push again on the version its own delta made (through one client id or
+  several) and land many bounded deltas while the other sites train one each. The norms of the deltas a site
+  landed in its current round (those since which fewer deltas of other sites were accepted than there are
+  other sites) add up, with the new one's, to at most its bound: the rest of a burst is scaled down to what is
+  left, and refused (`AlreadySent`, reason `round_share`) when less than `SHARE_FLOOR` of the bound is left, so
+  no version of (almost) nothing lets momentum step the model. An honest site lands about one delta per round;
+  one that pushes several times while a slower site trains is held to one bound's worth of length per round.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -46,6 +52,9 @@ def zo_ceiling(fed: FederationConfig) -> float:
     stay within ln(vocab) of each other is at most ln(vocab) / ε; `seeds` of them."""
     p = fed.paradigm
     return math.sqrt(p.seeds) * math.log(max(2, fed.model.vocab_size)) / p.eps
+
+
+SHARE_FLOOR = 0.1  # a delta the round share would scale below this fraction is refused instead
 
 
 class DeltaGuard:
@@ -175,23 +184,41 @@ class DeltaGuard:
         ceiling, start = self.limits(snapshot, numel)
         return self.norms.scale(self.unit_of(client_id), self.bound_norm(norm, local_steps), ceiling, start)
 
+    def share_left(self, site: str, snapshot: Snapshot, numel: int) -> float:
+        """What is left of `site`'s share of its current round: its bound minus the (bounded) norms of the
+        deltas it landed in that round (inf when the bound is off, and for zeroth-order scalars)."""
+        if not self.norms.enabled or self.fed.paradigm.name == "zo":
+            return math.inf
+        limit = self.norms.limit(site, *self.limits(snapshot, numel))
+        landed = list(self.norms.norms.get(site, ()))[-self.in_round(site) :] if self.in_round(site) else []
+        return limit - sum(landed)
+
     def bound(self, push, snapshot: Snapshot) -> BoundedPayload:
-        """The push as the strategy may fold it: scaled down to the norm bound and its site's budget."""
+        """The push as the strategy may fold it: scaled down to the norm bound, its site's budget and what is left
+        of its share of the round; refused (`AlreadySent`, reason round_share) when almost nothing is."""
         steps, site = push.header.local_steps, self.unit_of(push.client_id)
         scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
         rule = "norm_bound" if scale < 1.0 else ""
+        left = self.share_left(site, snapshot, push.numel)
+        if math.isfinite(left):
+            limit = self.norms.limit(site, *self.limits(snapshot, push.numel))
+            if left <= SHARE_FLOOR * limit:  # a version of (almost) nothing would still let momentum step the model
+                raise AlreadySent(
+                    "round_share",
+                    f"round share: site {site!r} already landed deltas adding up to its bound since the other "
+                    "sites last pushed; push again once they have",
+                )
+            applied = self.bound_norm(push.norm, steps) * scale
+            if applied > left:
+                scale, rule = scale * left / applied, "round_share"
         sketch = getattr(push, "sketch", None)
         if sketch is not None and self.budget.enabled:
-            applied = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
+            applied_sketch = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
             _, start = self.limits(snapshot, push.numel)
-            within = self.budget.scale(site, applied, self.norms.reference(site, start))
+            within = self.budget.scale(site, applied_sketch, self.norms.reference(site, start))
             if within < 1.0:
                 scale, rule = scale * within, "displacement_budget"
-            limit = self.norms.limit(site, *self.limits(snapshot, push.numel))
-            share = self.budget.share_scale(site, applied * within, limit, self.in_round(site))
-            if share < 1.0:
-                scale, within, rule = scale * share, within * share, "round_share"
-            self._sketches[push.client_id] = applied * within
+            self._sketches[push.client_id] = applied_sketch * within
         return BoundedPayload(push, scale, site, rule)
 
     # ---- durability -----------------------------------------------------------------------------
