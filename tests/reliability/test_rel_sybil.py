@@ -31,7 +31,7 @@ from geofed.protocol.admin_client import AdminClient, AdminError
 from geofed.protocol.auth import bearer
 from geofed_testing.ledger import delta_for
 from geofed_testing.procs import PSNode, Reaper
-from geofed_testing.wire import NUMEL, Observer, encoded, init_model, join, push, raw_push, rpc_code
+from geofed_testing.wire import NUMEL, Observer, encoded, init_model, join, push, raw_push, rpc_code, theta0
 from tests.reliability.test_rel_attacks import alternating, attack_messages
 
 T = TrainingConfig()
@@ -228,11 +228,16 @@ def test_sessions_that_never_push_do_not_hold_a_sync_round_to_the_straggler_time
 class TwoSites:
     """A default PS (but `federation`), its master, an honest site's client and a hostile site's raw session."""
 
-    def __init__(self, tmp_path, reaper: Reaper, federation: dict) -> None:
+    def __init__(self, tmp_path, reaper: Reaper, federation: dict, manifest: list | None = None) -> None:
         self.ps = PSNode(tmp_path / "ps", federation, metrics=True)
         reaper.add(self.ps.kill)
         self.ps.start()
-        init_model(join(self.ps, "boot.master", master=True, start=False, reaper=reaper))
+        master = join(self.ps, "boot.master", master=True, start=False, reaper=reaper)
+        if manifest is None:
+            init_model(master)
+        else:  # Θ0 of another layout (a paradigm's exchanged tensors)
+            numel = sum(int(np.prod(shape)) for _, shape, _ in manifest)
+            push(master, 0, theta0(numel), init=True, manifest=manifest)
         with self.ps.admin() as admin:
             credential = admin.create_site_credential("evil")
         self.honest = join(self.ps, "clinic.trainer", site="clinic", start=False, reaper=reaper)
@@ -279,19 +284,32 @@ def test_a_drift_just_under_the_bound_in_one_direction_stops_adding_up(tmp_path,
     assert "event=delta_bounded client='clinic.trainer'" not in logs  # honest deltas are never scaled
 
 
-BURSTS = [("fp32", "fedavg", 1), ("fp32", "fedavg", 4), ("int8", "nesterov", 4), ("fp32", "adam", 4)]
+# A LoRA federation's exchanged vector: the adapters A (r × in) and B (out × r) of one layer.
+LORA_MANIFEST = [("h.lora_A.weight", (4, 50), "float32"), ("h.lora_B.weight", (60, 4), "float32")]
+BURSTS = [
+    ("fp32", "fedavg", 1, "pretrain"),
+    ("fp32", "fedavg", 4, "pretrain"),
+    ("int8", "nesterov", 4, "pretrain"),
+    ("fp32", "adam", 4, "pretrain"),
+    ("int8", "fedavg", 4, "lora"),
+]
 
 
-@pytest.mark.parametrize(("codec", "outer", "ids"), BURSTS, ids=[f"{c}-{o}-{i}ids" for c, o, i in BURSTS])
+@pytest.mark.parametrize(
+    ("codec", "outer", "ids", "paradigm"), BURSTS, ids=[f"{c}-{o}-{i}ids-{p}" for c, o, i, p in BURSTS]
+)
 def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_per_round(
-    tmp_path, reaper, codec, outer, ids
+    tmp_path, reaper, codec, outer, ids, paradigm
 ):
     """In async mode every push makes a version, so the hostile site can push again on the version its own delta
     made (through one client id, or several). What it lands before the other site pushes again adds up to at
     most one delta's bound (3 × the other site's median norm): the first push of a burst lands (bounded), the
     rest would add nothing and are refused (reason round_share), leaving the model byte for byte; honest
     deltas are never scaled or refused."""
-    arena = TwoSites(tmp_path, reaper, {"aggregation": {"outer_optimizer": outer}})
+    lora = paradigm == "lora"
+    federation = {"aggregation": {"outer_optimizer": outer}, **({"paradigm": {"name": "lora"}} if lora else {})}
+    arena = TwoSites(tmp_path, reaper, federation, LORA_MANIFEST if lora else None)
+    numel = 4 * 50 + 60 * 4 if lora else NUMEL
     ps, honest, _, observer, _ = arena.parts()
     with ps.admin() as admin:
         credential = admin.create_site_credential("burst")
@@ -299,7 +317,7 @@ def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_pe
     honest_steps = []
     version, model = observer.model()
     for r in range(6):
-        push(honest, version, delta_for(f"clinic/{r}", NUMEL), codec=codec, tokens=FULL_SYNC, local_steps=H)
+        push(honest, version, delta_for(f"clinic/{r}", numel), codec=codec, tokens=FULL_SYNC, local_steps=H)
         new_version, new = observer.model()
         honest_steps.append(step(model, new))
         version, model = new_version, new
@@ -308,7 +326,7 @@ def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_pe
         refused_before = rejected(ps, "round_share")
         for k in range(4):
             stub, session = sessions[k % ids]
-            messages = attack_messages(1000 * delta_for(f"burst/{r}/{k}", NUMEL), codec=codec, base=version,
+            messages = attack_messages(1000 * delta_for(f"burst/{r}/{k}", numel), codec=codec, base=version,
                                        upload=f"b/{r}/{k}")  # fmt: skip
             if k == 0:
                 assert raw_push(stub, session, messages).status == pb.APPLIED
