@@ -103,16 +103,18 @@ def run_checks(files: tuple[str, ...]) -> list[tuple[str, str, str]]:
 # The hostile-site section: its tables and raw benchmark lines are markdown, kept beside this script.
 HOSTILE_CLIENTS = (ROOT / "bench" / "reliability_hostile.md").read_text()
 
+ATTACK_COMMAND = "    .venv/bin/python bench/attack_bench.py --seeds 0,1,2 --rounds 3"
 ATTACK_BENCH_SETUP = (
-    "One real PS and four real clients on this machine (2 CPU cores), a 2-layer GPT-2 (n_embd 64, block 64) on "
-    "the Python standard library's sources split by module, 80 local steps per client (4 syncs of H = 20; a fixed "
-    "budget, so a busy machine changes timing, not work), held-out loss of the final global model; three runs per "
-    "cell, each condition once per run in the same order. Three clients are honest; "
-    "the fourth (`bench/attack_client.py`) trains and then pushes −δ (sign_flip), 10·δ (scaled) or Gaussian "
-    "noise of 10 × δ's RMS (noise), or trains on random printable text (corrupted). Aggregation: the defaults "
-    "(async K = 1, FedAvg η = 0.5, the norm bound), each robust option on top (trimmed mean cuts 1 of 4 at each "
-    "end), and `nobound` (the norm bound off: the undefended PS; not run for sign_flip and corrupted, whose deltas "
-    "the bound never scales). 'none' is the three honest clients alone."
+    "Closed loop against a real `geofed ps` with default settings but the outer optimizer (FedAvg η = 0.5, "
+    "Nesterov η = 0.5 with μ = 0.9, Adam η = 0.01). Three honest sites train the default model (GPT-2 2 × 128) "
+    "with their real AdamW, H = 40, each from the model the PS published last, read back over the wire, on their "
+    "own module split of the Python standard library; a fourth site trains too and pushes, once per round after "
+    "the honest three, 10 δ (scaled), −δ (sign_flip), noise of 10 × δ's RMS, 10 δ through 4 client ids one after "
+    "the other (sybil), 3 × 0.95 ‖δ‖ along one fixed direction (drift) or 3 × its previous push's norm "
+    "(ratchet). The control is the same seed without the fourth site. Distances are in the control's mean "
+    "per-version step (what one honest site's update moves the model). Cells: median (range) over the seeds "
+    "run; the runs shared the machine with other work (load averages in each run's JSON). Raw output: "
+    "`bench/results/attack/`."
 )
 
 NOTES = """## Known limits not expressed as a failing test
@@ -245,8 +247,8 @@ def render(command: str, rows: list[Row], load: LoadResult | None, checks: list[
                   "`bench/load_bench.py --clients 128 --seconds 120`.", ""]
     lines += [HOSTILE_CLIENTS]
     if ATTACK_SUMMARY.is_file():
-        lines += ["### Attack benchmark", "", "    .venv/bin/python bench/attack_bench.py --runs 3 --steps 80", "",
-                  ATTACK_BENCH_SETUP, "", ATTACK_SUMMARY.read_text(), ""]
+        summary = ATTACK_SUMMARY.read_text()
+        lines += ["### Attack benchmark", "", ATTACK_COMMAND, "", ATTACK_BENCH_SETUP, "", summary, ""]
     lines += [NOTES]
     failed = [r for r in rows if not r.passed] + [c for c in checks if c[1] != "passed"]
     lines += ["## Summary", "",
