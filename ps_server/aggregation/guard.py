@@ -20,11 +20,12 @@ client ids.
 - **A site's share of a round**: in async mode every push makes a version and a site's base versions only
   have to increase, so a site could push again on the version its own delta made (through one client id or
   several) and land many bounded deltas while the other sites train one each. The norms of the deltas a site
-  landed in its current round (those since which fewer deltas of other sites were accepted than there are
-  other sites) add up, with the new one's, to at most its bound: the rest of a burst is scaled down to what is
-  left, and refused (`AlreadySent`, reason `round_share`) when less than `SHARE_FLOOR` of the bound is left, so
-  no version of (almost) nothing lets momentum step the model. An honest site lands about one delta per round;
-  one that pushes several times while a slower site trains is held to one bound's worth of length per round.
+  landed in its current round (those since which fewer deltas of other sites arrived than there are other
+  sites active within the default server.client_timeout_s) add up, with the new one's, to at most its bound;
+  a delta that would go beyond is refused (`AlreadySent`, reason `round_share`), not scaled, so every delta
+  that lands is whole (or bounded by the norm bound alone) and no near-empty version lets momentum step the
+  model. An honest site lands about one delta per round; one that pushes several times while the others
+  train lands deltas adding up to its bound (3 of median size) and then waits for them.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -33,12 +34,13 @@ Plain Python over numpy, no gRPC.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
-from geofed.config import FederationConfig
+from geofed.config import FederationConfig, ServerConfig
 
 from ..errors import AlreadySent
 from ..global_model import Snapshot
@@ -54,13 +56,16 @@ def zo_ceiling(fed: FederationConfig) -> float:
     return math.sqrt(p.seeds) * math.log(max(2, fed.model.vocab_size)) / p.eps
 
 
-SHARE_FLOOR = 0.1  # a delta the round share would scale below this fraction is refused instead
-
-
 class DeltaGuard:
     """Admission rules and bounds every strategy shares; O(sites) state."""
 
-    def __init__(self, fed: FederationConfig, unit_of: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        fed: FederationConfig,
+        unit_of: Callable[[str], str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        active_for_s: float = ServerConfig.model_fields["client_timeout_s"].default,
+    ) -> None:
         self.fed = fed
         self.unit_of = unit_of or (lambda client_id: client_id)  # client id -> its site (the unit of trust)
         self.max_steps = fed.training.local_steps
@@ -76,6 +81,8 @@ class DeltaGuard:
         self.round_base: dict[str, tuple[str, int]] = {}  # site -> (client, base version) of its open-round delta
         self._limits: tuple[int, float, float] | None = None  # (version, ceiling, start) cache
         self._recent_sites: deque[str] = deque(maxlen=4 * WINDOW)  # the site of each recent accepted delta
+        self.clock, self.active_for_s = clock, active_for_s  # a site silent longer than active_for_s has left
+        self._landed_at: dict[str, float] = {}  # site -> clock() when its latest delta was accepted
 
     # ---- weights --------------------------------------------------------------------------------
 
@@ -117,6 +124,7 @@ class DeltaGuard:
         self.round_base[site] = (client_id, base_version)
         self.norms.record(site, self.bound_norm(norm, local_steps))
         self._recent_sites.append(site)
+        self._landed_at[site] = self.clock()
         sketch = self._sketches.pop(client_id, None)
         if sketch is not None:
             self.budget.record(site, sketch)
@@ -130,8 +138,11 @@ class DeltaGuard:
 
     def in_round(self, site: str) -> int:
         """How many of `site`'s latest deltas are in its current round: those since which fewer deltas of
-        other sites were accepted than there are other sites (the sites with a norm entry)."""
-        others_needed = len(self.norms.norms) - (site in self.norms.norms)
+        other sites were accepted than there are other active sites (sites with a norm entry whose latest delta
+        landed within `active_for_s`, server.client_timeout_s's default: a site that left holds no one's round
+        open)."""
+        horizon = self.clock() - self.active_for_s
+        others_needed = sum(1 for s in self.norms.norms if s != site and self._landed_at.get(s, -math.inf) >= horizon)
         own = others = 0
         for s in reversed(self._recent_sites):
             if others >= others_needed:
@@ -194,23 +205,18 @@ class DeltaGuard:
         return limit - sum(landed)
 
     def bound(self, push, snapshot: Snapshot) -> BoundedPayload:
-        """The push as the strategy may fold it: scaled down to the norm bound, its site's budget and what is left
-        of its share of the round; refused (`AlreadySent`, reason round_share) when almost nothing is."""
+        """The push as the strategy may fold it: scaled down to the norm bound and its site's budget; refused
+        (`AlreadySent`, reason round_share) when it would take its site's round beyond the bound."""
         steps, site = push.header.local_steps, self.unit_of(push.client_id)
         scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
         rule = "norm_bound" if scale < 1.0 else ""
         left = self.share_left(site, snapshot, push.numel)
-        if math.isfinite(left):
-            limit = self.norms.limit(site, *self.limits(snapshot, push.numel))
-            if left <= SHARE_FLOOR * limit:  # a version of (almost) nothing would still let momentum step the model
-                raise AlreadySent(
-                    "round_share",
-                    f"round share: site {site!r} already landed deltas adding up to its bound since the other "
-                    "sites last pushed; push again once they have",
-                )
-            applied = self.bound_norm(push.norm, steps) * scale
-            if applied > left:
-                scale, rule = scale * left / applied, "round_share"
+        if self.bound_norm(push.norm, steps) * scale > left * (1 + 1e-9):
+            raise AlreadySent(
+                "round_share",
+                f"round share: site {site!r} already landed deltas adding up to its bound since the other sites "
+                "last pushed, and this one would go beyond it; push again once they have",
+            )
         sketch = getattr(push, "sketch", None)
         if sketch is not None and self.budget.enabled:
             applied_sketch = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
