@@ -41,9 +41,11 @@ def alternating(value: float) -> np.ndarray:
 
 
 def attack_messages(values: np.ndarray, *, codec: str, base: int, upload: str, tokens: int = MAX_TOKENS,
-                    frame_elems: int = 1 << 20) -> list[pb.DeltaChunk]:
-    """A PushDelta whose every header field the attacker chose (tokens, local steps, frame size)."""
-    header, frames = make_codec(codec).encode(np.ascontiguousarray(values), frame_elems=frame_elems)
+                    frame_elems: int = 1 << 20, encoder=None) -> list[pb.DeltaChunk]:
+    """A PushDelta whose every header field the attacker chose (tokens, local steps, frame size); `encoder`, a
+    codec object, instead of `codec`'s default one (the sparse codec takes the federation's parameters)."""
+    encoder = encoder or make_codec(codec)
+    header, frames = encoder.encode(np.ascontiguousarray(values), frame_elems=frame_elems)
     payload = b"".join(frames)
     h = pb.DeltaHeader(base_version=base, upload_id=upload, codec_header=header, payload_bytes=len(payload),
                        num_tokens=tokens, num_samples=tokens, local_steps=2**32 - 1)

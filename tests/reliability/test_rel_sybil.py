@@ -23,8 +23,9 @@ import grpc
 import numpy as np
 import pytest
 
-from geofed.codec import decoder_for
-from geofed.config import ModelConfig, TrainingConfig
+from geofed.codec import decoder_for, make_codec
+from geofed.codec.sparse import sparse_params
+from geofed.config import CodecConfig, ModelConfig, TrainingConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.admin_client import AdminClient, AdminError
@@ -292,7 +293,9 @@ BURSTS = [
     ("int8", "nesterov", 4, "pretrain"),
     ("fp32", "adam", 4, "pretrain"),
     ("int8", "fedavg", 4, "lora"),
+    ("sparse", "fedavg", 4, "pretrain"),
 ]
+SPARSE = {"name": "sparse", "sparse_chunk": 512, "sparse_density": 0.02, "sparse_value_bits": 2}
 
 
 @pytest.mark.parametrize(
@@ -308,6 +311,9 @@ def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_pe
     deltas are never scaled or refused."""
     lora = paradigm == "lora"
     federation = {"aggregation": {"outer_optimizer": outer}, **({"paradigm": {"name": "lora"}} if lora else {})}
+    encoder = make_codec("sparse", sparse=sparse_params(CodecConfig(**SPARSE))) if codec == "sparse" else None
+    if encoder is not None:
+        federation["codec"] = SPARSE
     arena = TwoSites(tmp_path, reaper, federation, LORA_MANIFEST if lora else None)
     numel = 4 * 50 + 60 * 4 if lora else NUMEL
     ps, honest, _, observer, _ = arena.parts()
@@ -317,7 +323,12 @@ def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_pe
     honest_steps = []
     version, model = observer.model()
     for r in range(6):
-        push(honest, version, delta_for(f"clinic/{r}", numel), codec=codec, tokens=FULL_SYNC, local_steps=H)
+        delta = delta_for(f"clinic/{r}", numel)
+        if encoder is None:
+            push(honest, version, delta, codec=codec, tokens=FULL_SYNC, local_steps=H)
+        else:
+            header, frames = encoder.encode(delta)
+            honest.push(base_version=version, codec_header=header, frames=frames, num_tokens=FULL_SYNC, local_steps=H)
         new_version, new = observer.model()
         honest_steps.append(step(model, new))
         version, model = new_version, new
@@ -327,7 +338,7 @@ def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_pe
         for k in range(4):
             stub, session = sessions[k % ids]
             messages = attack_messages(1000 * delta_for(f"burst/{r}/{k}", numel), codec=codec, base=version,
-                                       upload=f"b/{r}/{k}")  # fmt: skip
+                                       upload=f"b/{r}/{k}", encoder=encoder)  # fmt: skip
             if k == 0:
                 assert raw_push(stub, session, messages).status == pb.APPLIED
                 first_version, model = observer.model()
