@@ -1,20 +1,31 @@
-"""Attack benchmark (issue 10): 1 of 4 clients attacks; final global eval loss against the run without it.
+"""Closed-loop attack benchmark: one hostile site among four against a real `geofed ps` with default settings.
 
-    .venv/bin/python bench/attack_bench.py [--runs 3] [--steps 120] [--out bench/results/attack]
+    .venv/bin/python bench/attack_bench.py [--seeds 0,1,2] [--rounds 4] [--outers fedavg,nesterov,adam]
+        [--attacks none,scaled,...] [--out bench/results/attack]
 
-Each run is a real `geofed ps` and four real `geofed client` processes on this machine, a tiny GPT-2 on
-the Python standard library's sources (split by module, a held-out set for evaluation); every client trains
-`--steps` local steps (a fixed amount of work, so a busy machine changes the timing, not the budget). Three
-clients are honest; the fourth attacks (`bench/attack_client.py`):
+Per run: a `geofed ps` subprocess with the federation defaults (async, K = 1, the norm bound, the displacement
+budget, the outer bounds) but the outer optimizer; four sites, each joined with a token of its own site. Three
+honest sites train the default model (GPT-2 2 × 128) with their real AdamW (`client_agent.trainer.LocalTrainer`,
+default training settings, H = 40 local steps, the optimizer state kept across rounds as `geofed client` keeps
+it) on their own module split of the Python standard library. Every honest push is trained from the model the
+PS published last, read back over the wire (closed loop: honest sites react to what the attacker did), and
+pushed in fp32 with the tokens and steps an honest client declares. After every round of the three honest
+pushes the fourth site trains on its own split too, then pushes instead of its delta δ:
 
-- sign_flip −δ, scaled 10·δ, noise (Gaussian, 10 × δ's RMS) — it trains honestly, then poisons its push;
-- corrupted — a plain client whose data is random printable text.
+- scaled: 10 δ; sign_flip: −δ; noise: Gaussian of 10 × δ's RMS;
+- sybil: 10 δ through 4 client ids of its site credential, one after the other, each on the newest version;
+- drift: 3 × 0.95 ‖δ‖ (just under the bound it can infer from its own honest norm) along one fixed random
+  direction, every round;
+- ratchet: 3 × the norm of its previous push, starting at ‖δ‖, along δ.
 
-Aggregation is the federation default (async, K = 1, FedAvg η = 0.5, the default norm bound) and each
-robust option on top of it; `nobound` turns the norm bound off (the undefended PS, and the bound's cost
-on honest training). Every condition also runs without the attacker (the three honest clients alone).
-Raw results: one JSON per run under `--out`, `summary.json` and `summary.md` (the table in
-docs/reliability.md).
+The control is the same seed without the fourth site (the three honest sites alone, identical data and
+order). Reported per run: the final held-out loss (8 fixed batches of held-out standard-library modules) and
+its difference from the control's; the distance of the model from the control's model after each round and at
+the end, in units of the control's mean per-version step (what one honest site's update moves the model); the
+largest single-version step over the control's largest; pushes the PS refused (by reason, from its metrics)
+and honest deltas it scaled down (from its log). Everything runs on this machine: the PS process, and the
+trainers in this one (one thread each, one after the other), so a busy machine changes timing, not results.
+Raw output: one JSON per run under `--out`, `summary.json` and `summary.md`.
 """
 
 from __future__ import annotations
@@ -24,201 +35,285 @@ import json
 import os
 import platform
 import re
-import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import yaml
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from client_agent.corpus import read_file_list, stdlib_split, write_file_list, write_split  # noqa: E402
-from client_agent.data import load_tokens  # noqa: E402
-from client_agent.tokenizer import load_tokenizer  # noqa: E402
+from real_clients import honest_trainers  # noqa: E402
+
+from client_agent.corpus import stdlib_split  # noqa: E402
+from client_agent.flat import flatten, load_flat_, manifest  # noqa: E402
+from client_agent.ps_client import PSClient  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
-from geofed_apps.evaluate import GlobalEvaluator, newest  # noqa: E402
-from geofed_apps.launch import GEOFED, PSProcess, child_env, flags, spawn, stop_all, write_token  # noqa: E402
+from geofed.protocol.admin_client import AdminClient  # noqa: E402
+from geofed_apps.evaluate import GlobalEvaluator  # noqa: E402
+from geofed_testing.procs import PSNode, Reaper  # noqa: E402
+from geofed_testing.wire import Observer, join, push  # noqa: E402
 
-BASE = {
-    "name": "attack",
-    "model": {"family": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64, "seed": 0},
-    "training": {"lr": 3e-3, "warmup_steps": 5, "batch_size": 8, "local_steps": 20, "sync_interval_s": 30.0,
-                 "eval_every": 1_000_000, "eval_batches": 1, "keep_best": 1},
-}
-DEFENCES = {
-    "default": {},
-    "median": {"robust": "median"},
-    "trimmed_mean": {"robust": "trimmed_mean", "trim_fraction": 0.25},  # 1 of 4 cut at each end
-    "nobound": {"norm_bound_multiple": 0},
-}
-ATTACKS = ("none", "sign_flip", "scaled", "noise", "corrupted")
+ATTACKS = ("none", "scaled", "sign_flip", "noise", "sybil", "drift", "ratchet")
+# Outer learning rates: the default η = 0.5 for FedAvg and Nesterov (μ = 0.9, the default); Adam moves every
+# parameter by about η per step, so it gets 0.01, about one honest delta's per-parameter size.
+OUTERS = {"fedavg": 0.5, "nesterov": 0.5, "adam": 0.01}
 HONEST = 3
-TIME_CAP_S = 300.0  # a client still training after this long stops anyway (a hung run, not a result)
+SYBIL_IDS = 4
+SCALE = 10.0
 
 
-def corrupted_data(path: Path, seed: int, size: int = 400_000) -> Path:
-    """Random printable text: what a site with a broken pipeline (or a saboteur) trains on."""
-    path.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    (path / "noise.txt").write_bytes(rng.integers(32, 127, size, dtype=np.uint8).tobytes())
-    return path
+class Site:
+    """One site's trainer and its joined client(s)."""
+
+    def __init__(self, trainer, clients: list[PSClient]) -> None:
+        self.trainer, self.clients = trainer, clients
+
+    def train_from(self, flat: np.ndarray, steps: int) -> np.ndarray:
+        """Load the published model, train `steps` local steps, return the delta (float32)."""
+        load_flat_(self.trainer.model, torch.from_numpy(flat.copy()))
+        self.trainer.train(steps)
+        return (flatten(self.trainer.model).detach().numpy() - flat).astype(np.float32)
 
 
-def seed_tokens(cache: Path, work_dir: Path) -> None:
-    """Give a fresh client work directory the tokenised corpus (the client checks its fingerprint)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("tokens.npy", "tokens.json"):
-        if (cache / name).is_file():
-            os.link(cache / name, work_dir / name)
+def site_clients(ps: PSNode, site: str, ids: int, reaper: Reaper) -> list[PSClient]:
+    """`ids` joined clients of `site`, their tokens minted with the site's own credential."""
+    with ps.admin() as admin:
+        credential = admin.create_site_credential(site)
+    clients = []
+    with AdminClient(ps.address, credential, insecure=True) as site_admin:
+        for i in range(ids):
+            cid = f"{site}.c{i}"
+            token = site_admin.create_token(cid)[0]
+            client = PSClient(ps.address, cid, lambda t=token: t, insecure=True)
+            reaper.add(client.close)
+            client.join()
+            clients.append(client)
+    return clients
 
 
-def run_once(run_dir: Path, defence: str, attack: str, run: int, steps: int, lists: list[Path],
-             caches: list[Path]) -> dict:
-    """One federation; the final global model's held-out loss and what the PS did."""
-    fed_data = {**BASE, "training": {**BASE["training"], "max_steps": steps}, "aggregation": DEFENCES[defence]}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "federation.yaml").write_text(yaml.safe_dump(fed_data, sort_keys=False))
-    ps = PSProcess(run_dir, run_dir / "federation.yaml", checkpoint_dir=run_dir / "ps", log=run_dir / "ps.log",
-                   extra=["--keep-checkpoints", "2", "--rate-limit-per-s", "1000"])
-    procs = []
+def run_once(
+    work: Path, seed: int, outer: str, attack: str, rounds: int, evaluator: GlobalEvaluator, control: dict | None
+) -> dict:
+    """One federation; per-version steps, the model after each round, the final held-out loss."""
+    fed = FederationConfig()
+    t = fed.training
+    full = t.batch_size * fed.model.block_size * t.local_steps
+    trainers = honest_trainers(fed, HONEST + 1, seed)
+    rng = np.random.default_rng(1000 + seed)
     t0 = time.monotonic()
-    try:
+    with Reaper() as reaper:
+        ps = PSNode(work / "ps", {"aggregation": {"outer_optimizer": outer, "global_lr": OUTERS[outer]}}, metrics=True)
+        reaper.add(ps.kill)
         ps.start()
-        with ps.admin() as admin:
-            n = HONEST + (attack != "none")
-            for i in range(n):
-                client_id = f"bench.c{i}"
-                token, _ = admin.create_token(client_id, ttl_s=600, master=(i == 0))
-                attacker = i == HONEST
-                data = lists[i]
-                env = child_env()
-                cmd = [*GEOFED]
-                if attacker and attack == "corrupted":
-                    data = corrupted_data(run_dir / "corrupted", seed=run)
-                elif attacker:
-                    cmd = [sys.executable, str(ROOT / "bench" / "attack_client.py")]
-                    env = child_env(GEOFED_ATTACK=attack, GEOFED_ATTACK_SEED=str(run), PYTHONPATH=str(ROOT))
-                if data == lists[i]:
-                    seed_tokens(caches[i], run_dir / client_id)
-                token_file = run_dir / "tokens" / client_id
-                write_token(token_file, token)
-                procs.append(spawn([*cmd, "client", "--insecure", *flags(
-                    token_file=token_file, ps=ps.address, client_id=client_id, data=data,
-                    work_dir=run_dir / client_id, duration_s=TIME_CAP_S, seed=10 * run + i)],
-                    run_dir / f"{client_id}.log", env=env))
-        for p in procs:
-            p.wait(timeout=TIME_CAP_S + 120)
-        status = [p.returncode for p in procs]
-    finally:
-        stop_all([p for p in (ps.proc, *procs) if p is not None])
-    ckpt = newest(ps.ckpt_dir)
-    log = ps.logs()
-    clients = {}
-    for i in range(HONEST + (attack != "none")):
-        cid = f"bench.c{i}"
-        clients[cid] = {"applied": len(re.findall(rf"event=push client={re.escape(cid)} .*status=APPLIED", log)),
-                        "bounded": log.count(f"event=delta_bounded client={cid} "),
-                        "refused": log.count(f"event=push_rejected client={cid} ")}
-    return {"defence": defence, "attack": attack, "run": run, "seconds": time.monotonic() - t0,
-            "client_exit": status, "version": ckpt.version if ckpt else 0, "clients": clients,
-            "final_flat": ckpt.flat if ckpt else None}
+        master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
+        theta0 = flatten(trainers[0].model).detach().numpy().copy()
+        entries = [(e.name, e.shape, e.dtype) for e in manifest(trainers[0].model)]
+        push(master, 0, theta0, init=True, manifest=entries)
+        sites = [Site(trainers[i], site_clients(ps, f"site{i}", 1, reaper)) for i in range(HONEST)]
+        evil = None
+        if attack != "none":
+            evil = Site(trainers[HONEST], site_clients(ps, "evil", SYBIL_IDS if attack == "sybil" else 1, reaper))
+        observer = Observer(ps, "observer.0")
+        version, model = observer.model()
+        steps: list[tuple[str, float]] = []  # (who, ‖θ_v − θ_{v−1}‖) per version
+        honest_norms: list[float] = []
+        round_models: list[np.ndarray] = []
+        direction = rng.standard_normal(theta0.size)
+        direction /= np.linalg.norm(direction)
+        last_evil_norm = 0.0
+        refused = 0
+
+        def record(who: str) -> None:
+            nonlocal version, model
+            new_version, new = observer.model()
+            if new_version != version + 1:
+                raise RuntimeError(f"expected version {version + 1} after {who}'s push, the PS has {new_version}")
+            steps.append((who, float(np.linalg.norm(new.astype(np.float64) - model))))
+            version, model = new_version, new
+
+        for r in range(rounds):
+            for i, site in enumerate(sites):
+                delta = site.train_from(model, t.local_steps)
+                honest_norms.append(float(np.linalg.norm(delta.astype(np.float64))))
+                receipt = push(site.clients[0], version, delta, tokens=full, local_steps=t.local_steps)
+                if receipt.status != "APPLIED":
+                    raise RuntimeError(f"honest push of site{i} round {r}: {receipt.status}")
+                record(f"site{i}")
+            if evil is not None:
+                delta = evil.train_from(model, t.local_steps).astype(np.float64)
+                norm = float(np.linalg.norm(delta))
+                if attack in ("scaled", "sybil"):
+                    sent = SCALE * delta
+                elif attack == "sign_flip":
+                    sent = -delta
+                elif attack == "noise":
+                    sent = rng.standard_normal(delta.size) * SCALE * float(np.sqrt(np.mean(delta**2)))
+                elif attack == "drift":
+                    sent = 3 * 0.95 * norm * direction
+                else:  # ratchet
+                    last_evil_norm = 3 * last_evil_norm if last_evil_norm else norm
+                    sent = last_evil_norm * delta / norm
+                for client in evil.clients:
+                    try:
+                        receipt = push(client, version, sent.astype(np.float32), tokens=full, local_steps=t.local_steps)
+                    except Exception as exc:  # a refusal (site quota): the model must not have moved
+                        refused += 1
+                        print(f"  refused {client.client_id}: {str(exc).splitlines()[0][:160]}", flush=True)
+                        continue
+                    if receipt.status != "APPLIED":
+                        raise RuntimeError(f"attacker push: {receipt.status}")
+                    record("evil")
+            round_models.append(model.astype(np.float32).copy())
+        rejected = {
+            m.group(1): float(m.group(2))
+            for m in re.finditer(r'^geofed_rejected_pushes_total\{reason="([^"]+)"\} (\S+)$', metrics_text(ps), re.M)
+        }
+        log = ps.logs()
+    bounded = {
+        who: len(re.findall(rf"event=delta_bounded client='{who}\.c\d+'", log))
+        for who in [f"site{i}" for i in range(HONEST)] + ["evil"]
+    }
+    rules = sorted(set(re.findall(r"event=delta_bounded .*?rule=(\w+)", log)))
+    final_loss = evaluator.loss(model)
+    row = {
+        "seed": seed,
+        "outer": outer,
+        "attack": attack,
+        "rounds": rounds,
+        "seconds": round(time.monotonic() - t0, 1),
+        "versions": version,
+        "final_loss": final_loss,
+        "initial_loss": evaluator.loss(theta0),
+        "steps": steps,
+        "honest_delta_norms": honest_norms,
+        "evil_refused": refused,
+        "rejected_by_reason": rejected,
+        "bounded_pushes": bounded,
+        "bound_rules": rules,
+    }
+    honest_steps = [s for who, s in steps if who != "evil"]
+    if control is None:
+        row["mean_honest_step"] = statistics.fmean(honest_steps)
+        row["max_honest_step"] = max(honest_steps)
+        row["_round_models"] = round_models
+        return row
+    unit = control["mean_honest_step"]
+    row["distance_per_round"] = [
+        float(np.linalg.norm(m.astype(np.float64) - c)) / unit
+        for m, c in zip(round_models, control["_round_models"], strict=True)
+    ]
+    row["final_distance"] = row["distance_per_round"][-1]
+    row["max_step_over_control"] = max(s for _, s in steps) / control["max_honest_step"]
+    row["loss_minus_control"] = final_loss - control["final_loss"]
+    return row
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=120, help="local steps each client trains")
-    ap.add_argument("--defences", default=",".join(DEFENCES))
-    ap.add_argument("--attacks", default=",".join(ATTACKS))
-    ap.add_argument("--skip", default="nobound/sign_flip,nobound/corrupted",
-                    help="defence/attack cells not run (default: the two whose deltas the bound never scales)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "attack"))
-    ap.add_argument("--work", default="/tmp/geofed-attack-bench")
-    args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the run's processes on the way out
-    out, work = Path(args.out), Path(args.work)
-    out.mkdir(parents=True, exist_ok=True)
-    split = stdlib_split(HONEST + 1)
-    lists = write_split(split, work / "data")
-    write_file_list(work / "data" / "eval.list", split.eval)
-    tokenizer = load_tokenizer(None)
-    caches = [work / "cache" / f"c{i}" for i in range(len(lists))]
-    for files, cache in zip(lists, caches, strict=True):
-        load_tokens(read_file_list(files), tokenizer, cache=cache / "tokens.npy")
-    fed = FederationConfig.model_validate({**BASE})
-    evaluator = GlobalEvaluator(fed, list(split.eval), work / "eval-tokens.npy")
-    initial = evaluator.loss()
-    print(f"initial held-out loss {initial:.4f}", flush=True)
-    rows = []
-    for run in range(args.runs):  # runs outermost: a slow spell of the machine hits every condition alike
-        for defence in args.defences.split(","):
-            for attack in args.attacks.split(","):
-                if f"{defence}/{attack}" in args.skip.split(","):
-                    continue
-                name = f"{defence}-{attack}-run{run}"
-                r = run_once(work / name, defence, attack, run, args.steps, lists, caches)
-                flat = r.pop("final_flat")
-                r["final_loss"] = evaluator.loss(flat) if flat is not None else float("nan")
-                r["initial_loss"] = initial
-                (out / f"{name}.json").write_text(json.dumps(r, indent=1))
-                rows.append(r)
-                print(f"{name}: loss {r['final_loss']:.4f} v{r['version']} clients={r['clients']} "
-                      f"exit={r['client_exit']} {r['seconds']:.0f}s", flush=True)
-    summary = summarise(rows, initial)
-    summary["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-    summary["command"] = " ".join(["bench/attack_bench.py", *sys.argv[1:]])
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "summary.md").write_text(table(summary))
-    print(table(summary))
-    return 0
+def metrics_text(ps: PSNode) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{ps.metrics_port}/metrics", timeout=10) as r:
+        return r.read().decode()
 
 
-def summarise(rows: list[dict], initial: float) -> dict:
-    cells: dict[str, list[dict]] = {}
-    for r in rows:
-        cells.setdefault(f"{r['defence']}/{r['attack']}", []).append(r)
-    out = {"initial_loss": initial, "cells": {}}
-    for key, runs in cells.items():
-        losses = [r["final_loss"] for r in runs]
-        sd = statistics.stdev(losses) if len(losses) > 1 else 0.0
-        honest = [c for r in runs for cid, c in r["clients"].items() if int(cid.rsplit("c", 1)[1]) < HONEST]
-        out["cells"][key] = {"mean": statistics.fmean(losses), "sd": sd, "runs": losses,
-                             "versions": [r["version"] for r in runs],
-                             "honest_applied": sum(c["applied"] for c in honest),
-                             "honest_bounded": sum(c["bounded"] for c in honest)}
-    return out
+def load_average() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def table(summary: dict) -> str:
-    cells = summary["cells"]
-    defences = [d for d in DEFENCES if any(k.startswith(d + "/") for k in cells)]
-    attacks = [a for a in ATTACKS if any(k.endswith("/" + a) for k in cells)]
-    ref = cells.get("default/none")
-    lines = ["| aggregation | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
-    for d in defences:
-        row = []
-        for a in attacks:
-            c = cells.get(f"{d}/{a}")
-            if c is None:
-                row.append("–")
-                continue
-            delta = f" ({c['mean'] - ref['mean']:+.3f})" if ref and a != "none" or (ref and d != "default") else ""
-            row.append(f"{c['mean']:.3f} ± {c['sd']:.3f}{delta}")
-        lines.append(f"| {d} | " + " | ".join(row) + " |")
-    lines.append("")
-    bounded = [(k, c["honest_bounded"], c["honest_applied"]) for k, c in cells.items() if not k.startswith("nobound/")]
-    lines.append("Honest deltas the norm bound scaled down: " + ", ".join(
-        f"{k} {b}/{a}" for k, b, a in bounded) + ".")
-    lines.append("")
-    lines.append(f"Final held-out loss, mean ± sd over {len(next(iter(cells.values()))['runs'])} runs "
-                 f"(initial {summary['initial_loss']:.3f}); in brackets: against default aggregation without the "
-                 "attacker.")
+def summarise(rows: list[dict]) -> str:
+    """The markdown table: per outer and attack, the median and range over seeds."""
+
+    def cell(vals: list[float], fmt: str = "{:.2f}") -> str:
+        if not vals:
+            return "–"
+        med = fmt.format(statistics.median(vals))
+        return f"{med} ({fmt.format(min(vals))}–{fmt.format(max(vals))})" if len(vals) > 1 else med
+
+    lines = [
+        "| outer | attack | final loss | loss − control's | final distance | largest distance after a round | "
+        "largest version step / control's | evil pushes refused | honest deltas scaled |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted(
+        {(r["outer"], r["attack"]) for r in rows}, key=lambda k: (list(OUTERS).index(k[0]), ATTACKS.index(k[1]))
+    )
+    for outer, attack in keys:
+        rs = [r for r in rows if r["outer"] == outer and r["attack"] == attack]
+        honest_scaled = sum(v for r in rs for k, v in r["bounded_pushes"].items() if k != "evil")
+        honest_total = sum(len(r["honest_delta_norms"]) for r in rs)
+        if attack == "none":
+            losses = [r["final_loss"] for r in rs]
+            lines.append(
+                f"| {outer} | none (control) | {cell(losses, '{:.3f}')} | – | – | – | – | – | "
+                f"{honest_scaled}/{honest_total} |"
+            )
+            continue
+        lines.append(
+            f"| {outer} | {attack} | {cell([r['final_loss'] for r in rs], '{:.3f}')} | "
+            f"{cell([r['loss_minus_control'] for r in rs], '{:+.3f}')} | {cell([r['final_distance'] for r in rs])} | "
+            f"{cell([max(r['distance_per_round']) for r in rs])} | {cell([r['max_step_over_control'] for r in rs])} | "
+            f"{sum(r['evil_refused'] for r in rs)} | {honest_scaled}/{honest_total} |"
+        )
     return "\n".join(lines) + "\n"
 
 
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--rounds", type=int, default=4, help="rounds of the honest sites per run")
+    p.add_argument("--outers", default=",".join(OUTERS))
+    p.add_argument("--attacks", default=",".join(ATTACKS))
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "attack"))
+    p.add_argument("--work", default="/tmp/geofed-attack-bench")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    out, work = Path(args.out), Path(args.work)
+    out.mkdir(parents=True, exist_ok=True)
+    attacks = [a for a in args.attacks.split(",") if a != "none"]
+    rows = []
+    fed = FederationConfig()
+    for seed in (int(s) for s in args.seeds.split(",")):
+        evaluator = GlobalEvaluator(fed, list(stdlib_split(HONEST + 1, seed=seed).eval), work / f"eval-{seed}.npy")
+        for outer in args.outers.split(","):
+            control = None
+            for attack in ["none", *attacks]:
+                name = f"{outer}-{attack}-seed{seed}"
+                load = load_average()
+                row = run_once(work / name, seed, outer, attack, args.rounds, evaluator, control)
+                row["uptime_before"] = load
+                row["uptime_after"] = load_average()
+                if control is None:
+                    control = row
+                saved = {k: v for k, v in row.items() if not k.startswith("_")}
+                (out / f"{name}.json").write_text(json.dumps(saved, indent=1))
+                rows.append(saved)
+                brief = {
+                    k: saved.get(k)
+                    for k in (
+                        "final_loss",
+                        "loss_minus_control",
+                        "final_distance",
+                        "max_step_over_control",
+                        "evil_refused",
+                        "seconds",
+                    )
+                }
+                print(f"{name}: {json.dumps(brief)} | {row['uptime_before']}", flush=True)
+    # The table covers every run under --out, so runs of several invocations (seeds, outers) add up.
+    rows = [json.loads(f.read_text()) for f in sorted(out.glob("*-seed*.json"))]
+    table = summarise(rows)
+    machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    command = " ".join(["bench/attack_bench.py", *sys.argv[1:]])
+    (out / "summary.json").write_text(json.dumps({"command": command, "machine": machine, "rows": rows}, indent=1))
+    (out / "summary.md").write_text(table)
+    print(table)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

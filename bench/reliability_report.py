@@ -35,9 +35,18 @@ from geofed_testing.reliability.scenario import ScenarioFailed, ScenarioResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHECK_FILES = ("test_rel_hostile.py", "test_rel_security.py", "test_rel_robust.py", "test_rel_attacks.py",
-               "test_rel_credentials.py", "test_rel_load.py", "test_rel_sybil.py", "test_rel_outer.py",
-               "test_rel_starvation.py", "test_rel_logs.py")
+CHECK_FILES = (
+    "test_rel_hostile.py",
+    "test_rel_security.py",
+    "test_rel_robust.py",
+    "test_rel_attacks.py",
+    "test_rel_credentials.py",
+    "test_rel_load.py",
+    "test_rel_sybil.py",
+    "test_rel_outer.py",
+    "test_rel_starvation.py",
+    "test_rel_logs.py",
+)
 ATTACK_SUMMARY = ROOT / "bench" / "results" / "attack" / "summary.md"  # written by bench/attack_bench.py
 
 
@@ -46,7 +55,11 @@ def _outage(workdir: Path, reaper: Reaper) -> ScenarioResult:
 
 
 SCENARIOS: dict[str, Callable[[Path, Reaper], ScenarioResult]] = {
-    **CLIENT_FAULTS, **LINK_FAULTS, **PS_FAULTS, "ps_outage_27s": _outage, **RESEED,
+    **CLIENT_FAULTS,
+    **LINK_FAULTS,
+    **PS_FAULTS,
+    "ps_outage_27s": _outage,
+    **RESEED,
 }
 
 
@@ -83,8 +96,16 @@ def run_checks(files: tuple[str, ...]) -> list[tuple[str, str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         pytest = Path(sys.executable).with_name("pytest")
-        cmd = [str(pytest), *[f"tests/reliability/{f}" for f in files], "-q", "-p", "no:cacheprovider",
-               "-m", "not slow", f"--junitxml={xml}"]
+        cmd = [
+            str(pytest),
+            *[f"tests/reliability/{f}" for f in files],
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            f"--junitxml={xml}",
+        ]
         print("== " + " ".join(cmd), flush=True)
         subprocess.run(cmd, cwd=ROOT, check=False)
         if not xml.exists():
@@ -103,16 +124,18 @@ def run_checks(files: tuple[str, ...]) -> list[tuple[str, str, str]]:
 # The hostile-site section: its tables and raw benchmark lines are markdown, kept beside this script.
 HOSTILE_CLIENTS = (ROOT / "bench" / "reliability_hostile.md").read_text()
 
+ATTACK_COMMAND = "    .venv/bin/python bench/attack_bench.py --seeds 0,1,2 --rounds 3"
 ATTACK_BENCH_SETUP = (
-    "One real PS and four real clients on this machine (2 CPU cores), a 2-layer GPT-2 (n_embd 64, block 64) on "
-    "the Python standard library's sources split by module, 80 local steps per client (4 syncs of H = 20; a fixed "
-    "budget, so a busy machine changes timing, not work), held-out loss of the final global model; three runs per "
-    "cell, each condition once per run in the same order. Three clients are honest; "
-    "the fourth (`bench/attack_client.py`) trains and then pushes −δ (sign_flip), 10·δ (scaled) or Gaussian "
-    "noise of 10 × δ's RMS (noise), or trains on random printable text (corrupted). Aggregation: the defaults "
-    "(async K = 1, FedAvg η = 0.5, the norm bound), each robust option on top (trimmed mean cuts 1 of 4 at each "
-    "end), and `nobound` (the norm bound off: the undefended PS; not run for sign_flip and corrupted, whose deltas "
-    "the bound never scales). 'none' is the three honest clients alone."
+    "Closed loop against a real `geofed ps` with default settings but the outer optimizer (FedAvg η = 0.5, "
+    "Nesterov η = 0.5 with μ = 0.9, Adam η = 0.01). Three honest sites train the default model (GPT-2 2 × 128) "
+    "with their real AdamW, H = 40, each from the model the PS published last, read back over the wire, on their "
+    "own module split of the Python standard library; a fourth site trains too and pushes, once per round after "
+    "the honest three, 10 δ (scaled), −δ (sign_flip), noise of 10 × δ's RMS, 10 δ through 4 client ids one after "
+    "the other (sybil), 3 × 0.95 ‖δ‖ along one fixed direction (drift) or 3 × its previous push's norm "
+    "(ratchet). The control is the same seed without the fourth site. Distances are in the control's mean "
+    "per-version step (what one honest site's update moves the model). Cells: median (range) over the seeds "
+    "run; the runs shared the machine with other work (load averages in each run's JSON). Raw output: "
+    "`bench/results/attack/`."
 )
 
 NOTES = """## Known limits not expressed as a failing test
@@ -167,20 +190,38 @@ def _lost(row: Row) -> str:
     if r is None:
         return "not measured"
     if r.lost or r.twice:
-        return ", ".join(s for s in (f"{r.lost} acknowledged delta(s) lost" if r.lost else "",
-                                     f"{r.twice} applied twice" if r.twice else "") if s)
+        return ", ".join(
+            s
+            for s in (
+                f"{r.lost} acknowledged delta(s) lost" if r.lost else "",
+                f"{r.twice} applied twice" if r.twice else "",
+            )
+            if s
+        )
     audited = row.passed or "residual" in r.details or "coefficients" in r.details
     return "none" if audited else "not audited (failed before the ledger check)"
 
 
-def render(command: str, rows: list[Row], load: LoadResult | None, checks: list[tuple[str, str, str]],
-           started: str, seconds: float) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+def render(
+    command: str,
+    rows: list[Row],
+    load: LoadResult | None,
+    checks: list[tuple[str, str, str]],
+    started: str,
+    seconds: float,
+) -> str:
+    commit = (
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        or "unknown"
+    )
     # Tracked files changed from the commit (this report itself aside, rewritten on every run): the code it ran.
-    changed = [line[3:] for line in subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                                     capture_output=True, text=True).stdout.splitlines()
-               if line[3:] != "docs/reliability.md"]
+    changed = [
+        line[3:]
+        for line in subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.splitlines()
+        if line[3:] != "docs/reliability.md"
+    ]
     tree = f"plus uncommitted changes to {len(changed)} file(s)" if changed else "no uncommitted changes"
     lines = [
         "# Reliability and security report",
@@ -210,14 +251,21 @@ def render(command: str, rows: list[Row], load: LoadResult | None, checks: list[
         name, injected = (r.name, r.injected) if r else (row.key, "")
         outcome = r.outcome if r and row.passed else f"**{row.error}**"
         resume = f"{r.resume_s:.1f} s" if r and r.resume_s is not None else "—"
-        lines.append(f"| {_cell(name)} | {_cell(injected)} | {_cell(outcome)} | {resume} | {_lost(row)} | "
-                     f"{'pass' if row.passed else '**FAIL**'} |")
-    lines += ["", "Time to resume: from the fault (kill or reset) to the next acknowledged push or complete model; "
-              "for the full disk (where the PS never stopped serving), from space returning to the next durable "
-              "checkpoint; for the total loss, from the new PS listening to the re-seeded model installed.", ""]
+        lines.append(
+            f"| {_cell(name)} | {_cell(injected)} | {_cell(outcome)} | {resume} | {_lost(row)} | "
+            f"{'pass' if row.passed else '**FAIL**'} |"
+        )
+    lines += [
+        "",
+        "Time to resume: from the fault (kill or reset) to the next acknowledged push or complete model; "
+        "for the full disk (where the PS never stopped serving), from space returning to the next durable "
+        "checkpoint; for the total loss, from the new PS listening to the re-seeded model installed.",
+        "",
+    ]
     if load is not None:
         lines += [
-            "## Load", "",
+            "## Load",
+            "",
             f"{load.clients} concurrent clients, each with its own gRPC connection, pushing a {load.numel}-parameter "
             f"delta as {load.codec} ({load.payload_bytes / 1e3:.1f} kB per push) at one PS for {load.seconds:.0f} s "
             "(async FedAvg, K = 1, a checkpoint after every version as by default).",
@@ -230,29 +278,43 @@ def render(command: str, rows: list[Row], load: LoadResult | None, checks: list[
             f"{load.double_counted} | {'yes' if load.exact else '**no**'} | {'yes' if load.ledger_ok else '**no**'} |",
             "",
             "Audit: each client's delta holds multiples of 2^-10, so the final model must equal Σ receipts · "
-            "decoded δ bit for bit, and the version 1 + the receipts." + (
-                f" Errors: {'; '.join(load.errors[:5])}" if load.errors else ""),
+            "decoded δ bit for bit, and the version 1 + the receipts."
+            + (f" Errors: {'; '.join(load.errors[:5])}" if load.errors else ""),
             "",
         ]
     if checks:
-        lines += ["## Hostile input, security defaults, robust aggregation, short load tests", "",
-                  "| Test | Result | Failure |", "|---|---|---|"]
-        lines += [f"| `{_cell(t)}` | {'pass' if o == 'passed' else '**' + o.upper() + '**'} | {_cell(m)} |"
-                  for t, o, m in checks]
-        lines += ["", f"The two fuzz tests run {os.environ.get('GEOFED_FUZZ_EXAMPLES', '300')} hypothesis examples "
-                  "each (derandomised); an honest client pushes throughout and the last test checks that the model "
-                  "is θ_0 plus exactly its deltas. The long load run is `pytest -m slow tests/reliability` or "
-                  "`bench/load_bench.py --clients 128 --seconds 120`.", ""]
+        lines += [
+            "## Hostile input, security defaults, robust aggregation, short load tests",
+            "",
+            "| Test | Result | Failure |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| `{_cell(t)}` | {'pass' if o == 'passed' else '**' + o.upper() + '**'} | {_cell(m)} |"
+            for t, o, m in checks
+        ]
+        lines += [
+            "",
+            f"The two fuzz tests run {os.environ.get('GEOFED_FUZZ_EXAMPLES', '300')} hypothesis examples "
+            "each (derandomised); an honest client pushes throughout and the last test checks that the model "
+            "is θ_0 plus exactly its deltas. The long load run is `pytest -m slow tests/reliability` or "
+            "`bench/load_bench.py --clients 128 --seconds 120`.",
+            "",
+        ]
     lines += [HOSTILE_CLIENTS]
     if ATTACK_SUMMARY.is_file():
-        lines += ["### Attack benchmark", "", "    .venv/bin/python bench/attack_bench.py --runs 3 --steps 80", "",
-                  ATTACK_BENCH_SETUP, "", ATTACK_SUMMARY.read_text(), ""]
+        summary = ATTACK_SUMMARY.read_text()
+        lines += ["### Attack benchmark", "", ATTACK_COMMAND, "", ATTACK_BENCH_SETUP, "", summary, ""]
     lines += [NOTES]
     failed = [r for r in rows if not r.passed] + [c for c in checks if c[1] != "passed"]
-    lines += ["## Summary", "",
-              "Every scenario passed." if not failed else
-              f"{len(failed)} scenario(s)/test(s) failed; each failure above names the file and function at fault.",
-              ""]
+    lines += [
+        "## Summary",
+        "",
+        "Every scenario passed."
+        if not failed
+        else f"{len(failed)} scenario(s)/test(s) failed; each failure above names the file and function at fault.",
+        "",
+    ]
     return "\n".join(lines)
 
 

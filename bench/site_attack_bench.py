@@ -18,7 +18,7 @@ Reported per condition: the largest step of any version over the largest step of
 distance to the control's model over the control's mean honest step, and the final held-out loss against the
 control's. What a real run does differently: here the honest deltas do not react to the attacked model (they
 are the control run's), so the loss column measures the attack's displacement, not the federation's
-recovery from it; bench/attack_bench.py runs real processes (without these attacks).
+recovery from it; bench/attack_bench.py runs these attacks closed loop against a real `geofed ps`.
 """
 
 from __future__ import annotations

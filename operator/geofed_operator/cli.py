@@ -18,6 +18,7 @@ ENROLL_HEADER = """\
 # Edit spec.data (the training data PVC), gpusPerPod and resources first if needed.
 # The Secret holds a credential: send this file over a private channel.
 """
+MAX_CLIENT_IDS = 4096  # the upper limit of server.max_client_ids_per_site
 MASTER_NOTE = """\
 # This client bootstraps the global model: the Federation must name it, in its spec:
 #   server:
@@ -88,6 +89,15 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="re-enrol a site that already has a credential: the old one stops working",
     )
+    enroll.add_argument(
+        "--max-client-ids",
+        type=client_id_quota,
+        default=0,
+        metavar="N",
+        help="client ids (<site>.<name>) the site's credential may mint tokens for, 1 to 4096 (default: the "
+        "Federation's spec.server.maxClientIdsPerSite); every id of a site shares its one-delta-per-round quota "
+        "and its norm bound, so more ids buy a site no influence, only parallel clients",
+    )
     enroll.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the PS (default: 10)")
     enroll.add_argument("-o", "--output", help="write here instead of stdout")
     enroll.set_defaults(func=run_enroll)
@@ -101,6 +111,17 @@ def add_commands(subparsers: Any) -> None:
     revoke.add_argument("--server-name", help="TLS name to verify")
     revoke.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the PS (default: 10)")
     revoke.set_defaults(func=run_revoke)
+
+
+def client_id_quota(text: str) -> int:
+    """--max-client-ids: an integer from 1 to 4096 (the range of server.max_client_ids_per_site)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of client ids, got {text!r}") from None
+    if not 1 <= value <= MAX_CLIENT_IDS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_CLIENT_IDS} client ids, got {value}")
+    return value
 
 
 def run_operator(args: argparse.Namespace) -> int:
@@ -163,7 +184,7 @@ def run_enroll(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 1
-            credential = admin.create_site_credential(args.site, rotate=args.rotate)
+            credential = admin.create_site_credential(args.site, rotate=args.rotate, max_client_ids=args.max_client_ids)
         docs = build_site_manifests(
             site=args.site,
             federation=args.federation,

@@ -106,7 +106,8 @@ class Aggregator:
             raise ValueError("the engine publishes its own model: construct the Aggregator with engine.model")
         self.engine.bind(self)
         # vouched weights, one delta per site and base/round, the norm bound and the displacement budget
-        self.guard = DeltaGuard(fed, self.unit_of, theta_norm=self.engine.theta_norm)
+        self.guard = DeltaGuard(fed, self.unit_of, theta_norm=self.engine.theta_norm, clock=clock,
+                                active_for_s=client_timeout_s)
         self.clock = clock
         # Client round times: the tuned straggler timeout and mode advice; a client with no delta for
         # client_timeout_s (the quorum's notion of gone) leaves them.

@@ -17,6 +17,15 @@ client ids.
   round will apply it (‖δ‖ · H / τ), so declaring few local steps buys no length.
 - **A displacement budget** (`displacement.DisplacementBudget`): what a site's latest deltas add up to is
   bounded too, so a drift just under the norm bound in one direction stops adding up.
+- **A site's share of a round**: in async mode every push makes a version and a site's base versions only
+  have to increase, so a site could push again on the version its own delta made (through one client id or
+  several) and land many bounded deltas while the other sites train one each. The norms of the deltas a site
+  landed in its current round (those since which fewer deltas of other sites arrived than there are other
+  sites active within the default server.client_timeout_s) add up, with the new one's, to at most its bound;
+  a delta that would go beyond is refused (`AlreadySent`, reason `round_share`), not scaled, so every delta
+  that lands is whole (or bounded by the norm bound alone) and no near-empty version lets momentum step the
+  model. An honest site lands about one delta per round; one that pushes several times while the others
+  train lands deltas adding up to its bound (3 of median size) and then waits for them.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -24,15 +33,18 @@ Plain Python over numpy, no gRPC.
 
 from __future__ import annotations
 
+import math
+import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
-from geofed.config import FederationConfig
+from geofed.config import FederationConfig, ServerConfig
 
 from ..errors import AlreadySent
 from ..global_model import Snapshot
-from .displacement import DisplacementBudget
+from .displacement import WINDOW, DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
 from .weighting import max_tokens_per_sync
 
@@ -40,8 +52,15 @@ from .weighting import max_tokens_per_sync
 class DeltaGuard:
     """Admission rules and bounds every strategy shares; O(sites) state."""
 
-    def __init__(self, fed: FederationConfig, unit_of: Callable[[str], str] | None = None, *,
-                 theta_norm: Callable[[Snapshot], float] | None = None) -> None:
+    def __init__(
+        self,
+        fed: FederationConfig,
+        unit_of: Callable[[str], str] | None = None,
+        *,
+        theta_norm: Callable[[Snapshot], float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        active_for_s: float = ServerConfig.model_fields["client_timeout_s"].default,
+    ) -> None:
         self.fed = fed
         self._theta_norm = theta_norm  # ‖θ‖ of a snapshot, where the engine knows it better than its values
         self.unit_of = unit_of or (lambda client_id: client_id)  # client id -> its site (the unit of trust)
@@ -56,6 +75,9 @@ class DeltaGuard:
         self.applied_base: dict[str, int] = {}  # site -> newest base version of its applied deltas
         self.round_base: dict[str, tuple[str, int]] = {}  # site -> (client, base version) of its open-round delta
         self._limits: tuple[int, float, float] | None = None  # (version, ceiling, start) cache
+        self._recent_sites: deque[str] = deque(maxlen=4 * WINDOW)  # the site of each recent accepted delta
+        self.clock, self.active_for_s = clock, active_for_s  # a site silent longer than active_for_s has left
+        self._landed_at: dict[str, float] = {}  # site -> clock() when its latest delta was accepted
 
     # ---- weights --------------------------------------------------------------------------------
 
@@ -74,19 +96,21 @@ class DeltaGuard:
             holder, base = self.round_base[site]
             if holder == client_id:
                 raise AlreadySent(
-                    "already_sent", f"this client already has a delta (on base version {base}) in the open round: "
-                    "one delta per site per round; wait for the next version"
+                    "already_sent",
+                    f"this client already has a delta (on base version {base}) in the open round: "
+                    "one delta per site per round; wait for the next version",
                 )
             raise AlreadySent(
-                "site_quota", f"site quota: client {holder!r} of site {site!r} already has a delta (on base version "
-                f"{base}) in the open round; one delta per site per round, shared by all its client ids"
+                "site_quota",
+                f"site quota: client {holder!r} of site {site!r} already has a delta (on base version "
+                f"{base}) in the open round; one delta per site per round, shared by all its client ids",
             )
         last = self.applied_base.get(site)
         if last is not None and base_version <= last:
             raise AlreadySent(
                 "already_sent" if site == client_id else "site_quota",
                 f"site quota: site {site!r} already sent a delta on base version {last}; a new delta must be "
-                f"trained from a newer version (got base version {base_version})"
+                f"trained from a newer version (got base version {base_version})",
             )
 
     def accepted(self, client_id: str, base_version: int, norm: float, local_steps: int = 1) -> None:
@@ -94,6 +118,8 @@ class DeltaGuard:
         site = self.unit_of(client_id)
         self.round_base[site] = (client_id, base_version)
         self.norms.record(site, self.bound_norm(norm, local_steps))
+        self._recent_sites.append(site)
+        self._landed_at[site] = self.clock()
         sketch = self._sketches.pop(client_id, None)
         if sketch is not None:
             self.budget.record(site, sketch)
@@ -104,6 +130,23 @@ class DeltaGuard:
             for site, (_, base) in self.round_base.items():
                 self.applied_base[site] = max(base, self.applied_base.get(site, 0))
         self.round_base = {}
+
+    def in_round(self, site: str) -> int:
+        """How many of `site`'s latest deltas are in its current round: those since which fewer deltas of
+        other sites were accepted than there are other active sites (sites with a norm entry whose latest delta
+        landed within `active_for_s`, server.client_timeout_s's default: a site that left holds no one's round
+        open)."""
+        horizon = self.clock() - self.active_for_s
+        others_needed = sum(1 for s in self.norms.norms if s != site and self._landed_at.get(s, -math.inf) >= horizon)
+        own = others = 0
+        for s in reversed(self._recent_sites):
+            if others >= others_needed:
+                break
+            if s == site:
+                own += 1
+            else:
+                others += 1
+        return own
 
     # ---- norm bound -----------------------------------------------------------------------------
 
@@ -125,8 +168,14 @@ class DeltaGuard:
             else:
                 t, theta_norm = self.fed.training, self.theta_norm(snapshot)
                 ceiling = adamw_ceiling(
-                    lr=t.lr, local_steps=t.local_steps, numel=numel, weight_decay=t.weight_decay,
-                    theta_norm=theta_norm, beta1=t.adam_beta1, beta2=t.adam_beta2)
+                    lr=t.lr,
+                    local_steps=t.local_steps,
+                    numel=numel,
+                    weight_decay=t.weight_decay,
+                    theta_norm=theta_norm,
+                    beta1=t.adam_beta1,
+                    beta2=t.adam_beta2,
+                )
                 start = start_bound(t, numel, theta_norm)
             self._limits = (snapshot.version, ceiling, start)
         return self._limits[1], self._limits[2]
@@ -144,19 +193,36 @@ class DeltaGuard:
         ceiling, start = self.limits(snapshot, numel)
         return self.norms.scale(self.unit_of(client_id), self.bound_norm(norm, local_steps), ceiling, start)
 
+    def share_left(self, site: str, snapshot: Snapshot, numel: int) -> float:
+        """What is left of `site`'s share of its current round: its bound minus the (bounded) norms of the
+        deltas it landed in that round (inf when the bound is off, and for zeroth-order scalars)."""
+        if not self.norms.enabled or self.fed.paradigm.name == "zo":
+            return math.inf
+        limit = self.norms.limit(site, *self.limits(snapshot, numel))
+        landed = list(self.norms.norms.get(site, ()))[-self.in_round(site) :] if self.in_round(site) else []
+        return limit - sum(landed)
+
     def bound(self, push, snapshot: Snapshot) -> BoundedPayload:
-        """The push as the strategy may fold it: scaled down to the norm bound and its site's budget."""
+        """The push as the strategy may fold it: scaled down to the norm bound and its site's budget; refused
+        (`AlreadySent`, reason round_share) when it would take its site's round beyond the bound."""
         steps, site = push.header.local_steps, self.unit_of(push.client_id)
         scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
         rule = "norm_bound" if scale < 1.0 else ""
+        left = self.share_left(site, snapshot, push.numel)
+        if self.bound_norm(push.norm, steps) * scale > left * (1 + 1e-9):
+            raise AlreadySent(
+                "round_share",
+                f"round share: site {site!r} already landed deltas adding up to its bound since the other sites "
+                "last pushed, and this one would go beyond it; push again once they have",
+            )
         sketch = getattr(push, "sketch", None)
         if sketch is not None and self.budget.enabled:
-            applied = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
+            applied_sketch = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
             _, start = self.limits(snapshot, push.numel)
-            within = self.budget.scale(site, applied, self.norms.reference(site, start))
+            within = self.budget.scale(site, applied_sketch, self.norms.reference(site, start))
             if within < 1.0:
                 scale, rule = scale * within, "displacement_budget"
-            self._sketches[push.client_id] = applied * within
+            self._sketches[push.client_id] = applied_sketch * within
         return BoundedPayload(push, scale, site, rule)
 
     # ---- durability -----------------------------------------------------------------------------
@@ -170,6 +236,7 @@ class DeltaGuard:
         self.applied_base = {str(k): int(v) for k, v in state.get("applied_base", {}).items()}
         self.norms.load_state_dict(state.get("norms", []))
         self.round_base, self._limits = {}, None
+
 
 def all_finite(a: np.ndarray, slice_elems: int = 1 << 22) -> bool:
     """True when no element is NaN or ±Inf; checked slice by slice (temporaries O(slice), not O(model))."""

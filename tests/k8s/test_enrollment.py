@@ -188,3 +188,52 @@ def test_tls_failures_are_named_not_blamed_on_the_firewall(tmp_path: Path) -> No
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_max_client_ids_sets_how_many_client_ids_the_site_credential_may_mint(
+    real_ps: tuple[str, str], tmp_path: Path
+) -> None:
+    address, admin_credential = real_ps
+    (tmp_path / "admin.token").write_text(admin_credential)
+    credentials = {}
+    for site, quota in (("uw", ["--max-client-ids", "2"]), ("mit", [])):
+        out = tmp_path / f"{site}.yaml"
+        assert geofed(["site", "enroll", "--site", site, "--federation", "demo", "--ps-address", "ps.example.org:1",
+                       "--admin-address", address, "--admin-token-file", str(tmp_path / "admin.token"),
+                       "--insecure", *quota, "-o", str(out)]) == 0  # fmt: skip
+        secret = next(d for d in yaml.safe_load_all(out.read_text()) if d)
+        credentials[site] = base64.b64decode(secret["data"]["credential"]).decode()
+
+    with AdminClient(address, credentials["uw"], insecure=True) as site_admin:
+        site_admin.create_token("uw.a", "uw")
+        site_admin.create_token("uw.b", "uw")
+        site_admin.create_token("uw.a", "uw")  # an id it already has: no new id
+        with pytest.raises(AdminError) as refused:
+            site_admin.create_token("uw.c", "uw")
+    assert refused.value.code == "PERMISSION_DENIED" and "site quota" in refused.value.details
+    with AdminClient(address, credentials["mit"], insecure=True) as site_admin:  # the PS's default: 4
+        for i in range(4):
+            site_admin.create_token(f"mit.c{i}", "mit")
+        with pytest.raises(AdminError, match="site quota"):
+            site_admin.create_token("mit.c4", "mit")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "4097", "two"])
+def test_max_client_ids_out_of_range_is_refused_before_the_ps_is_asked(
+    bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "admin.token").write_text("unused")
+    with pytest.raises(SystemExit) as exited:
+        geofed(["site", "enroll", "--site", "uw", "--federation", "demo", "--ps-address", "127.0.0.1:1",
+                "--admin-token-file", str(tmp_path / "admin.token"), "--max-client-ids", bad])  # fmt: skip
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--max-client-ids" in err and ("1 to 4096" in err or "whole number" in err), err
+
+
+def test_the_enroll_quota_range_is_the_federation_settings_range() -> None:
+    from geofed.config import ServerConfig
+    from geofed_operator.cli import MAX_CLIENT_IDS
+
+    field = ServerConfig.model_fields["max_client_ids_per_site"]
+    assert [m.le for m in field.metadata if hasattr(m, "le")] == [MAX_CLIENT_IDS]

@@ -25,8 +25,14 @@ class _Push(ReceivedPush):
     def __init__(self, client, values, *, tokens=1, base=1, upload=None, steps=1):
         self.client_id, self._values, self.numel, self.codec_name = client, values, values.size, "fp32"
         self.norm = float(np.linalg.norm(values.astype(np.float64)))
-        self.header = PushHeader(base_version=base, upload_id=upload or f"{client}/{base}/{tokens}",
-                                 codec_header=b"", payload_bytes=0, num_tokens=tokens, local_steps=steps)
+        self.header = PushHeader(
+            base_version=base,
+            upload_id=upload or f"{client}/{base}/{tokens}",
+            codec_header=b"",
+            payload_bytes=0,
+            num_tokens=tokens,
+            local_steps=steps,
+        )
 
     def iter_values(self, max_numel):
         for off in range(0, self.numel, 128):  # pieces, as the streaming decoder yields them
@@ -215,8 +221,16 @@ def test_a_round_that_would_publish_a_non_finite_model_is_dropped_and_the_versio
 # ---- robust aggregation over a window (issue 17) -------------------------------------------------
 
 
-def _reference_window_step(entries: dict, version: int, method: str, *, exponent: float, max_staleness: int,
-                           trim: float, accept_late: bool = False) -> np.ndarray:
+def _reference_window_step(
+    entries: dict,
+    version: int,
+    method: str,
+    *,
+    exponent: float,
+    max_staleness: int,
+    trim: float,
+    accept_late: bool = False,
+) -> np.ndarray:
     """What the robust update should be: order statistics over each client's latest, staleness-weighted delta."""
     rows = []
     for delta, base in entries.values():
@@ -233,8 +247,17 @@ def _reference_window_step(entries: dict, version: int, method: str, *, exponent
 
 @pytest.mark.parametrize("method", ["median", "trimmed_mean"])
 def test_async_robust_window_matches_the_reference_with_staleness_and_one_entry_per_client(method):
-    cfg = {"mode": "async", "buffer_size": 1, "robust": method, "trim_fraction": 0.25, "global_lr": 0.5,
-           "staleness_exponent": 0.5, "max_staleness": 3, "norm_bound_multiple": 0, "robust_window": 4}
+    cfg = {
+        "mode": "async",
+        "buffer_size": 1,
+        "robust": method,
+        "trim_fraction": 0.25,
+        "global_lr": 0.5,
+        "staleness_exponent": 0.5,
+        "max_staleness": 3,
+        "norm_bound_multiple": 0,
+        "robust_window": 4,
+    }
     a = _aggregator(**cfg)
     rng = np.random.default_rng(3)
     theta, version, entries = np.zeros(N), 1, {}
@@ -248,8 +271,9 @@ def test_async_robust_window_matches_the_reference_with_staleness_and_one_entry_
         entries[client] = (delta, base)
         while len(entries) > 4:
             entries.pop(next(iter(entries)))
-        expected = theta + 0.5 * _reference_window_step(entries, version, method, exponent=0.5, max_staleness=3,
-                                                        trim=0.25)
+        expected = theta + 0.5 * _reference_window_step(
+            entries, version, method, exponent=0.5, max_staleness=3, trim=0.25
+        )
         a.submit(_Push(client, delta, base=base, upload=f"{client}{version}"))
         version += 1
         theta = expected
@@ -257,8 +281,15 @@ def test_async_robust_window_matches_the_reference_with_staleness_and_one_entry_
 
 
 def test_a_stale_delta_alone_in_the_robust_window_is_shrunk_like_the_mean_path():
-    a = _aggregator(mode="async", buffer_size=1, robust="median", global_lr=0.5, staleness_exponent=0.5,
-                    norm_bound_multiple=0, version=9)
+    a = _aggregator(
+        mode="async",
+        buffer_size=1,
+        robust="median",
+        global_lr=0.5,
+        staleness_exponent=0.5,
+        norm_bound_multiple=0,
+        version=9,
+    )
     delta = _honest(1)
 
     a.submit(_Push("late", delta, base=1))  # 8 versions behind
@@ -268,8 +299,16 @@ def test_a_stale_delta_alone_in_the_robust_window_is_shrunk_like_the_mean_path()
 
 @pytest.mark.parametrize("late_policy", ["accept", "stale"])
 def test_sync_robust_round_follows_late_policy(late_policy):
-    a = _aggregator(mode="sync", robust="trimmed_mean", trim_fraction=0.25, late_policy=late_policy, global_lr=1.0,
-                    staleness_exponent=1.0, norm_bound_multiple=0, version=5)
+    a = _aggregator(
+        mode="sync",
+        robust="trimmed_mean",
+        trim_fraction=0.25,
+        late_policy=late_policy,
+        global_lr=1.0,
+        staleness_exponent=1.0,
+        norm_bound_multiple=0,
+        version=5,
+    )
     deltas = {c: _honest(i) for i, c in enumerate("abcd")}
     bases = {"a": 5, "b": 5, "c": 4, "d": 3}  # c and d are late
 
@@ -277,7 +316,49 @@ def test_sync_robust_round_follows_late_policy(late_policy):
         a.submit(_Push(c, deltas[c], base=bases[c]))
 
     entries = {c: (deltas[c], bases[c]) for c in "abcd"}
-    expected = _reference_window_step(entries, 5, "trimmed_mean", exponent=1.0, max_staleness=8, trim=0.25,
-                                      accept_late=late_policy == "accept")
+    expected = _reference_window_step(
+        entries, 5, "trimmed_mean", exponent=1.0, max_staleness=8, trim=0.25, accept_late=late_policy == "accept"
+    )
     assert a.model.version == 6
     np.testing.assert_allclose(_model(a), expected, rtol=1e-5, atol=1e-7)
+
+
+# ---- a site's share of a round -------------------------------------------------------------------
+
+
+def _guard_push(client: str, norm: float):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(client_id=client, norm=norm, numel=N, header=SimpleNamespace(local_steps=50))
+
+
+def _land(guard, client: str, norm: float, base: int) -> None:
+    """What the aggregator does with a push: admit, bound, accept, close the (K = 1) round."""
+    from types import SimpleNamespace
+
+    guard.admit(client, base)
+    bounded = guard.bound(_guard_push(client, norm), SimpleNamespace(version=base, flat=np.zeros(N, np.float32)))
+    guard.accepted(client, base, bounded.norm, 50)
+    guard.round_closed(applied=True)
+
+
+def test_a_site_lands_deltas_adding_up_to_its_bound_per_round_and_waits_for_the_active_other_sites():
+    from ps_server.aggregation.guard import DeltaGuard
+
+    now = [0.0]
+    fed = FederationConfig(training=TrainingConfig(lr=1e-3, batch_size=16, local_steps=50))
+    guard = DeltaGuard(fed, lambda c: c.split(".", 1)[0], clock=lambda: now[0])  # AdamW ceiling 1.1 here
+    _land(guard, "a.t", 0.1, 1)  # two sites of norm 0.1: the bound of each is 3 × the other's median (0.3)
+    _land(guard, "b.t", 0.1, 2)
+    _land(guard, "b.t", 0.1, 3)  # b pushes again before a: 2/3 of its bound landed in this round
+    _land(guard, "b.t", 0.1, 4)  # 3/3
+    with pytest.raises(AlreadySent) as refused:
+        _land(guard, "b.t", 0.05, 5)
+    assert refused.value.reason == "round_share" and "round share" in refused.value.message
+    _land(guard, "a.t", 0.1, 5)  # the other site pushed: b's round starts again
+    _land(guard, "b.t", 3.0, 6)  # scaled to its bound, 0.3: the whole share
+    with pytest.raises(AlreadySent):
+        _land(guard, "b.s", 0.01, 7)  # another id of b shares its round
+    now[0] += guard.active_for_s + 1  # a has been silent longer than the client timeout: gone
+    _land(guard, "b.t", 3.0, 7)
+    _land(guard, "b.t", 3.0, 8)  # a site alone is held by nobody's round

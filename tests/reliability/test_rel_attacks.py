@@ -40,16 +40,35 @@ def alternating(value: float) -> np.ndarray:
     return np.where(np.arange(NUMEL) % 2, value, -value).astype(np.float32)
 
 
-def attack_messages(values: np.ndarray, *, codec: str, base: int, upload: str, tokens: int = MAX_TOKENS,
-                    frame_elems: int = 1 << 20) -> list[pb.DeltaChunk]:
-    """A PushDelta whose every header field the attacker chose (tokens, local steps, frame size)."""
-    header, frames = make_codec(codec).encode(np.ascontiguousarray(values), frame_elems=frame_elems)
+def attack_messages(
+    values: np.ndarray,
+    *,
+    codec: str,
+    base: int,
+    upload: str,
+    tokens: int = MAX_TOKENS,
+    frame_elems: int = 1 << 20,
+    encoder=None,
+) -> list[pb.DeltaChunk]:
+    """A PushDelta whose every header field the attacker chose (tokens, local steps, frame size); `encoder`, a
+    codec object, instead of `codec`'s default one (the sparse codec takes the federation's parameters)."""
+    encoder = encoder or make_codec(codec)
+    header, frames = encoder.encode(np.ascontiguousarray(values), frame_elems=frame_elems)
     payload = b"".join(frames)
-    h = pb.DeltaHeader(base_version=base, upload_id=upload, codec_header=header, payload_bytes=len(payload),
-                       num_tokens=tokens, num_samples=tokens, local_steps=2**32 - 1)
+    h = pb.DeltaHeader(
+        base_version=base,
+        upload_id=upload,
+        codec_header=header,
+        payload_bytes=len(payload),
+        num_tokens=tokens,
+        num_samples=tokens,
+        local_steps=2**32 - 1,
+    )
     msgs = [pb.DeltaChunk(header=h)]
-    msgs += [pb.DeltaChunk(payload=pb.DeltaPayload(offset=o, data=payload[o : o + 65536]))
-             for o in range(0, len(payload), 65536)]
+    msgs += [
+        pb.DeltaChunk(payload=pb.DeltaPayload(offset=o, data=payload[o : o + 65536]))
+        for o in range(0, len(payload), 65536)
+    ]
     msgs.append(pb.DeltaChunk(trailer=pb.DeltaTrailer(sha256=hashlib.sha256(payload).digest())))
     return msgs
 
@@ -85,8 +104,14 @@ class Arena:
         steps = []
         for i, client in enumerate(self.honest):
             version, before = self.model()
-            push(client, version, delta_for(f"honest/{i}/{self.rounds}", NUMEL), codec=self.codec, tokens=FULL_SYNC,
-                 local_steps=H)
+            push(
+                client,
+                version,
+                delta_for(f"honest/{i}/{self.rounds}", NUMEL),
+                codec=self.codec,
+                tokens=FULL_SYNC,
+                local_steps=H,
+            )
             after_version, after = self.model()
             assert after_version == version + 1 and np.isfinite(after).all()
             steps.append(float(np.linalg.norm(after.astype(np.float64) - before)))
@@ -102,8 +127,13 @@ class Arena:
     def attack(self, values: np.ndarray, *, tokens: int = MAX_TOKENS, frame_elems: int = 1 << 20) -> float:
         """Push `values` as the attacker on the newest version; the step it caused (and the next rounds' bound)."""
         version, before = self.model()
-        result = raw_push(self.stub, self.session, attack_messages(
-            values, codec=self.codec, base=version, upload=f"evil/{version}", tokens=tokens, frame_elems=frame_elems))
+        result = raw_push(
+            self.stub,
+            self.session,
+            attack_messages(
+                values, codec=self.codec, base=version, upload=f"evil/{version}", tokens=tokens, frame_elems=frame_elems
+            ),
+        )
         assert result.status == pb.APPLIED
         after_version, after = self.model()
         assert after_version == version + 1 and np.isfinite(after).all()
@@ -114,8 +144,11 @@ class Arena:
 def arena(request, tmp_path_factory):
     codec, outer = request.param
     with Reaper() as reaper:
-        ps = PSNode(tmp_path_factory.mktemp(f"attack-{codec}-{outer}") / "ps",
-                    {"aggregation": {"outer_optimizer": outer}}, metrics=True)
+        ps = PSNode(
+            tmp_path_factory.mktemp(f"attack-{codec}-{outer}") / "ps",
+            {"aggregation": {"outer_optimizer": outer}},
+            metrics=True,
+        )
         reaper.add(ps.kill)
         ps.start()
         yield Arena(ps, codec, reaper)
@@ -148,16 +181,26 @@ def test_eight_deltas_against_one_base_version_land_once(arena):
     refused_before = rejected(arena.ps, "already_sent")
     results = []
     for i in range(8):
-        msgs = attack_messages(1000 * delta_for(f"evil/eight/{i}", NUMEL), codec=arena.codec, base=version,
-                               upload=f"evil/eight/{i}", tokens=FULL_SYNC)
-        results.append(rpc_code(lambda m=msgs: raw_push(arena.stub, arena.session, m))
-                       if i else raw_push(arena.stub, arena.session, msgs))
+        msgs = attack_messages(
+            1000 * delta_for(f"evil/eight/{i}", NUMEL),
+            codec=arena.codec,
+            base=version,
+            upload=f"evil/eight/{i}",
+            tokens=FULL_SYNC,
+        )
+        results.append(
+            rpc_code(lambda m=msgs: raw_push(arena.stub, arena.session, m))
+            if i
+            else raw_push(arena.stub, arena.session, msgs)
+        )
         if i == 0:
             _, after_first = arena.model()
 
     assert results[0].status == pb.APPLIED
-    assert all(code == grpc.StatusCode.ALREADY_EXISTS and "already sent a delta on base version" in details
-               for code, details in results[1:]), results[1:]
+    assert all(
+        code == grpc.StatusCode.ALREADY_EXISTS and "already sent a delta on base version" in details
+        for code, details in results[1:]
+    ), results[1:]
     now_version, now = arena.model()
     assert now_version == version + 1 and now.tobytes() == after_first.tobytes()  # refusals changed nothing
     assert rejected(arena.ps, "already_sent") - refused_before == 7
@@ -172,9 +215,11 @@ def sync_arena(request, tmp_path_factory):
     codec, outer = request.param
     with Reaper() as reaper:
         # Default settings but sync mode and a short straggler timeout (observers count as active clients).
-        ps = PSNode(tmp_path_factory.mktemp(f"sync-{codec}-{outer}") / "ps",
-                    {"aggregation": {"mode": "sync", "outer_optimizer": outer, "straggler_timeout_s": 1.5}},
-                    metrics=True)
+        ps = PSNode(
+            tmp_path_factory.mktemp(f"sync-{codec}-{outer}") / "ps",
+            {"aggregation": {"mode": "sync", "outer_optimizer": outer, "straggler_timeout_s": 1.5}},
+            metrics=True,
+        )
         reaper.add(ps.kill)
         ps.start()
         master = join(ps, "sync.master", master=True, start=False, reaper=reaper)
@@ -210,10 +255,12 @@ def test_two_pushes_into_one_sync_round_are_refused_and_the_round_stays_finite(s
     refused_before = rejected(ps, "already_sent")
 
     first = raw_push(stub, session, attack_messages(alternating(1.845e19), codec=codec, base=version, upload="e1"))
-    code, details = rpc_code(lambda: raw_push(stub, session, attack_messages(
-        -alternating(1.845e19), codec=codec, base=version, upload="e2")))
-    raw_push(accomplice_stub, accomplice, attack_messages(alternating(1.845e19), codec=codec, base=version,
-                                                          upload="a1"))
+    code, details = rpc_code(
+        lambda: raw_push(stub, session, attack_messages(-alternating(1.845e19), codec=codec, base=version, upload="e2"))
+    )
+    raw_push(
+        accomplice_stub, accomplice, attack_messages(alternating(1.845e19), codec=codec, base=version, upload="a1")
+    )
     for i, c in enumerate(honest):
         push(c, version, delta_for(f"sync/{i}/attacked", NUMEL), codec=codec, tokens=FULL_SYNC, local_steps=H)
     attacked = _wait_version(observer, version + 1)

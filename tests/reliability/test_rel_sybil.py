@@ -23,15 +23,16 @@ import grpc
 import numpy as np
 import pytest
 
-from geofed.codec import decoder_for
-from geofed.config import ModelConfig, TrainingConfig
+from geofed.codec import decoder_for, make_codec
+from geofed.codec.sparse import sparse_params
+from geofed.config import CodecConfig, ModelConfig, TrainingConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.admin_client import AdminClient, AdminError
 from geofed.protocol.auth import bearer
 from geofed_testing.ledger import delta_for
 from geofed_testing.procs import PSNode, Reaper
-from geofed_testing.wire import NUMEL, Observer, encoded, init_model, join, push, raw_push, rpc_code
+from geofed_testing.wire import NUMEL, Observer, encoded, init_model, join, push, raw_push, rpc_code, theta0
 from tests.reliability.test_rel_attacks import alternating, attack_messages
 
 T = TrainingConfig()
@@ -129,9 +130,13 @@ def test_sybil_ids_of_one_site_land_once_per_version_and_stay_within_three_hones
         assert new_version == version + 1
         honest_steps.append(step(model, new))
         version, model = new_version, new
-    bound = 3 * float(np.median(honest_norms))  # the other site's entry: the median of its norms
-
-    for r in range(8):  # every Sybil id in turn, one per version: the bound must not ratchet
+    for r in range(8):  # every Sybil id in turn, one per honest push: the bound must not ratchet
+        if r:  # the honest site pushes between (the site's share of a round is one bounded delta)
+            delta = delta_for(f"clinic/more/{r}", NUMEL)
+            honest_norms.append(decoded_norm(delta, codec))
+            push(honest, version, delta, codec=codec, tokens=FULL_SYNC, local_steps=H)
+            version, model = observer.model()
+        bound = 3 * float(np.median(honest_norms[-5:]))  # the other site's entry: the median of its latest norms
         stub, session = sybils[r % 4]
         evil = 1000 * delta_for(f"evil/{r}", NUMEL)
         result = raw_push(stub, session, attack_messages(evil, codec=codec, base=version, upload=f"evil/{r}"))
@@ -224,11 +229,16 @@ def test_sessions_that_never_push_do_not_hold_a_sync_round_to_the_straggler_time
 class TwoSites:
     """A default PS (but `federation`), its master, an honest site's client and a hostile site's raw session."""
 
-    def __init__(self, tmp_path, reaper: Reaper, federation: dict) -> None:
+    def __init__(self, tmp_path, reaper: Reaper, federation: dict, manifest: list | None = None) -> None:
         self.ps = PSNode(tmp_path / "ps", federation, metrics=True)
         reaper.add(self.ps.kill)
         self.ps.start()
-        init_model(join(self.ps, "boot.master", master=True, start=False, reaper=reaper))
+        master = join(self.ps, "boot.master", master=True, start=False, reaper=reaper)
+        if manifest is None:
+            init_model(master)
+        else:  # Θ0 of another layout (a paradigm's exchanged tensors)
+            numel = sum(int(np.prod(shape)) for _, shape, _ in manifest)
+            push(master, 0, theta0(numel), init=True, manifest=manifest)
         with self.ps.admin() as admin:
             credential = admin.create_site_credential("evil")
         self.honest = join(self.ps, "clinic.trainer", site="clinic", start=False, reaper=reaper)
@@ -273,3 +283,73 @@ def test_a_drift_just_under_the_bound_in_one_direction_stops_adding_up(tmp_path,
     logs = ps.logs()
     assert "rule=displacement_budget" in logs
     assert "event=delta_bounded client='clinic.trainer'" not in logs  # honest deltas are never scaled
+
+
+# A LoRA federation's exchanged vector: the adapters A (r × in) and B (out × r) of one layer.
+LORA_MANIFEST = [("h.lora_A.weight", (4, 50), "float32"), ("h.lora_B.weight", (60, 4), "float32")]
+BURSTS = [
+    ("fp32", "fedavg", 1, "pretrain"),
+    ("fp32", "fedavg", 4, "pretrain"),
+    ("int8", "nesterov", 4, "pretrain"),
+    ("fp32", "adam", 4, "pretrain"),
+    ("int8", "fedavg", 4, "lora"),
+    ("sparse", "fedavg", 4, "pretrain"),
+]
+SPARSE = {"name": "sparse", "sparse_chunk": 512, "sparse_density": 0.02, "sparse_value_bits": 2}
+
+
+@pytest.mark.parametrize(
+    ("codec", "outer", "ids", "paradigm"), BURSTS, ids=[f"{c}-{o}-{i}ids-{p}" for c, o, i, p in BURSTS]
+)
+def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_per_round(
+    tmp_path, reaper, codec, outer, ids, paradigm
+):
+    """In async mode every push makes a version, so the hostile site can push again on the version its own delta
+    made (through one client id, or several). What it lands before the other site pushes again adds up to at
+    most one delta's bound (3 × the other site's median norm): the first push of a burst lands (bounded), the
+    rest would add nothing and are refused (reason round_share), leaving the model byte for byte; honest
+    deltas are never scaled or refused."""
+    lora = paradigm == "lora"
+    federation = {"aggregation": {"outer_optimizer": outer}, **({"paradigm": {"name": "lora"}} if lora else {})}
+    encoder = make_codec("sparse", sparse=sparse_params(CodecConfig(**SPARSE))) if codec == "sparse" else None
+    if encoder is not None:
+        federation["codec"] = SPARSE
+    arena = TwoSites(tmp_path, reaper, federation, LORA_MANIFEST if lora else None)
+    numel = 4 * 50 + 60 * 4 if lora else NUMEL
+    ps, honest, _, observer, _ = arena.parts()
+    with ps.admin() as admin:
+        credential = admin.create_site_credential("burst")
+    sessions = [site_session(ps, credential, f"burst.s{i}") for i in range(ids)]
+    honest_steps = []
+    version, model = observer.model()
+    for r in range(6):
+        delta = delta_for(f"clinic/{r}", numel)
+        if encoder is None:
+            push(honest, version, delta, codec=codec, tokens=FULL_SYNC, local_steps=H)
+        else:
+            header, frames = encoder.encode(delta)
+            honest.push(base_version=version, codec_header=header, frames=frames, num_tokens=FULL_SYNC, local_steps=H)
+        new_version, new = observer.model()
+        honest_steps.append(step(model, new))
+        version, model = new_version, new
+        if r < 3:  # the honest site's history first
+            continue
+        refused_before = rejected(ps, "round_share")
+        for k in range(4):
+            stub, session = sessions[k % ids]
+            messages = attack_messages(1000 * delta_for(f"burst/{r}/{k}", numel), codec=codec, base=version,
+                                       upload=f"b/{r}/{k}", encoder=encoder)  # fmt: skip
+            if k == 0:
+                assert raw_push(stub, session, messages).status == pb.APPLIED
+                first_version, model = observer.model()
+                assert first_version == version + 1
+                version = first_version
+                continue
+            code, details = rpc_code(lambda s=stub, se=session, m=messages: raw_push(s, se, m))
+            assert code == grpc.StatusCode.ALREADY_EXISTS and "round share" in details, details
+            assert observer.model()[1].tobytes() == model.tobytes()  # the refusal changed nothing
+        assert rejected(ps, "round_share") - refused_before == 3
+    assert observer.model()[0] == version
+    logs = ps.logs()
+    assert "event=delta_bounded client='clinic.trainer'" not in logs
+    assert "client=clinic.trainer" not in re.sub(r"(?m)^(?!.*event=push_rejected).*$", "", logs)
