@@ -197,6 +197,7 @@ class ParameterServerCore:
             self.metrics.contribution.labels(client_id).set(ledger.contribution)
         self.history.record(snap.version, self.clients)
         self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
+        self.metrics.set_privacy(self.aggregator.privacy.status())
         with self.aggregator.lock:
             self.metrics.set_tuning(self.aggregator.round_times)
 
@@ -432,6 +433,7 @@ class ParameterServerCore:
             "num_parameters": snap.flat.size if snap else 0,
             "federation": self.fed.name,
             **self.group.status(),
+            **self.aggregator.privacy.status(),
         }
 
     def client_list(self) -> list[dict]:

@@ -23,6 +23,7 @@ from geofed.config import FederationConfig
 from ..errors import InvalidPush, NotPermitted, NotReady, StaleDelta
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader, ReceivedPush
+from ..privacy import SitePrivacy
 from .contributions import Contributions
 from .downlink import Downlink
 from .guard import DeltaGuard, all_finite
@@ -96,6 +97,7 @@ class Aggregator:
         # client id -> its site, the unit of trust every quota, bound and robust window counts
         self.unit_of = unit_of or (lambda client_id: client_id)
         self.guard = DeltaGuard(fed, self.unit_of)  # vouched weights, one delta per site and base/round, the bound
+        self.privacy = SitePrivacy(fed)  # site-level DP: the clip to C, the round's noise, ε (ps_server.privacy)
         self.clock = clock
         # Client round times: the tuned straggler timeout and mode advice; a client with no delta for
         # client_timeout_s (the quorum's notion of gone) leaves them.
@@ -150,6 +152,7 @@ class Aggregator:
             except StaleDelta as exc:
                 return PushOutcome("STALE", self.model.version, message=exc.message)
             self.guard.admit(client_id, header.base_version)
+            self.privacy.admit()
         return None
 
     def _admit(self, base_version: int):
@@ -223,6 +226,7 @@ class Aggregator:
                          bounded.site, bounded.rule, push.norm, bounded.norm)
                 if self.on_bounded:
                     self.on_bounded(bounded.rule)
+            bounded = self.privacy.bound(bounded, push.norm)
             if self.acc is None:
                 self.acc = self.strategy.open_round(current)
             tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
@@ -298,6 +302,7 @@ class Aggregator:
             round_sum = self.reducer.reduce(closed, current.version)
         except ReduceFailed as exc:  # the PSs could not combine it; none of them applies it
             return self._drop_round(closed.count, exc.message, exc.reason)
+        self.privacy.noise_(round_sum)
         if not all_finite(round_sum.delta):  # before the outer optimizer sees it: its state stays clean
             return self._drop_round(round_sum.count, "the combined update is non-finite")
         flat = self.strategy.apply(current, round_sum)
@@ -359,6 +364,7 @@ class Aggregator:
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
                 "contributions": self.contributions.state_dict(),
                 "guard": self.guard.state_dict(),
+                "privacy": self.privacy.state_dict(),
                 "downlink": self.strategy.stream.state_dict(self.model.current()) if self.strategy.stream else {},
                 "mode": self.cfg.mode,  # the live mode: an 'auto' federation resumes in it
             }
@@ -383,6 +389,7 @@ class Aggregator:
             self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
             self.contributions.load_state_dict(state.get("contributions", {}))
             self.guard.load_state_dict(state.get("guard", {}))
+            self.privacy.load_state_dict(state.get("privacy", {}))
             if self.strategy.stream is not None:
                 self.strategy.stream.load_state_dict(state.get("downlink", {}))
             self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
