@@ -13,21 +13,26 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))
-SIGMA, DELTA, BUDGET = 1.0, 1e-5, 8.0
+DELTA, BUDGET = 1e-5, 8.0
 
 
-def _epsilon(versions: int) -> float:
+def _epsilon(multiplier: float, versions: int) -> float:
     acc = rdp_privacy_accountant.RdpAccountant()
-    acc.compose(dp_accounting.GaussianDpEvent(SIGMA), versions)
+    acc.compose(dp_accounting.GaussianDpEvent(multiplier), versions)
     return acc.get_epsilon(DELTA)
 
 
 @pytest.mark.slow
-def test_local_run_reports_epsilon_each_version_and_stops_at_the_budget(tmp_path):
-    allowed = max(k for k in range(1, 50) if _epsilon(k) <= BUDGET)  # 2 versions for σ 1 at δ 1e-5
+@pytest.mark.parametrize(
+    ("mode", "sigma", "multiplier"),
+    [("central", 1.0, 1.0), ("local", 2.0, 1.0)],  # local: replace-one adjacency, sensitivity 2C: multiplier σ/2
+)
+def test_local_run_reports_epsilon_each_version_and_stops_at_the_budget(tmp_path, mode, sigma, multiplier):
+    allowed = max(k for k in range(1, 50) if _epsilon(multiplier, k) <= BUDGET)  # 2 versions at δ 1e-5
     sets = [
         "privacy.enabled=true",
-        f"privacy.noise_multiplier={SIGMA}",
+        f"privacy.mode={mode}",
+        f"privacy.noise_multiplier={sigma}",
         f"privacy.epsilon_budget={BUDGET}",
         "aggregation.weighting=uniform",
         "aggregation.mode=sync",
@@ -47,24 +52,24 @@ def test_local_run_reports_epsilon_each_version_and_stops_at_the_budget(tmp_path
     ]
     assert [k for k, _ in rounds] == list(range(1, allowed + 1))
     for k, eps in rounds:
-        assert eps == pytest.approx(_epsilon(k), rel=1e-5)
+        assert eps == pytest.approx(_epsilon(multiplier, k), rel=1e-5)
 
     # geofed local prints ε after each version (sync rounds of 5 steps are seconds apart: none is skipped)
     shown = [
         (int(k), float(e))
         for e, k in re.findall(
-            r"^== privacy \(central\): global v\d+ ε (\S+) of budget 8 at δ 1e-05 after (\d+) noised versions",
+            rf"^== privacy \({mode}\): global v\d+ ε (\S+) of budget 8 at δ 1e-05 after (\d+) noised versions",
             out.stdout,
             re.MULTILINE,
         )
     ]
     assert [k for k, _ in shown] == list(range(1, allowed + 1)), out.stdout[-3000:]
     for k, eps in shown:
-        assert eps == pytest.approx(_epsilon(k), rel=1e-3)  # printed to 4 significant digits
+        assert eps == pytest.approx(_epsilon(multiplier, k), rel=1e-3)  # printed to 4 significant digits
 
     # ... and stops there: no version beyond the budget, every client refused with the reason
     assert re.search(rf"^privacy budget spent at global v{allowed + 1}: ε ", out.stdout, re.MULTILINE), out.stdout
     assert re.search(rf"^global version {allowed + 1},", out.stdout, re.MULTILINE)
     for i in range(3):
         assert "privacy budget spent" in (run / "logs" / f"client-{i}.log").read_text()
-    assert _epsilon(allowed + 1) > BUDGET
+    assert _epsilon(multiplier, allowed + 1) > BUDGET
