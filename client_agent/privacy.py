@@ -9,11 +9,15 @@ un-noised δ instead would carry −noise into the next round and undo it there.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from geofed.privacy.accountant import solve_noise_multiplier
 from geofed.privacy.noise import clip_and_noise
 from geofed.privacy.settings import PrivacyConfig
+
+log = logging.getLogger("geofed.client")
 
 _SOLVED: dict[str, float] = {}  # settings JSON -> σ (solving a target ε runs the accountant)
 
@@ -25,6 +29,12 @@ def local_noise(privacy: PrivacyConfig, delta: np.ndarray, rng: np.random.Genera
     key = privacy.model_dump_json()
     if key not in _SOLVED:
         _SOLVED[key] = solve_noise_multiplier(privacy)
+    log.info(
+        "event=local_noise clip=%.4g noise_multiplier=%.4g norm=%.4g",
+        privacy.clip_norm,
+        _SOLVED[key],
+        float(np.linalg.norm(delta.astype(np.float64))),
+    )
     return clip_and_noise(delta, privacy.clip_norm, _SOLVED[key], rng or np.random.default_rng())
 
 

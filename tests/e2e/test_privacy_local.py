@@ -71,5 +71,10 @@ def test_local_run_reports_epsilon_each_version_and_stops_at_the_budget(tmp_path
     assert re.search(rf"^privacy budget spent at global v{allowed + 1}: ε ", out.stdout, re.MULTILINE), out.stdout
     assert re.search(rf"^global version {allowed + 1},", out.stdout, re.MULTILINE)
     for i in range(3):
-        assert "privacy budget spent" in (run / "logs" / f"client-{i}.log").read_text()
+        client_log = (run / "logs" / f"client-{i}.log").read_text()
+        assert "privacy budget spent" in client_log
+        # local mode: every push was clipped and noised on the client first (central: never)
+        noised = len(re.findall(rf"event=local_noise clip=1 noise_multiplier={sigma:g} ", client_log))
+        pushed = len(re.findall(r"event=sync ", client_log))
+        assert (noised > 0 and noised >= pushed) if mode == "local" else noised == 0, (noised, pushed)
     assert _epsilon(multiplier, allowed + 1) > BUDGET
