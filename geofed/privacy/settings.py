@@ -171,6 +171,11 @@ def check_federation(
             "privacy needs ps_shards 1: a sharded PS's front folds slices without the privacy clip, "
             "noise and accountant"
         )
+    if groups:
+        raise ValueError(
+            "privacy needs one PS (no groups): in central mode each PS would add its own noise to the ring's "
+            "shared round, and a PS that rejoins its ring adopts versions its accountant did not count"
+        )
     if privacy.mode != "central":
         return
     if weighting != "uniform":
@@ -187,9 +192,4 @@ def check_federation(
         raise ValueError(
             f"privacy mode 'central' needs aggregation.robust 'none' (got {robust!r}): the noise is "
             "calibrated to a mean of clipped updates, not to order statistics"
-        )
-    if groups:
-        raise ValueError(
-            "privacy mode 'central' needs one PS (no groups): each PS would add its own noise to the "
-            "ring's shared round and the models would part; use mode 'local' there"
         )

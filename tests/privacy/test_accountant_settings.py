@@ -108,6 +108,7 @@ UNIFORM = {"weighting": "uniform"}
         ({"aggregation": UNIFORM, "paradigm": "zo"}, "not 'zo'"),
         ({"aggregation": UNIFORM, "paradigm": {"name": "lora", "aggregation": "product"}}, "aggregation 'product'"),
         ({"aggregation": UNIFORM, "ps_shards": 2}, "privacy needs ps_shards 1"),
+        ({"aggregation": UNIFORM, "groups": [{"name": "a"}, {"name": "b"}]}, "privacy needs one PS"),
     ],
 )
 def test_federation_settings_that_break_central_dp_are_refused(rest, message):
