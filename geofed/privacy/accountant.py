@@ -3,7 +3,7 @@
 Each published version is one release of the round's mechanism to everyone who receives the model:
 - central: the noised sum of the sites' clipped updates, a Gaussian mechanism of noise multiplier σ
   (add/remove-one-site adjacency: one site moves the sum by at most C), composed under adaptive
-  clipping with the noised count of unclipped updates (each site adds 0 or 1, noise σ_b);
+  clipping with the noised count of unclipped updates (each site adds ±½, noise σ_b: multiplier 2σ_b);
 - local: every site's own noised update; the PS sees it alone, so the adjacency is replacing the site's
   data and the sensitivity is 2C: noise multiplier σ / 2.
 A site contributes at most one delta to a round (the PS's site quota), so a site is in at most one
@@ -40,7 +40,8 @@ def round_event(mode: str, noise_multiplier: float, count_noise: float | None = 
 
 
 def _count_noise(cfg: PrivacyConfig) -> float | None:
-    return cfg.count_noise_multiplier if cfg.adaptive_clipping and cfg.mode == "central" else None
+    """The count mechanism's noise multiplier: σ_b over its sensitivity ½ (adaptive clipping only)."""
+    return 2.0 * cfg.count_noise_multiplier if cfg.adaptive_clipping and cfg.mode == "central" else None
 
 
 def solve_noise_multiplier(cfg: PrivacyConfig) -> float:
@@ -55,7 +56,7 @@ def solve_noise_multiplier(cfg: PrivacyConfig) -> float:
             raise ValueError(
                 f"privacy.target_epsilon {cfg.target_epsilon:g} is spent by the adaptive-clipping count "
                 f"alone (ε {alone:.3g} over {cfg.target_rounds} versions at count_noise_multiplier "
-                f"{count:g}): raise count_noise_multiplier or target_epsilon"
+                f"{cfg.count_noise_multiplier:g}): raise count_noise_multiplier or target_epsilon"
             )
     try:
         return float(

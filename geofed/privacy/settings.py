@@ -100,8 +100,8 @@ class PrivacyConfig(Section):
         1.0,
         gt=0,
         le=1000,
-        description="adaptive_clipping: standard deviation of the Gaussian noise on the count of unclipped updates "
-        "(each site adds 0 or 1).",
+        description="adaptive_clipping: σ_b, the standard deviation of the Gaussian noise on the count of unclipped "
+        "updates (each site adds ±½; TensorFlow Federated's default is 0.05 × the sites per round).",
     )
 
     @model_validator(mode="after")

@@ -1,9 +1,10 @@
 """Adaptive clipping (Andrew et al. 2021, "Differentially Private Learning with Adaptive Clipping").
 
 After each round the PS moves C towards the `target_quantile` of the sites' update norms from a noised count
-of the updates that were within C: b̄ = (Σᵢ 1[‖δᵢ‖ ≤ C] + N(0, σ_b²)) / n and C ← C · exp(−η (b̄ − γ)), the
-geometric update of the paper's Algorithm 1. The count is a Gaussian mechanism of its own (each site adds 0
-or 1); the accountant composes it with the update's. Plain numpy.
+of the updates that were within C: each site adds bᵢ − ½ with bᵢ = 1[‖δᵢ‖ ≤ C] (so one site moves the sum by
+at most ½), b̄ = (Σᵢ (bᵢ − ½) + N(0, σ_b²)) / n + ½ and C ← C · exp(−η (b̄ − γ)), the geometric update of the
+paper's Algorithm 1 (as TensorFlow Privacy's QuantileAdaptiveClipSumQuery centres it). The count is a
+Gaussian mechanism of its own, of noise multiplier 2σ_b; the accountant composes it with the update's.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class AdaptiveClip:
     def round_closed(self, sites: int) -> float:
         """Update C from the noised unclipped fraction of a round of `sites` updates; the new C."""
         if sites > 0:
-            noised = (self.unclipped + float(self.rng.normal(0.0, self.count_noise))) / sites
+            centred = self.unclipped - sites / 2.0 + float(self.rng.normal(0.0, self.count_noise))
+            noised = centred / sites + 0.5
             self.clip_norm *= math.exp(-self.lr * (noised - self.quantile))
         self.unclipped = 0
         return self.clip_norm

@@ -46,7 +46,8 @@ def test_adaptive_clipping_composes_the_count_mechanism():
         PrivacyConfig(enabled=True, noise_multiplier=1.0, adaptive_clipping=True, count_noise_multiplier=4.0)
     )
     acc.versions = 10
-    events = [dp_accounting.GaussianDpEvent(1.0), dp_accounting.GaussianDpEvent(4.0)] * 10
+    # the count: each site adds ±½ (sensitivity ½) with noise σ_b = 4: multiplier 8
+    events = [dp_accounting.GaussianDpEvent(1.0), dp_accounting.GaussianDpEvent(8.0)] * 10
     assert acc.epsilon() == pytest.approx(_library("rdp", events, 1e-5), rel=1e-9)
 
 

@@ -177,7 +177,7 @@ def test_adaptive_clipping_moves_c_by_the_geometric_rule():
     # the count is a second Gaussian mechanism per version, composed by the accountant
     acc = rdp_privacy_accountant.RdpAccountant()
     acc.compose(
-        dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(1.0), dp_accounting.GaussianDpEvent(1e-6)]), 2
+        dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(1.0), dp_accounting.GaussianDpEvent(2e-6)]), 2
     )
     assert a.privacy.status()["privacy_epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
 
