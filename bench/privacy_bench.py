@@ -63,7 +63,11 @@ def run_one(task: str, sigma: float, repeat: int, duration: float) -> Path:
         cmd += ["--set", s]
     load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=duration + 600)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=duration + 1200)
+    except subprocess.TimeoutExpired as exc:  # recorded, not retried: the table counts finished runs only
+        (out / "timeout.txt").write_text(f"command: {' '.join(cmd)}\nbefore: {load_before}\n{exc}\n")
+        return out
     wall = time.monotonic() - t0
     load_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     (out / "stdout.txt").write_text(proc.stdout + proc.stderr)
