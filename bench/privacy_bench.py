@@ -99,6 +99,7 @@ def read_run(out: Path) -> dict:
     return {
         "loss": evals[-1]["eval_loss"] if evals else None,
         "version": evals[-1]["version"] if evals else None,
+        "evals": [(r["version"], r["eval_loss"]) for r in evals],
         "epsilon": privacy[-1]["epsilon"] if privacy else None,
         "em": float(em[-1]) if em else None,
         "load": float(load.group(1)) if load else None,
@@ -113,15 +114,26 @@ def _median_range(xs: list[float | None], spec: str) -> str:
     return f"{med} ({format(min(got), spec)}–{format(max(got), spec)})" if len(got) > 1 else med
 
 
+def _loss_by(evals: list[tuple[int, float]], version: int) -> float | None:
+    """The eval loss of the last evaluation at or before `version` (evaluations run every 10 s, not per version)."""
+    at = [loss for v, loss in evals if v <= version]
+    return at[-1] if at else None
+
+
 def report() -> str:
     lines = [
-        "| task | row | σ | ε at δ 1e-5 (median) | final eval loss, median (range) | versions | runs | load (1-min) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | row | σ | ε at δ 1e-5 (median) | final eval loss, median (range) | versions | eval loss by the "
+        "task's common version | runs | load (1-min) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for task in TASKS:
+        rows = {}
         for sigma in SIGMAS:
             runs = sorted((OUT / task).glob(f"{row_name(sigma)}.r*"))
-            got = [read_run(r) for r in runs if (r / "stdout.txt").is_file()]
+            rows[sigma] = [read_run(r) for r in runs if (r / "stdout.txt").is_file()]
+        finals = [g["version"] for got in rows.values() for g in got if g["version"] is not None]
+        common = min(finals) if finals else 0  # the fewest versions any run of the task published
+        for sigma, got in rows.items():
             if not got:
                 continue
             eps = [g["epsilon"] for g in got if g["epsilon"] is not None]
@@ -129,7 +141,8 @@ def report() -> str:
             lines.append(
                 f"| {task} | {row_name(sigma)} | {sigma:g} | {eps_text} | "
                 f"{_median_range([g['loss'] for g in got], '.3f')} | "
-                f"{_median_range([g['version'] for g in got], '.0f')} | {len(got)} | "
+                f"{_median_range([g['version'] for g in got], '.0f')} | "
+                f"v{common}: {_median_range([_loss_by(g['evals'], common) for g in got], '.3f')} | {len(got)} | "
                 f"{_median_range([g['load'] for g in got], '.1f')} |"
             )
     return "\n".join(lines)
