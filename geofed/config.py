@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from geofed.paradigms import ParadigmConfig, PretrainSettings, paradigms_with
+from geofed.privacy.settings import PrivacyConfig, check_federation
 from geofed.ps_groups import PSGroup, RingConfig, check_groups
 from geofed.settings_base import Section as _Section
 
@@ -380,6 +381,11 @@ class FederationConfig(_Section):
     autotune: AutotuneConfig = Field(
         default_factory=AutotuneConfig, description="Settings tuned from live measurements."
     )
+    privacy: PrivacyConfig = Field(
+        default_factory=PrivacyConfig,
+        description="Site-level differential privacy (DP-FedAvg): each site's update clipped and noised, at the PS "
+        "or on the client, with ε accounted at δ (docs/privacy.md).",
+    )
     paradigm: ParadigmConfig = Field(
         default_factory=PretrainSettings,
         description="Which parameters are trained and exchanged and how the PS folds them back (Algorithm 1, "
@@ -433,6 +439,14 @@ class FederationConfig(_Section):
     @model_validator(mode="after")
     def _paradigm_fits_model(self) -> FederationConfig:
         self.paradigm.check_model(self.model)
+        return self
+
+    @model_validator(mode="after")
+    def _privacy_holds(self) -> FederationConfig:
+        agg = self.aggregation
+        check_federation(self.privacy, paradigm=self.paradigm.name,
+                         paradigm_aggregation=getattr(self.paradigm, "aggregation", None), weighting=agg.weighting,
+                         fednova=agg.fednova, robust=agg.robust, groups=len(self.groups), ps_shards=self.ps_shards)
         return self
 
     @model_validator(mode="after")

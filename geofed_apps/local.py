@@ -21,6 +21,7 @@ from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file,
 from geofed.config import FederationConfig
 
 from .deferred_eval import DeferredEvaluation
+from .privacy_watch import PrivacyWatch, stopped_by_budget
 from .run_dir import new_run_dir
 
 if TYPE_CHECKING:
@@ -224,13 +225,19 @@ def run_local_federation(opts: LocalOptions) -> int:
             lambda loss: _say(f"initial global eval loss {loss:.3f} (held-out modules: {len(held)} files)"),
         )
         t_watch = time.time()
-        records = _watch(clients, tails, admin, opts, ps_set.newest, evaluation, t0)
+        privacy = PrivacyWatch(admin, _say) if fed.privacy.enabled else None
+        records = _watch(clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy)
         evaluator, initial = evaluation.result()
         records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0})
         traffic = _traffic(admin)
         admin.close()
         rings = ps_set.ring_summary()
         failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None)]
+        if privacy is not None and privacy.spent:  # the PS refused their deltas at the budget: the intended stop
+            failed = [i for i in failed if not stopped_by_budget(logs / f"client-{i}.log")]
+            _say(f"privacy budget spent at global v{privacy.last['version']}: ε {privacy.last['privacy_epsilon']:.4g} "
+                 f"of {privacy.last['privacy_budget']:g} at δ {privacy.last['privacy_delta']:g}; the PS published no "
+                 "further version")
         for one in ps_set.all:
             one.terminate()
         ckpt = ps_set.newest()
@@ -285,12 +292,15 @@ def _finetune_preset(name: str) -> dict:
     return preset_settings(name, ensure_base_model(say=_say))
 
 
-def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float) -> list[dict]:
+def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float,
+           privacy: PrivacyWatch | None = None) -> list[dict]:
     """Live progress until every client has exited; periodic global evals (of `latest()`) for the plot, once
     the evaluator is built."""
     records: list[dict] = []
     last_eval = time.monotonic()
     while True:
+        if privacy is not None:
+            records += privacy.poll(t0)
         for tail in tails:
             for rec in tail.new():
                 rec["elapsed_s"] = time.monotonic() - t0
@@ -317,6 +327,8 @@ def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, 
         if all(p.poll() is not None for p in clients):
             for tail in tails:
                 records.extend(tail.new())
+            if privacy is not None:
+                records += privacy.poll(t0)
             return records
         time.sleep(0.5)
 

@@ -17,7 +17,8 @@ RUN pip install \
     constriction==0.5.0 \
     numba==0.68.1 \
     pyyaml==6.0.4 \
-    safetensors==0.8.0
+    safetensors==0.8.0 \
+    dp-accounting==0.6.0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY geofed ./geofed

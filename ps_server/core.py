@@ -200,6 +200,7 @@ class ParameterServerCore:
         for listener in self._round_listeners:
             listener(snap)
         self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
+        self.metrics.set_privacy(self.aggregator.privacy.status())
         with self.aggregator.lock:
             self.metrics.set_tuning(self.aggregator.round_times)
 
@@ -461,6 +462,7 @@ class ParameterServerCore:
             "federation": self.fed.name,
             **self.group.status(),
             **self.aggregator.engine.status(),
+            **self.aggregator.privacy.status(),
         }
 
     def client_list(self) -> list[dict]:

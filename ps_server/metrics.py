@@ -56,6 +56,13 @@ class PSMetrics:
         self.rate_limited = Counter("geofed_rate_limited", "Calls refused by a rate limit, by RPC", ["rpc"], registry=r)
         self.bounded = Counter("geofed_bounded_deltas", "Deltas scaled down before folding, by the rule that did it "
                                "(norm_bound, displacement_budget)", ["rule"], registry=r)
+        self.privacy_epsilon = Gauge("geofed_privacy_epsilon", "Site-level ε spent so far at geofed_privacy_delta "
+                                     "(the privacy accountant's, after the latest published version)", registry=r)
+        self.privacy_budget = Gauge("geofed_privacy_epsilon_budget", "The most ε the federation may spend (0: no "
+                                    "limit)", registry=r)
+        self.privacy_delta = Gauge("geofed_privacy_delta", "δ of the reported (ε, δ) guarantee", registry=r)
+        self.privacy_clip_norm = Gauge("geofed_privacy_clip_norm", "Clip norm C in force (adaptive clipping moves "
+                                       "it)", registry=r)
         self.refused_calls = Counter("geofed_refused_calls", "Calls refused by a stream cap, by RPC and cap",
                                      ["rpc", "reason"], registry=r)
         self.auth_failures = Counter("geofed_auth_failures", "Refused credentials by RPC", ["rpc"], registry=r)
@@ -100,6 +107,14 @@ class PSMetrics:
         for site, totals in sites.items():
             for key, (_, per_site) in self.contrib.items():
                 per_site.labels(site).set(totals[key])
+
+    def set_privacy(self, status: dict) -> None:
+        """Publish the privacy accountant's ε, its budget and δ (`SitePrivacy.status`; nothing when it is off)."""
+        if status:
+            self.privacy_epsilon.set(status["privacy_epsilon"])
+            self.privacy_budget.set(status["privacy_budget"])
+            self.privacy_delta.set(status["privacy_delta"])
+            self.privacy_clip_norm.set(status["privacy_clip_norm"])
 
     def set_tuning(self, round_times: RoundTimes) -> None:
         """Publish the PS's measured round times and tuned settings (call under the aggregator's lock)."""

@@ -38,6 +38,16 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> 
     return [line(headers), *(line(r) for r in rows)]
 
 
+def privacy_line(status: Mapping[str, Any]) -> str:
+    """`privacy central ε 1.234 / 8 at δ 1e-05 after 12 versions, σ 1.1, C 0.5`, and whether the budget is spent."""
+    budget = status.get("privacy_budget") or 0.0
+    line = (f"privacy {status['privacy_mode']}  ε {status.get('privacy_epsilon', 0.0):.4g}"
+            f"{f' / {budget:g}' if budget else ' (no budget)'} at δ {status.get('privacy_delta', 0.0):g} after "
+            f"{status.get('privacy_versions', 0)} versions  σ {status.get('privacy_noise_multiplier', 0.0):.4g}  "
+            f"C {status.get('privacy_clip_norm', 0.0):.4g}")
+    return line + ("  (budget spent: no further version is published)" if status.get("privacy_spent") else "")
+
+
 def format_status(status: Mapping[str, Any], clients: Sequence[Mapping[str, Any]]) -> str:
     """The human-readable `geofed status`."""
     head = (f"federation {status.get('federation', '?')}  version {status.get('version', 0)}  "
@@ -47,7 +57,7 @@ def format_status(status: Mapping[str, Any], clients: Sequence[Mapping[str, Any]
             f"loss train {_loss(status.get('last_train_loss'))} eval {_loss(status.get('last_eval_loss'))}")
     if not status.get("has_model"):
         head += "  (waiting for the master client's initial model)"
-    out = [head, ""]
+    out = [head, *([privacy_line(status)] if status.get("privacy_mode") else []), ""]
     rows = [[c["client_id"], c.get("site") or "-", c.get("state") or "-", str(c.get("pushes", 0)),
              _bytes(c.get("bytes_in", 0)), _bytes(c.get("bytes_out", 0)), f"{c.get('tokens_trained', 0):,}",
              f"{c.get('update_mass', 0.0):.4g}", f"{100 * c.get('share_window', 0.0):.1f}%",

@@ -11,6 +11,7 @@ from functools import partial
 from geofed.codec import make_codec
 
 from ..checkpoint import ClientCheckpoint
+from ..privacy import refuse_slice_wise
 from ..ps_client import GlobalVersion, Upload
 from ..slices.state import SliceSync
 from ..trainer import LocalTrainer
@@ -26,6 +27,7 @@ class SliceWiseSync(SyncPath):
 
     def __init__(self, ctx: SyncContext, restoring: Future | None = None) -> None:
         super().__init__(ctx)  # a whole-vector residual is not carried into slices: `restoring` is not read
+        refuse_slice_wise(ctx.fed.privacy)
         c, ranks = ctx.fed.codec, ctx.ranks
         self.slices = SliceSync(
             ctx.work,

@@ -18,6 +18,7 @@ import torch
 from geofed.codec import CodecError, ErrorFeedback, make_codec
 
 from ..checkpoint import CheckpointManager, ClientCheckpoint
+from ..privacy import local_noise
 from ..ps_client import GlobalVersion, Upload
 from ..threads import in_thread
 from ..trainer import LocalTrainer
@@ -98,7 +99,7 @@ class WholeVectorSync(SyncPath):
         the upload and the codec's name, ready for `settle_send`."""
         ps, tuner = self.ctx.ps, self.ctx.tuner
         model_flat = self.ctx.paradigm.checkpoint_flat(self.delta, result.base.flat)  # before the residual joins δ
-        values = self.delta.numpy()
+        values = local_noise(self.ctx.fed.privacy, self.delta.numpy())  # local DP: clipped, noised
         codec = tuner.codec(tuner.codec_name(values))
         cut = {"cuts": ps.shard_cuts} if ps.shard_cuts else {}  # a sharded PS: frames end at its shard bounds
         header, frames = self.ef.encode(codec, values, **cut) if self.ef is not None else codec.encode(values, **cut)

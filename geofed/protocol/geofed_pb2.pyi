@@ -441,7 +441,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members", "shards", "active_clients")
+    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members", "shards", "active_clients", "privacy_mode", "privacy_epsilon", "privacy_delta", "privacy_budget", "privacy_versions", "privacy_spent", "privacy_clip_norm", "privacy_noise_multiplier")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_CLIENTS_FIELD_NUMBER: _ClassVar[int]
@@ -458,6 +458,14 @@ class StatusResponse(_message.Message):
     RING_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_MODE_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_DELTA_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_SPENT_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
     version: int
     connected_clients: int
     known_clients: int
@@ -474,7 +482,15 @@ class StatusResponse(_message.Message):
     ring_members: _containers.RepeatedScalarFieldContainer[str]
     shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
     active_clients: int
-    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., active_clients: _Optional[int] = ...) -> None: ...
+    privacy_mode: str
+    privacy_epsilon: float
+    privacy_delta: float
+    privacy_budget: float
+    privacy_versions: int
+    privacy_spent: bool
+    privacy_clip_norm: float
+    privacy_noise_multiplier: float
+    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., active_clients: _Optional[int] = ..., privacy_mode: _Optional[str] = ..., privacy_epsilon: _Optional[float] = ..., privacy_delta: _Optional[float] = ..., privacy_budget: _Optional[float] = ..., privacy_versions: _Optional[int] = ..., privacy_spent: _Optional[bool] = ..., privacy_clip_norm: _Optional[float] = ..., privacy_noise_multiplier: _Optional[float] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
     __slots__ = ("index", "address", "up", "version", "numel", "instance", "last_error")

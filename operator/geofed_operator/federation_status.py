@@ -54,6 +54,16 @@ def site_contributions(clients: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     ]
 
 
+def privacy_status(ps: Mapping[str, Any]) -> dict[str, Any]:
+    """`status.privacy` from a PS status's privacy fields (`privacy_*`)."""
+    budget = float(ps.get("privacy_budget") or 0.0)
+    return {"mode": str(ps["privacy_mode"]), "epsilon": float(ps.get("privacy_epsilon", 0.0)),
+            "delta": float(ps.get("privacy_delta", 0.0)), "budget": budget or None,
+            "versions": int(ps.get("privacy_versions", 0)), "spent": bool(ps.get("privacy_spent", False)),
+            "clip_norm": float(ps.get("privacy_clip_norm", 0.0)),
+            "noise_multiplier": float(ps.get("privacy_noise_multiplier", 0.0))}
+
+
 def federation_status_from_ps(
     ps: Mapping[str, Any],
     *,
@@ -83,6 +93,7 @@ def federation_status_from_ps(
         num_parameters=int(ps.get("num_parameters", 0)),
         server_instance=str(ps.get("server_instance", "")) or None,
         **({"sites": site_contributions(clients)} if clients is not None else {}),
+        **({"privacy": privacy_status(ps)} if ps.get("privacy_mode") else {}),
         conditions=set_conditions(
             conditions,
             {

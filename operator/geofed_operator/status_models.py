@@ -54,6 +54,20 @@ class SiteContribution(K8sModel):
     compute_seconds: float = Field(ge=0, description="Compute-seconds behind its applied deltas.")
 
 
+class PrivacyStatus(K8sModel):
+    """The PS's privacy accountant: what site-level differential privacy has spent so far."""
+
+    mode: str = Field(max_length=16, description="Where noise is added: central (the PS) or local (the clients).")
+    epsilon: float = Field(ge=0, description="ε spent so far at delta, after the latest published version.")
+    delta: float = Field(ge=0, le=1, description="δ of the (ε, δ) guarantee.")
+    budget: float | None = Field(None, ge=0, description="The most ε the federation may spend; unset: no limit.")
+    versions: int = Field(ge=0, description="Published versions the accountant has composed.")
+    spent: bool = Field(description="One more version would spend beyond the budget (on_budget 'stop': training "
+                        "has stopped).")
+    clip_norm: float = Field(ge=0, description="Clip norm C in force.")
+    noise_multiplier: float = Field(ge=0, description="Noise multiplier σ.")
+
+
 class GroupStatus(K8sModel):
     """One PS group's PS, as its GetStatus reports it (multi-PS federations)."""
 
@@ -131,6 +145,9 @@ class FederationStatus(K8sModel):
         None,
         max_length=4096,
         description="The groups' model versions as `group=version,...` (the Groups column of kubectl get).",
+    )
+    privacy: PrivacyStatus | None = Field(
+        None, description="Site-level differential privacy's accountant (spec.federation.privacy.enabled)."
     )
 
 

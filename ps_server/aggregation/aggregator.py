@@ -26,6 +26,7 @@ from ..checkpoint import CheckpointStore
 from ..errors import AlreadySent, InvalidPush, NotPermitted, NotReady, StaleDelta, Unavailable
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader
+from ..privacy import SitePrivacy
 from .contributions import Contributions
 from .downlink import Downlink
 from .engine import LocalEngine, Resumed, RoundEngine
@@ -104,6 +105,7 @@ class Aggregator:
         self.engine = engine or LocalEngine(reducer)
         if getattr(self.engine, "model", model) is not model:
             raise ValueError("the engine publishes its own model: construct the Aggregator with engine.model")
+        self.privacy = SitePrivacy(fed)  # site-level DP: the clip to C, the round's noise, ε (ps_server.privacy)
         self.engine.bind(self)
         # vouched weights, one delta per site and base/round, the norm bound and the displacement budget
         self.guard = DeltaGuard(fed, self.unit_of, theta_norm=self.engine.theta_norm, clock=clock,
@@ -172,6 +174,7 @@ class Aggregator:
             except StaleDelta as exc:
                 return PushOutcome("STALE", self.model.version, message=exc.message)
             self.guard.admit(client_id, header.base_version)
+            self.privacy.admit()
         return None
 
     def _admit(self, base_version: int):
@@ -251,6 +254,7 @@ class Aggregator:
                          bounded.site, bounded.rule, push.norm, bounded.norm)
                 if self.on_bounded:
                     self.on_bounded(bounded.rule)
+            bounded = self.privacy.bound(bounded, push.norm)
             acc = self.acc if self.acc is not None else self.engine.open_round(current)
             tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
             steps = self.guard.vouched_steps(header.local_steps)
@@ -402,6 +406,7 @@ class Aggregator:
                 "ledger": {k: asdict(v) for k, v in self.ledger.items()},
                 "contributions": self.contributions.state_dict(),
                 "guard": self.guard.state_dict(),
+                "privacy": self.privacy.state_dict(),
             }
 
     def load_bookkeeping(self, state: dict) -> None:
@@ -413,6 +418,7 @@ class Aggregator:
         self.ledger = {k: ClientLedger(**v) for k, v in state.get("ledger", {}).items()}
         self.contributions.load_state_dict(state.get("contributions", {}))
         self.guard.load_state_dict(state.get("guard", {}))
+        self.privacy.load_state_dict(state.get("privacy", {}))
         self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
 
     def resume(self, store: CheckpointStore) -> Resumed | None:

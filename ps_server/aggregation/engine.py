@@ -62,6 +62,7 @@ class Rounds(Protocol):
     model: GlobalModel
     strategy: Strategy
     cfg: Any  # the live AggregationConfig
+    privacy: Any  # the site-level DP mechanism (ps_server.privacy.SitePrivacy): noises a closed round
 
     def state_dict(self) -> dict: ...
 
@@ -200,6 +201,7 @@ class LocalEngine(RoundEngine):
             return RoundClosed(
                 version, closed.count, len(closed.clients), closed.weight, dropped=(exc.reason, exc.message)
             )
+        self.agg.privacy.noise_(round_sum)  # site-level DP: the round's noise, before the outer step
         dropped = RoundClosed(
             version,
             round_sum.count,

@@ -124,6 +124,7 @@ def build_view(core: ParameterServerCore, history: LossHistory, site: str | None
         "server": {k: status.get(k) for k in ("version", "has_model", "num_parameters", "connected_clients",
                                               "active_clients", "known_clients", "buffered_deltas",
                                               "server_instance", "group")},
+        "privacy": {k.removeprefix("privacy_"): v for k, v in status.items() if k.startswith("privacy_")},
         "history": [list(p) for p in history.since(since)],
         "clients": rows,
         "sites": site_summary(rows),

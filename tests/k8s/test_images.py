@@ -202,7 +202,7 @@ def test_dockerignore_sends_sources_and_keeps_local_state_out() -> None:
 
 # What the PS image installs, by import name (the distributions' own dependencies come with them).
 PS_IMPORTS = {"grpc", "grpc_health", "google", "pydantic", "prometheus_client", "numpy", "constriction", "numba",
-              "yaml", "safetensors"}  # fmt: skip
+              "yaml", "safetensors", "dp_accounting"}  # fmt: skip
 
 
 def test_ps_image_has_no_torch_and_pins_what_the_ps_imports() -> None:

@@ -110,6 +110,12 @@ function render(s) {
   text($("active"), s.server.active_clients);
   text($("known"), s.server.known_clients);
   text($("buffered"), s.server.buffered_deltas);
+  const p = s.privacy || {};
+  $("privacy").hidden = !p.mode;
+  if (p.mode) {
+    text($("privacy"), `privacy ${p.mode}: ε ${Number(p.epsilon).toPrecision(4)}${p.budget ? " / " + p.budget : ""} ` +
+      `at δ ${p.delta} after ${p.versions} versions${p.spent ? " (budget spent)" : ""}`);
+  }
   text($("scope"), s.scope === "admin" ? "" : `(${s.scope})`);
   text($("updated"), `updated ${new Date(s.time * 1000).toLocaleTimeString()}`);
   text($("share-window-head"), `share (last ${s.federation.contribution_window} versions)`);
