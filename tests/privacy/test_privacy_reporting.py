@@ -13,6 +13,7 @@ from geofed_operator.federation_status import federation_status_from_ps
 from ps_server.core import ParameterServerCore
 from ps_server.global_model import TensorEntry
 from ps_server.metrics import PSMetrics
+from ps_server.status_page.history import LossHistory
 from ps_server.status_page.view import build_view
 from ps_server.status_table import format_status
 
@@ -71,5 +72,5 @@ def test_the_ps_core_reports_privacy_through_the_wire_message_and_the_status_pag
     wire = pb.StatusResponse(**core.status())  # every key must be a StatusResponse field
     assert (wire.privacy_mode, wire.privacy_delta, wire.privacy_noise_multiplier) == ("central", 1e-6, 1.5)
     assert wire.privacy_versions == 0 and wire.privacy_epsilon == 0.0 and not wire.privacy_spent
-    view = build_view(core, None)
+    view = build_view(core, LossHistory(), None)
     assert view["privacy"]["mode"] == "central" and view["privacy"]["delta"] == 1e-6
