@@ -445,7 +445,8 @@ class FederationConfig(_Section):
     def _privacy_holds(self) -> FederationConfig:
         agg = self.aggregation
         check_federation(self.privacy, paradigm=self.paradigm.name,
-                         paradigm_aggregation=getattr(self.paradigm, "aggregation", None), weighting=agg.weighting,
+                         folds_as_mean=self.paradigm.folds_as_mean(),
+                         paradigm_settings=self.paradigm.model_dump(exclude_defaults=True), weighting=agg.weighting,
                          fednova=agg.fednova, robust=agg.robust, groups=len(self.groups), ps_shards=self.ps_shards)
         return self
 

@@ -202,8 +202,9 @@ def serve(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     setup_logging("INFO")
     fed = validate_settings(FederationConfig, apply_overrides(load_settings_file(args.federation), args.set))
-    if fed.paradigm.name != "fsl-sage":
-        print(f"split trainer: the federation runs paradigm {fed.paradigm.name!r}, not fsl-sage", flush=True)
+    if not fed.paradigm.needs_trainer:
+        print(f"split trainer: the federation runs paradigm {fed.paradigm.name!r}, which needs no split trainer",
+              flush=True)
         return 2
     torch.set_num_threads(1)
     secret = Path(args.peer_token_file).read_text().strip()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from geofed.codec import make_codec
 from geofed.codec.errors import CodecError
 from geofed.codec.sharded import SliceCodec
+from geofed.config import CodecConfig
 
 from ..paradigms import ClientParadigm
 from .base import SyncPath
@@ -55,8 +56,9 @@ class _NoAgreement:
 def _shard_wise_codec(names: Sequence[str]) -> str | None:
     """Why one of `names` has no shard-wise encoder, or None; asks `SliceCodec` itself rather than keeping a list."""
     for name in names:
-        if name == "sparse":
-            return "codec 'sparse' has no shard-wise encoder (its chunks' top-k are not split by rank)"
+        settings = CodecConfig.model_construct(name=name)
+        if not settings.elementwise:  # e.g. chunk-wise top-k: a chunk's k is not split by rank
+            return f"codec {name!r} pushes {settings.delta_form} deltas, which have no shard-wise encoder"
         try:
             SliceCodec(make_codec(name), 0, 0, _NoAgreement())
         except CodecError as exc:

@@ -37,6 +37,11 @@ class ParadigmSettings(Section):
         own settings (`model`: the `ModelConfig`); None: the inner optimizer's step bounds it (the default)."""
         return None
 
+    def folds_as_mean(self) -> bool:
+        """Whether the PS folds this paradigm's updates as a mean of the sites' vectors, so that clipping each
+        site's update and adding Gaussian noise to that mean gives site-level differential privacy."""
+        return self.elementwise
+
     def check_model(self, model: Any) -> None:
         """Refuse (ValueError naming the setting) settings that cannot fit `model` (a `ModelConfig`)."""
         return None

@@ -65,3 +65,6 @@ class LoRASettings(AdapterSettings):
         "(clipped and stepped by the outer optimizer), re-factorise to rank r by truncated SVD and carry the "
         "remainder into the next round (server-side error feedback).",
     )
+
+    def folds_as_mean(self) -> bool:
+        return self.aggregation == "separate"  # product mode folds the products B·A, not a mean of the factors

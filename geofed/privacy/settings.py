@@ -14,9 +14,6 @@ from pydantic import Field, model_validator
 
 from geofed.settings_base import Section
 
-CENTRAL_PARADIGMS = ("pretrain", "bitfit", "lora")
-"""Paradigms whose PS strategy averages the clipped updates themselves (a mean the noise is calibrated to)."""
-
 
 class PrivacyConfig(Section):
     """Site-level differential privacy: clip each site's update, add Gaussian noise, account ε at δ."""
@@ -150,7 +147,8 @@ def check_federation(
     privacy: PrivacyConfig,
     *,
     paradigm: str,
-    paradigm_aggregation: str | None,
+    folds_as_mean: bool,
+    paradigm_settings: dict | None = None,
     weighting: str,
     fednova: bool,
     robust: str,
@@ -160,11 +158,11 @@ def check_federation(
     """Refuse (ValueError) the rest of a federation's settings when they break the privacy guarantee."""
     if not privacy.enabled:
         return
-    if paradigm not in CENTRAL_PARADIGMS or paradigm_aggregation == "product":
+    if not folds_as_mean:
         raise ValueError(
-            f"privacy supports paradigms {', '.join(CENTRAL_PARADIGMS)} (lora with aggregation "
-            f"'separate'), whose PS averages the clipped updates, not {paradigm!r}"
-            + (" with aggregation 'product'" if paradigm_aggregation == "product" else "")
+            f"privacy needs a paradigm whose PS averages the sites' clipped updates (such as pretrain, bitfit, "
+            f"lora with aggregation 'separate'), not {paradigm!r}"
+            + "".join(f" with {k} {v!r}" for k, v in (paradigm_settings or {}).items() if k != "name")
         )
     if ps_shards > 1:
         raise ValueError(
