@@ -13,10 +13,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
 
 import grpc
 
@@ -31,10 +29,12 @@ from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, rep
 
 from .backoff import Backoff
 from .errors import JoinError, PushError, StaleDeltaError
+from .join_spec import JoinSpec, Timeouts
 from .link_tuner import LinkMeter
 from .model_stream import ModelStream
 from .rejoin_hold import GlobalVersion
 from .rejoin_token import RejoinToken
+from .upload import PushReceipt, Upload
 
 log = logging.getLogger("geofed.client")
 
@@ -44,86 +44,6 @@ RETRYABLE = {
     grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED,
     grpc.StatusCode.DATA_LOSS,
 }
-
-
-@dataclass
-class Upload:
-    """One encoded delta kept (spooled) for retransmission.
-
-    `saved()` and `restored()` carry it across a relaunch: a client preempted mid-push resends the same
-    upload id instead of training again, and the PS answers DUPLICATE if it had already taken it.
-    """
-
-    header: pb.DeltaHeader
-    spool: BinaryIO
-    digest: bytes
-    instance: str = ""
-    accepted_at_version: int = 0
-
-    @property
-    def upload_id(self) -> str:
-        return self.header.upload_id
-
-    def saved(self) -> tuple[bytes, bytes]:
-        """(serialised header, payload) of this upload."""
-        self.spool.seek(0)
-        return self.header.SerializeToString(), self.spool.read()
-
-    @classmethod
-    def restored(cls, header: bytes, payload: bytes) -> Upload:
-        """The upload `saved()` described, with its original upload id."""
-        head = pb.DeltaHeader.FromString(header)
-        if head.payload_bytes != len(payload):
-            raise ValueError(f"saved upload holds {len(payload)} payload bytes, its header says {head.payload_bytes}")
-        spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - owned by the upload
-        spool.write(payload)
-        return cls(head, spool, hashlib.sha256(payload).digest())
-
-
-@dataclass
-class PushReceipt:
-    status: str
-    version: int
-    staleness: int
-    weight: float
-    payload_bytes: int
-    seconds: float
-    attempts: int
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """How long one RPC, one push and the whole Join may take, and how long a failed push is retried."""
-
-    rpc_s: float = 30.0
-    push_s: float = 3600.0
-    join_s: float = 60.0
-    retry_s: float = 600.0
-
-
-def _no_decoders(fed: FederationConfig) -> Mapping:
-    return {}
-
-
-@dataclass(frozen=True)
-class JoinSpec:
-    """What a client declares at Join, and how it decodes the model stream of the federation it joins.
-
-    `paradigm` and `manifest`: what it ran before (a relaunch reads them from its checkpoint; empty when
-    unknown); the PS refuses a mismatch. `paradigm_json` and `frozen_digest`: the paradigm settings its
-    model was built under and the sha256 of the frozen part it built (`ClientParadigm.frozen_digest`);
-    the PS refuses other settings or another digest than the federation's, naming the difference.
-    `group`: multi-PS, the client's group; the PS refuses a client of another group. `decoders`: the
-    paradigm's own downlink encodings for the federation joined (its `ClientParadigm.downlink_decoders`),
-    by encoding name.
-    """
-
-    paradigm: str = ""
-    manifest: Manifest = ()
-    group: str = ""
-    decoders: Callable[[FederationConfig], Mapping] = _no_decoders
-    paradigm_json: str = ""
-    frozen_digest: str = ""
 
 
 class PSClient:

@@ -29,10 +29,11 @@ from .data import load_tokens
 from .errors import JoinError
 from .flat import ManifestMismatch, check_manifest
 from .fsdp import build_on_meta, shard_model
+from .join_spec import JoinSpec
 from .link_tuner import CODEC_POLICIES, FixedCodec, LinkTuner
 from .paradigms import ClientParadigm, client_paradigm
 from .preflight import check_before_join
-from .ps_client import GlobalVersion, JoinSpec, PSClient
+from .ps_client import GlobalVersion, PSClient
 from .ranks import Ranks
 from .slices.state import sharded_meta
 from .sync import SyncContext, SyncPath, start_restore, sync_route

@@ -35,7 +35,7 @@ from geofed.codec.base import DEFAULT_FRAME_ELEMS
 from ..checkpoint import CheckpointError, atomic_write
 from ..flat import Select
 from ..fsdp import is_distributed, reshard
-from ..ps_client import Upload
+from ..upload import Upload
 from .checkpoint import load_sharded, read_pointer, save_sharded
 from .partition import FlatPartition, gather_slice, load_global_slices
 from .push import encode_slice, frames_to_leader

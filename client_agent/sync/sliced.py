@@ -12,9 +12,10 @@ from geofed.codec import make_codec
 
 from ..checkpoint import ClientCheckpoint
 from ..privacy import refuse_slice_wise
-from ..ps_client import GlobalVersion, Upload
+from ..rejoin_hold import GlobalVersion
 from ..slices.state import SliceSync
 from ..trainer import LocalTrainer
+from ..upload import Upload
 from .base import TAKEN, PushOutcome, Resumed, RoundResult, ShardResume, SyncContext, SyncPath
 
 log = logging.getLogger("geofed.client")

@@ -19,9 +19,10 @@ from geofed.codec import CodecError, ErrorFeedback, make_codec
 
 from ..checkpoint import CheckpointManager, ClientCheckpoint
 from ..privacy import local_noise
-from ..ps_client import GlobalVersion, Upload
+from ..rejoin_hold import GlobalVersion
 from ..threads import in_thread
 from ..trainer import LocalTrainer
+from ..upload import Upload
 from .base import TAKEN, PushOutcome, Resumed, RoundResult, SyncContext, SyncPath
 
 log = logging.getLogger("geofed.client")

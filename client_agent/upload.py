@@ -1,0 +1,55 @@
+"""One encoded delta, spooled for retransmission, and the PS's receipt for it."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from geofed.protocol import geofed_pb2 as pb
+
+
+@dataclass
+class Upload:
+    """One encoded delta kept (spooled) for retransmission.
+
+    `saved()` and `restored()` carry it across a relaunch: a client preempted mid-push resends the same
+    upload id instead of training again, and the PS answers DUPLICATE if it had already taken it.
+    """
+
+    header: pb.DeltaHeader
+    spool: BinaryIO
+    digest: bytes
+    instance: str = ""
+    accepted_at_version: int = 0
+
+    @property
+    def upload_id(self) -> str:
+        return self.header.upload_id
+
+    def saved(self) -> tuple[bytes, bytes]:
+        """(serialised header, payload) of this upload."""
+        self.spool.seek(0)
+        return self.header.SerializeToString(), self.spool.read()
+
+    @classmethod
+    def restored(cls, header: bytes, payload: bytes) -> Upload:
+        """The upload `saved()` described, with its original upload id."""
+        head = pb.DeltaHeader.FromString(header)
+        if head.payload_bytes != len(payload):
+            raise ValueError(f"saved upload holds {len(payload)} payload bytes, its header says {head.payload_bytes}")
+        spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 - owned by the upload
+        spool.write(payload)
+        return cls(head, spool, hashlib.sha256(payload).digest())
+
+
+@dataclass
+class PushReceipt:
+    status: str
+    version: int
+    staleness: int
+    weight: float
+    payload_bytes: int
+    seconds: float
+    attempts: int
