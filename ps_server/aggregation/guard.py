@@ -195,8 +195,9 @@ class DeltaGuard:
 
     def share_left(self, site: str, snapshot: Snapshot, numel: int) -> float:
         """What is left of `site`'s share of its current round: its bound minus the (bounded) norms of the
-        deltas it landed in that round (inf when the bound is off, and for zeroth-order scalars)."""
-        if not self.norms.enabled or self.fed.paradigm.name == "zo":
+        deltas it landed in that round (inf when the bound is off, and for a paradigm whose updates do not add up,
+        such as zeroth-order scalars)."""
+        if not self.norms.enabled or not self.fed.paradigm.cumulative:
             return math.inf
         limit = self.norms.limit(site, *self.limits(snapshot, numel))
         landed = list(self.norms.norms.get(site, ()))[-self.in_round(site) :] if self.in_round(site) else []
