@@ -3,7 +3,8 @@
 Each rule sees the training pairs (for statistics) and one held-out prompt. `most-frequent` answers
 every prompt with the commonest training answer; `copy-from-prompt` copies the words of the context that
 are known parameter names (names used by at least `MIN_USES` training functions), in order, at most
-`k`; `copy-name-first` does the same with the function's own name split at underscores first. The
+`k`; `copy-name-first` does the same with the function's own name split at underscores first;
+`marked-then-copy` takes the words the docstring marks up as code or emphasis, else copies. The
 benchmark publishes all of them beside the model rows.
 """
 
@@ -18,6 +19,7 @@ from .task import QAPair
 
 MIN_USES = 3
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MARKED = re.compile(r"[*`]+([A-Za-z_][A-Za-z0-9_]*)[*`]+")
 _STOP = frozenset("a an and as be by for from if in is it not of on or that the this to with".split())
 
 Rule = Callable[[QAPair], str]
@@ -45,12 +47,24 @@ def copy_from_prompt(train: Sequence[QAPair], k: int = 2, name_first: bool = Fal
     return rule
 
 
+def marked_then_copy(train: Sequence[QAPair], k: int = 2) -> Rule:
+    """The words the docstring marks up (`*name*`, ``` ``name`` ```, `` `name` ``), else `copy_from_prompt`'s."""
+    fallback = copy_from_prompt(train, k)
+
+    def rule(pair: QAPair) -> str:
+        marked = list(dict.fromkeys(_MARKED.findall(pair.doc.partition(": ")[2])))
+        return " ".join(marked[:k]) if marked else fallback(pair)
+
+    return rule
+
+
 def rules(train: Sequence[QAPair]) -> dict[str, Rule]:
     """Every published rule, by name."""
     out: dict[str, Rule] = {"most-frequent": most_frequent(train)}
     for k in (1, 2, 3):
         out[f"copy-from-prompt k={k}"] = copy_from_prompt(train, k)
         out[f"copy-name-first k={k}"] = copy_from_prompt(train, k, name_first=True)
+        out[f"marked-then-copy k={k}"] = marked_then_copy(train, k)
     return out
 
 

@@ -1,14 +1,15 @@
-"""The fine-tuning task: parameter names from a function's name and docstring, from the stdlib's sources.
+"""The fine-tuning task: which words of a docstring are the function's parameters, from the stdlib's sources.
 
 Every machine with Python has the data, so nothing is downloaded. Each module-level function or method
-with a docstring and at least one parameter (other than self/cls) gives one example: the context is
-`# Owner.name: ` and the docstring's first paragraph (cut to fit the base model's context), the question
-"parameters:", the answer the parameters' names in order (`*args` and `**kwargs` by name). The signature
-is not shown: the answer has to come from what the name and the docstring say and from the conventions
-the model learned, so copying from the prompt gets little of it (`rules.py` publishes the best such
-rules). Clients get whole top-level modules (non-IID); the held-out pairs come from the modules the
-base model's pretraining never saw (`base_model.pretraining_files`), and a held-out pair whose answer is
-also some training pair's answer is dropped, so no held-out answer can be recalled from training.
+whose docstring (the start of it that fits the base model's context) mentions at least one of its
+parameters (other than self/cls) gives one example: the context is `# Owner.name: ` and that start of
+the docstring, the question "parameters:", the answer the parameters that occur in it as words, in
+signature order. The signature is not shown: the answer is extractive, but which of the docstring's
+words are parameters has to be learned (from the wording, the markup, Python's naming conventions);
+`rules.py` publishes the best few-line rules. Clients get whole top-level modules (non-IID); the
+held-out pairs come from the modules the base model's pretraining never saw
+(`base_model.pretraining_files`), and a held-out pair whose answer is also some training pair's answer
+is dropped, so no held-out answer can be recalled from training.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +26,9 @@ import numpy as np
 
 from client_agent.corpus import CorpusError, group_by_module, holdout_modules, stdlib_files, stdlib_root
 
-MAX_CONTEXT_BYTES = 76  # context + "\n# parameters: " + answer + newline fit the base model's 128 bytes
-MAX_ANSWER_BYTES = 36
+MAX_CONTEXT_BYTES = 84  # context + "\n# parameters: " + answer + newline fit the base model's 128 bytes
+MAX_ANSWER_BYTES = 28
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EVAL_FRACTION = 0.1  # held-out modules: the base model never trains on them (base_model.pretraining_files)
 SPLIT_SEED = 0
 
@@ -34,7 +37,7 @@ SPLIT_SEED = 0
 class QAPair:
     """One example: `prompt` is what the model sees, `answer` what greedy decoding should produce."""
 
-    doc: str  # the context: `# Owner.name: ` and the docstring's first sentence
+    doc: str  # the context: `# Owner.name: ` and the start of the docstring
     answer: str
 
     @property
@@ -68,17 +71,16 @@ def _parameters(args: ast.arguments) -> list[str]:
 
 
 def _context(owner: str | None, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
-    """`# Owner.name: first paragraph of the docstring` (whitespace collapsed, cut to fit), or None."""
+    """`# Owner.name: docstring` (whitespace collapsed, cut to fit the base model's context), or None."""
     doc = ast.get_docstring(node)
     if not doc:
         return None
-    summary = " ".join(doc.split("\n\n")[0].split())
     name = f"{owner}.{node.name}" if owner else node.name
-    return f"# {name}: {summary}"[:MAX_CONTEXT_BYTES].rstrip()
+    return f"# {name}: {' '.join(doc.split())}"[:MAX_CONTEXT_BYTES].rstrip()
 
 
 def pairs_from_source(source: str) -> list[QAPair]:
-    """Every module-level function and method with a docstring and a parameter (other than self/cls)."""
+    """Every module-level function and method whose shown docstring names at least one of its parameters."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -90,9 +92,12 @@ def pairs_from_source(source: str) -> list[QAPair]:
         for node in body:
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            params, context = _parameters(node.args), _context(owner, node)
-            answer = " ".join(params)
-            if params and context and context.isascii() and len(answer.encode()) <= MAX_ANSWER_BYTES:
+            context = _context(owner, node)
+            if not context or not context.isascii():
+                continue
+            words = set(_WORD.findall(context.partition(": ")[2]))
+            answer = " ".join(p for p in _parameters(node.args) if p in words)
+            if answer and len(answer.encode()) <= MAX_ANSWER_BYTES:
                 out.append(QAPair(context, answer))
     return out
 
