@@ -98,8 +98,12 @@ def _traffic(run: Path) -> dict:
         rec = json.loads(line)
         if "client" in rec:
             train_s = max(train_s, rec["elapsed_s"])
-    return {"up_bytes": statistics.mean(ups), "down_bytes": statistics.mean(downs) if downs else 0.0,
-            "rounds": rounds, "train_s": train_s}
+    return {
+        "up_bytes": statistics.mean(ups),
+        "down_bytes": statistics.mean(downs) if downs else 0.0,
+        "rounds": rounds,
+        "train_s": train_s,
+    }
 
 
 def _zo_seconds() -> float:
@@ -115,8 +119,23 @@ def run_fed(row: str, kind: str, paradigm: str, overrides: tuple[str, ...], i: i
     else:
         budget = ["--duration", str(args.max_seconds), "--set", f"training.max_steps={args.steps}"]
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "geofed_apps", "local", "--paradigm", paradigm, "--clients", str(args.clients),
-               "--run-dir", tmp, "--quiet", "--seed", str(i), *budget, *[a for o in overrides for a in ("--set", o)]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "geofed_apps",
+            "local",
+            "--paradigm",
+            paradigm,
+            "--clients",
+            str(args.clients),
+            "--run-dir",
+            tmp,
+            "--quiet",
+            "--seed",
+            str(i),
+            *budget,
+            *[a for o in overrides for a in ("--set", o)],
+        ]
         t0 = time.monotonic()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.max_seconds + 600)
         wall = time.monotonic() - t0
@@ -130,8 +149,19 @@ def run_fed(row: str, kind: str, paradigm: str, overrides: tuple[str, ...], i: i
 
 def run_central(row: str, kind: str, paradigm: str, i: int, args) -> dict:
     steps = args.steps * args.clients if kind == "central" else args.steps
-    cmd = [sys.executable, "-m", "bench.finetune_central", "--paradigm", paradigm,
-           "--steps", str(steps), "--clients", str(args.clients), "--seed", str(i)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.finetune_central",
+        "--paradigm",
+        paradigm,
+        "--steps",
+        str(steps),
+        "--clients",
+        str(args.clients),
+        "--seed",
+        str(i),
+    ]
     t0 = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
     wall = time.monotonic() - t0
@@ -139,8 +169,15 @@ def run_central(row: str, kind: str, paradigm: str, i: int, args) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"{row} run {i} exited {out.returncode}:\n{out.stderr[-2000:]}")
     result = json.loads(out.stdout.split("result: ", 1)[1].splitlines()[0])
-    return {**_summary(out.stdout), "up_bytes": 0.0, "down_bytes": 0.0, "rounds": 0, "wall_s": wall,
-            "train_s": result["train_s"], "central_steps": steps}
+    return {
+        **_summary(out.stdout),
+        "up_bytes": 0.0,
+        "down_bytes": 0.0,
+        "rounds": 0,
+        "wall_s": wall,
+        "train_s": result["train_s"],
+        "central_steps": steps,
+    }
 
 
 def run_rules(args) -> dict:
@@ -150,8 +187,11 @@ def run_rules(args) -> dict:
     split = stdlib_qa_split(args.clients)
     train = [p for c in split.clients for p in c]
     scores = rule_scores(train, split.eval)
-    return {"rules": {name: {"em": em, "f1": f1} for name, (em, f1) in scores.items()},
-            "train_pairs": len(train), "eval_pairs": len(split.eval)}
+    return {
+        "rules": {name: {"em": em, "f1": f1} for name, (em, f1) in scores.items()},
+        "train_pairs": len(train),
+        "eval_pairs": len(split.eval),
+    }
 
 
 def _cell(values: list[float], fmt: str) -> str:
@@ -160,18 +200,25 @@ def _cell(values: list[float], fmt: str) -> str:
 
 def report() -> str:
     """The markdown table from bench/results/finetune/*.json."""
-    lines = ["| row | trainable params | exchanged params | up B/round/client | down B/round/client | exact match "
-             "| F1 | eval loss | train s | load (1 min) | runs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | trainable params | exchanged params | up B/round/client | down B/round/client | exact match "
+        "| F1 | eval loss | train s | load (1 min) | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     rule_path = OUT / "rule.json"
     if rule_path.is_file():
         rules = json.loads(rule_path.read_text())["rules"]
         best = max(rules, key=lambda name: rules[name]["f1"])
-        lines.append(f"| trivial rule ({best}) | — | — | — | — | {rules[best]['em']:.1f} | {rules[best]['f1']:.1f} "
-                     "| — | — | — | 1 (deterministic) |")
+        lines.append(
+            f"| trivial rule ({best}) | — | — | — | — | {rules[best]['em']:.1f} | {rules[best]['f1']:.1f} "
+            "| — | — | — | 1 (deterministic) |"
+        )
     base = next((json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))), None)
     if base is not None:
-        lines.append(f"| base model (before) | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
-                     f"| {base['eval_loss'][0]:.2f} | — | — | — |")
+        lines.append(
+            f"| base model (before) | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
+            f"| {base['eval_loss'][0]:.2f} | — | — | — |"
+        )
     for row in ROWS:
         runs = [json.loads(p.read_text()) for p in sorted(OUT.glob(f"{row}-[0-9]*.json"))]
         if not runs:
@@ -179,12 +226,17 @@ def report() -> str:
         em, f1 = [r["em"][1] for r in runs], [r["f1"][1] for r in runs]
         loss = [r["eval_loss"][1] for r in runs]
         fed = runs[0]["rounds"] > 0
-        traffic = [_cell([r["up_bytes"] for r in runs], ".0f"), _cell([r["down_bytes"] for r in runs], ".0f")] \
-            if fed else ["—", "—"]
+        traffic = (
+            [_cell([r["up_bytes"] for r in runs], ".0f"), _cell([r["down_bytes"] for r in runs], ".0f")]
+            if fed
+            else ["—", "—"]
+        )
         load = ", ".join(f"{r['load_1min']:.1f}" for r in runs)
-        lines.append(f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {traffic[0]} | {traffic[1]} "
-                     f"| {_cell(em, '.1f')} | {_cell(f1, '.1f')} | {_cell(loss, '.2f')} "
-                     f"| {_cell([r['train_s'] for r in runs], '.0f')} | {load} | {len(runs)} |")
+        lines.append(
+            f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {traffic[0]} | {traffic[1]} "
+            f"| {_cell(em, '.1f')} | {_cell(f1, '.1f')} | {_cell(loss, '.2f')} "
+            f"| {_cell([r['train_s'] for r in runs], '.0f')} | {load} | {len(runs)} |"
+        )
     every = [json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))]
     if every:
         hashes = sorted({r["base_sha256"] for r in every})
@@ -217,15 +269,28 @@ def main(argv: list[str] | None = None) -> int:
                     continue  # measured already (a resumed benchmark)
                 kind, paradigm, overrides = ROWS[row]
                 load = os.getloadavg()[0]
-                result = run_central(row, kind, paradigm, i, args) if kind.startswith("central") else \
-                    run_fed(row, kind, paradigm, overrides, i, args)
+                result = (
+                    run_central(row, kind, paradigm, i, args)
+                    if kind.startswith("central")
+                    else run_fed(row, kind, paradigm, overrides, i, args)
+                )
                 trainable, exchanged = _trainable(paradigm, overrides)
-                result.update(trainable=trainable, exchanged=exchanged if kind.startswith("fed") else 0,
-                              steps_per_client=args.steps, clients=args.clients, seed=i, load_1min=load,
-                              algorithms_commit=_commit(ALGORITHMS), commit=_commit())
+                result.update(
+                    trainable=trainable,
+                    exchanged=exchanged if kind.startswith("fed") else 0,
+                    steps_per_client=args.steps,
+                    clients=args.clients,
+                    seed=i,
+                    load_1min=load,
+                    algorithms_commit=_commit(ALGORITHMS),
+                    commit=_commit(),
+                )
                 (OUT / f"{row}-{i}.json").write_text(json.dumps(result, indent=1))
-                print(f"{row} run {i}: F1 {result['f1'][1]:.1f}, EM {result['em'][1]:.1f}, "
-                      f"{result['wall_s']:.0f}s, load {load:.1f}", flush=True)
+                print(
+                    f"{row} run {i}: F1 {result['f1'][1]:.1f}, EM {result['em'][1]:.1f}, "
+                    f"{result['wall_s']:.0f}s, load {load:.1f}",
+                    flush=True,
+                )
     print(report())
     return 0
 

@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     fed = FederationConfig.model_validate(
-        merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, ensure_base_model())))
+        merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, ensure_base_model()))
+    )
     with tempfile.TemporaryDirectory() as tmp:
         task = FinetuneTask.write(Path(tmp), args.clients, args.seed)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]
@@ -46,19 +47,33 @@ def main(argv: list[str] | None = None) -> int:
         before = task.score_base(fed)
         paradigm = client_paradigm(fed.paradigm)
         model = paradigm.prepare(paradigm.build(fed, initialise=True))
-        trainer = LocalTrainer(model, fed.training, TokenStream(tokens, fed.model.block_size, seed=args.seed),
-                               "cpu", micro_batch_size=fed.training.batch_size)
+        trainer = LocalTrainer(
+            model,
+            fed.training,
+            TokenStream(tokens, fed.model.block_size, seed=args.seed),
+            "cpu",
+            micro_batch_size=fed.training.batch_size,
+        )
         t0 = time.monotonic()
         stats = trainer.train(args.steps)
         seconds = time.monotonic() - t0
         after = evaluate_answers(model, task.pairs)
     for line in summary_lines(before, after, fed):
         print(line)
-    print("result: " + json.dumps({
-        "trainable": count_parameters(model, trainable_only=True), "steps": stats.steps, "tokens": stats.tokens,
-        "train_s": seconds, "em": [before.exact_match, after.exact_match], "f1": [before.f1, after.f1],
-        "eval_loss": [before.eval_loss, after.eval_loss],
-    }))
+    print(
+        "result: "
+        + json.dumps(
+            {
+                "trainable": count_parameters(model, trainable_only=True),
+                "steps": stats.steps,
+                "tokens": stats.tokens,
+                "train_s": seconds,
+                "em": [before.exact_match, after.exact_match],
+                "f1": [before.f1, after.f1],
+                "eval_loss": [before.eval_loss, after.eval_loss],
+            }
+        )
+    )
     return 0
 
 

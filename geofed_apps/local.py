@@ -46,7 +46,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="run the PS as a front plus N shard processes, each holding a slice of the model")
     local.add_argument("--paradigm", metavar="NAME",
                        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
-                            "zo, bitfit, pretrain) on the signature QA task; ends with exact match and F1 lines")
+                            "zo, bitfit, pretrain) on the docstring-parameters QA task; ends with exact match and F1")
     local.add_argument("--seed", type=int, default=0,
                        help="seed of the clients' data order and, with --paradigm, of which modules go to which client")
     local.set_defaults(func=run_local)

@@ -1,4 +1,4 @@
-"""`geofed local --paradigm NAME`: fine-tune the cached base model on the signature QA task, federated.
+"""`geofed local --paradigm NAME`: fine-tune the cached base model on the docstring-parameters QA task, federated.
 
 A preset is the settings a paradigm is measured with (merged over `geofed local`'s defaults, under any
 `--federation` file and `--set`), the QA split written as per-client JSONL files, and the held-out
