@@ -1,17 +1,24 @@
-"""Federated fine-tuning benchmark: every paradigm and central fine-tuning, the table in docs/benchmarks.md.
+"""Federated fine-tuning benchmark: every paradigm, central fine-tuning and trivial rules, for docs/benchmarks.md.
 
-python bench/finetune_bench.py [--runs 3] [--steps 250] [--clients 2] [--rows lora,zo,...]
+python bench/finetune_bench.py [--runs 3] [--steps 300] [--clients 2] [--rows lora,zo,...] [--report]
 
-Each federated row is `geofed local --paradigm NAME` with every client stopping after `--steps` local
-steps (training.max_steps), so a row's token budget is clients × steps × batch × block; the central rows
-train one process for clients × steps batches on the union of the clients' pairs (bench/finetune_central.py).
-Raw outputs go to bench/results/finetune/<row>-<run>.txt and .json; `--report` rebuilds the table from them.
+Each federated row is `geofed local --paradigm NAME --seed RUN` with every client stopping after `--steps`
+local steps (training.max_steps), so its token budget is clients × steps × batch × block; run RUN's seed
+sets the clients' data order and which modules go to which client. Central rows train one process on
+the union of the clients' pairs (bench/finetune_central.py, data order seeded by RUN): `central-*` for
+clients × steps batches (equal tokens), `central-*-steps` for `steps` batches (equal sequential steps).
+`zo-wallclock` gives zeroth-order the clients' median training seconds of the `lora` row instead of a
+step count (it is forward-only: equal wall-clock). The `rule` row is the best few-line rule of
+geofed_apps/finetune/rules.py (all of them in rule.json). Every run records the base model's content
+hash, the commit of the paradigm algorithms and the 1-minute load average when it started.
+Raw outputs go to bench/results/finetune/<row>-<run>.txt and .json; `--report` rebuilds the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -26,25 +33,38 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 OUT = BENCH / "results" / "finetune"
+ALGORITHMS = ("client_agent/paradigms", "ps_server/aggregation/strategies")
 # row -> (kind, paradigm preset, extra --set overrides)
 ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "central-full": ("central", "pretrain", ()),
+    "central-full-steps": ("central-steps", "pretrain", ()),
     "central-lora": ("central", "lora", ()),
+    "central-lora-steps": ("central-steps", "lora", ()),
     "lora": ("fed", "lora", ()),
-    "lora-product": ("fed", "lora", ("paradigm.aggregation=product",)),
     "hybrid-lora": ("fed", "hybrid-lora", ()),
     "ravan": ("fed", "ravan", ()),
     "zo": ("fed", "zo", ()),
+    "zo-wallclock": ("fed-wallclock", "zo", ()),
 }
 _LINE = re.compile(r"^(exact match|F1|eval loss): ([0-9.]+) -> ([0-9.]+)$", re.M)
+_BASE = re.compile(r"^base model: sha256 ([0-9a-f]{64})", re.M)
 _RECEIVED = re.compile(r"event=model_received version=(\d+) encoding=(\S+) bytes=(\d+)")
 
 
 def _summary(stdout: str) -> dict:
     found = {m.group(1): [float(m.group(2)), float(m.group(3))] for m in _LINE.finditer(stdout)}
-    if len(found) != 3:
+    base = _BASE.search(stdout)
+    if len(found) != 3 or base is None:
         raise RuntimeError(f"the run did not end with its summary lines:\n{stdout[-2000:]}")
-    return {"em": found["exact match"], "f1": found["F1"], "eval_loss": found["eval loss"]}
+    return {"em": found["exact match"], "f1": found["F1"], "eval_loss": found["eval loss"], "base_sha256": base[1]}
+
+
+def _commit(paths: tuple[str, ...] = ()) -> str:
+    """The newest commit touching `paths` (all of HEAD when empty), with `+dirty` when they have local edits."""
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "log", "-1", "--format=%h", "--", *paths], capture_output=True, text=True).stdout
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", *paths], capture_output=True, text=True).stdout
+    return commit.strip() + ("+dirty" if dirty.strip() else "")
 
 
 def _trainable(paradigm: str, overrides: tuple[str, ...]) -> tuple[int, int]:
@@ -54,54 +74,124 @@ def _trainable(paradigm: str, overrides: tuple[str, ...]) -> tuple[int, int]:
     from geofed.config import FederationConfig
     from geofed_apps.finetune.base_model import ensure_base_model
     from geofed_apps.finetune.preset import preset_settings
-    from geofed_apps.local import LOCAL_DEFAULTS, merge_settings
+    from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
-    fed = FederationConfig.model_validate(apply_overrides(
-        merge_settings(LOCAL_DEFAULTS, preset_settings(paradigm, ensure_base_model())), list(overrides)))
+    settings = merge_settings(LOCAL_DEFAULTS, preset_settings(paradigm, ensure_base_model()))
+    fed = FederationConfig.model_validate(apply_overrides(settings, list(overrides)))
     p = client_paradigm(fed.paradigm)
     model = p.prepare(p.build(fed, initialise=True))
     trainable = sum(q.numel() for n, q in model.named_parameters() if p.trainable(n, q))
     return trainable, sum(t.numel for t in p.manifest(model))
 
 
-def _traffic(run: Path) -> tuple[float, float, int]:
-    """Mean bytes up and down per round per client (down: after each client's first, whole-model transfer)."""
-    ups, downs, rounds = [], [], 0
+def _traffic(run: Path) -> dict:
+    """Bytes up and down per round per client (down: after each client's first, whole-model transfer), the
+    rounds, and the clients' training seconds (the latest metrics record of any client)."""
+    ups, downs, rounds, train_s = [], [], 0, 0.0
     for work in sorted((run / "clients").iterdir()):
         recs = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
         ups += [r["payload_bytes"] for r in recs]
         rounds += len(recs)
         log = (run / "logs" / f"{work.name}.log").read_text()
         downs += [int(m.group(3)) for m in _RECEIVED.finditer(log)][1:]
-    return statistics.mean(ups), statistics.mean(downs) if downs else 0.0, rounds
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "client" in rec:
+            train_s = max(train_s, rec["elapsed_s"])
+    return {
+        "up_bytes": statistics.mean(ups),
+        "down_bytes": statistics.mean(downs) if downs else 0.0,
+        "rounds": rounds,
+        "train_s": train_s,
+    }
 
 
-def run_fed(row: str, paradigm: str, overrides: tuple[str, ...], i: int, args) -> dict:
+def _zo_seconds() -> float:
+    runs = [json.loads(p.read_text()) for p in sorted(OUT.glob("lora-[0-9]*.json"))]
+    if not runs:
+        raise RuntimeError("zo-wallclock takes the lora row's training seconds: run the lora row first")
+    return statistics.median(r["train_s"] for r in runs)
+
+
+def run_fed(row: str, kind: str, paradigm: str, overrides: tuple[str, ...], i: int, args) -> dict:
+    if kind == "fed-wallclock":
+        budget = ["--duration", f"{_zo_seconds():.0f}"]
+    else:
+        budget = ["--duration", str(args.max_seconds), "--set", f"training.max_steps={args.steps}"]
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "geofed_apps", "local", "--paradigm", paradigm, "--clients", str(args.clients),
-               "--duration", str(args.max_seconds), "--run-dir", tmp, "--quiet",
-               "--set", f"training.max_steps={args.steps}", *[a for o in overrides for a in ("--set", o)]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "geofed_apps",
+            "local",
+            "--paradigm",
+            paradigm,
+            "--clients",
+            str(args.clients),
+            "--run-dir",
+            tmp,
+            "--quiet",
+            "--seed",
+            str(i),
+            *budget,
+            *[a for o in overrides for a in ("--set", o)],
+        ]
         t0 = time.monotonic()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.max_seconds + 600)
         wall = time.monotonic() - t0
-        (OUT / f"{row}-{i}.txt").write_text(out.stdout)
+        (OUT / f"{row}-{i}.txt").write_text(" ".join(cmd[1:]) + "\n" + out.stdout)
         if out.returncode != 0:
             raise RuntimeError(f"{row} run {i} exited {out.returncode}:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
         run = Path(re.search(r"^run directory: (.+)$", out.stdout, re.M).group(1))
-        up, down, rounds = _traffic(run)
-    return {**_summary(out.stdout), "up_bytes": up, "down_bytes": down, "rounds": rounds, "wall_s": wall}
+        traffic = _traffic(run)
+    return {**_summary(out.stdout), **traffic, "wall_s": wall}
 
 
-def run_central(row: str, paradigm: str, i: int, args) -> dict:
-    cmd = [sys.executable, "-m", "bench.finetune_central", "--paradigm", paradigm,
-           "--steps", str(args.steps * args.clients), "--clients", str(args.clients), "--seed", str(i)]
+def run_central(row: str, kind: str, paradigm: str, i: int, args) -> dict:
+    steps = args.steps * args.clients if kind == "central" else args.steps
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.finetune_central",
+        "--paradigm",
+        paradigm,
+        "--steps",
+        str(steps),
+        "--clients",
+        str(args.clients),
+        "--seed",
+        str(i),
+    ]
     t0 = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
     wall = time.monotonic() - t0
-    (OUT / f"{row}-{i}.txt").write_text(out.stdout)
+    (OUT / f"{row}-{i}.txt").write_text(" ".join(cmd[1:]) + "\n" + out.stdout)
     if out.returncode != 0:
         raise RuntimeError(f"{row} run {i} exited {out.returncode}:\n{out.stderr[-2000:]}")
-    return {**_summary(out.stdout), "up_bytes": 0.0, "down_bytes": 0.0, "rounds": 0, "wall_s": wall}
+    result = json.loads(out.stdout.split("result: ", 1)[1].splitlines()[0])
+    return {
+        **_summary(out.stdout),
+        "up_bytes": 0.0,
+        "down_bytes": 0.0,
+        "rounds": 0,
+        "wall_s": wall,
+        "train_s": result["train_s"],
+        "central_steps": steps,
+    }
+
+
+def run_rules(args) -> dict:
+    from geofed_apps.finetune.rules import rule_scores
+    from geofed_apps.finetune.task import stdlib_qa_split
+
+    split = stdlib_qa_split(args.clients)
+    train = [p for c in split.clients for p in c]
+    scores = rule_scores(train, split.eval)
+    return {
+        "rules": {name: {"em": em, "f1": f1} for name, (em, f1) in scores.items()},
+        "train_pairs": len(train),
+        "eval_pairs": len(split.eval),
+    }
 
 
 def _cell(values: list[float], fmt: str) -> str:
@@ -110,8 +200,25 @@ def _cell(values: list[float], fmt: str) -> str:
 
 def report() -> str:
     """The markdown table from bench/results/finetune/*.json."""
-    lines = ["| row | trainable params | exchanged params | up B/round/client | down B/round/client | exact match "
-             "| F1 | eval loss | wall-clock s | runs |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | trainable params | exchanged params | up B/round/client | down B/round/client | exact match "
+        "| F1 | eval loss | train s | load (1 min) | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rule_path = OUT / "rule.json"
+    if rule_path.is_file():
+        rules = json.loads(rule_path.read_text())["rules"]
+        best = max(rules, key=lambda name: rules[name]["f1"])
+        lines.append(
+            f"| trivial rule ({best}) | — | — | — | — | {rules[best]['em']:.1f} | {rules[best]['f1']:.1f} "
+            "| — | — | — | 1 (deterministic) |"
+        )
+    base = next((json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))), None)
+    if base is not None:
+        lines.append(
+            f"| base model (before) | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
+            f"| {base['eval_loss'][0]:.2f} | — | — | — |"
+        )
     for row in ROWS:
         runs = [json.loads(p.read_text()) for p in sorted(OUT.glob(f"{row}-[0-9]*.json"))]
         if not runs:
@@ -119,25 +226,32 @@ def report() -> str:
         em, f1 = [r["em"][1] for r in runs], [r["f1"][1] for r in runs]
         loss = [r["eval_loss"][1] for r in runs]
         fed = runs[0]["rounds"] > 0
-        traffic = [_cell([r["up_bytes"] for r in runs], ".0f"), _cell([r["down_bytes"] for r in runs], ".0f")] \
-            if fed else ["—", "—"]
-        lines.append(f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {traffic[0]} | {traffic[1]} "
-                     f"| {_cell(em, '.1f')} | {_cell(f1, '.1f')} | {_cell(loss, '.2f')} "
-                     f"| {_cell([r['wall_s'] for r in runs], '.0f')} | {len(runs)} |")
-    base = next((json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))), None)
-    if base is not None:
-        lines.append(f"| base model (before) | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
-                     f"| {base['eval_loss'][0]:.2f} | — | — |")
+        traffic = (
+            [_cell([r["up_bytes"] for r in runs], ".0f"), _cell([r["down_bytes"] for r in runs], ".0f")]
+            if fed
+            else ["—", "—"]
+        )
+        load = ", ".join(f"{r['load_1min']:.1f}" for r in runs)
+        lines.append(
+            f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {traffic[0]} | {traffic[1]} "
+            f"| {_cell(em, '.1f')} | {_cell(f1, '.1f')} | {_cell(loss, '.2f')} "
+            f"| {_cell([r['train_s'] for r in runs], '.0f')} | {load} | {len(runs)} |"
+        )
+    every = [json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))]
+    if every:
+        hashes = sorted({r["base_sha256"] for r in every})
+        commits = sorted({r["algorithms_commit"] for r in every})
+        lines += ["", f"Base model sha256: {', '.join(hashes)}. Paradigm algorithms at commit {', '.join(commits)}."]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=250, help="local steps per client (training.max_steps)")
+    parser.add_argument("--steps", type=int, default=300, help="local steps per client (training.max_steps)")
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=900.0, help="upper bound on one federated run")
-    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows to run")
+    parser.add_argument("--rows", default=",".join(["rule", *ROWS]), help="comma-separated rows to run")
     parser.add_argument("--report", action="store_true", help="only print the table from saved results")
     parser.add_argument("--again", action="store_true", help="re-measure runs that have saved results")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results/finetune)")
@@ -147,18 +261,36 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         OUT.mkdir(parents=True, exist_ok=True)
         for row in args.rows.split(","):  # row by row: a cut-short benchmark leaves whole rows
+            if row == "rule":
+                (OUT / "rule.json").write_text(json.dumps(run_rules(args), indent=1))
+                continue
             for i in range(args.runs):
                 if (OUT / f"{row}-{i}.json").exists() and not args.again:
                     continue  # measured already (a resumed benchmark)
                 kind, paradigm, overrides = ROWS[row]
-                result = run_central(row, paradigm, i, args) if kind == "central" else \
-                    run_fed(row, paradigm, overrides, i, args)
+                load = os.getloadavg()[0]
+                result = (
+                    run_central(row, kind, paradigm, i, args)
+                    if kind.startswith("central")
+                    else run_fed(row, kind, paradigm, overrides, i, args)
+                )
                 trainable, exchanged = _trainable(paradigm, overrides)
-                result.update(trainable=trainable, exchanged=exchanged if kind == "fed" else 0,
-                              steps_per_client=args.steps, clients=args.clients)
+                result.update(
+                    trainable=trainable,
+                    exchanged=exchanged if kind.startswith("fed") else 0,
+                    steps_per_client=args.steps,
+                    clients=args.clients,
+                    seed=i,
+                    load_1min=load,
+                    algorithms_commit=_commit(ALGORITHMS),
+                    commit=_commit(),
+                )
                 (OUT / f"{row}-{i}.json").write_text(json.dumps(result, indent=1))
-                print(f"{row} run {i}: F1 {result['f1'][1]:.1f}, EM {result['em'][1]:.1f}, "
-                      f"{result['wall_s']:.0f}s", flush=True)
+                print(
+                    f"{row} run {i}: F1 {result['f1'][1]:.1f}, EM {result['em'][1]:.1f}, "
+                    f"{result['wall_s']:.0f}s, load {load:.1f}",
+                    flush=True,
+                )
     print(report())
     return 0
 

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paradigm", default="lora", help="preset whose model and settings to train")
     parser.add_argument("--steps", type=int, required=True, help="batches to train (the federation's total)")
     parser.add_argument("--clients", type=int, default=2, help="clients whose data to pool (the split's)")
-    parser.add_argument("--seed", type=int, default=0, help="data order seed")
+    parser.add_argument("--seed", type=int, default=0, help="data order and client split seed (as geofed local's)")
     args = parser.parse_args(argv)
 
     import torch
@@ -34,31 +34,46 @@ def main(argv: list[str] | None = None) -> int:
     from geofed_apps.finetune.answers import evaluate_answers
     from geofed_apps.finetune.base_model import ensure_base_model
     from geofed_apps.finetune.preset import FinetuneTask, preset_settings, summary_lines
-    from geofed_apps.local import LOCAL_DEFAULTS, merge_settings
+    from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
     torch.set_num_threads(1)
     fed = FederationConfig.model_validate(
-        merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, ensure_base_model())))
+        merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, ensure_base_model()))
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        task = FinetuneTask.write(Path(tmp), args.clients)
+        task = FinetuneTask.write(Path(tmp), args.clients, args.seed)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]
         tokens, _ = load_tokens(files, load_tokenizer(None))
         before = task.score_base(fed)
         paradigm = client_paradigm(fed.paradigm)
         model = paradigm.prepare(paradigm.build(fed, initialise=True))
-        trainer = LocalTrainer(model, fed.training, TokenStream(tokens, fed.model.block_size, seed=args.seed),
-                               "cpu", micro_batch_size=fed.training.batch_size)
+        trainer = LocalTrainer(
+            model,
+            fed.training,
+            TokenStream(tokens, fed.model.block_size, seed=args.seed),
+            "cpu",
+            micro_batch_size=fed.training.batch_size,
+        )
         t0 = time.monotonic()
         stats = trainer.train(args.steps)
         seconds = time.monotonic() - t0
         after = evaluate_answers(model, task.pairs)
-    for line in summary_lines(before, after):
+    for line in summary_lines(before, after, fed):
         print(line)
-    print("result: " + json.dumps({
-        "trainable": count_parameters(model, trainable_only=True), "steps": stats.steps, "tokens": stats.tokens,
-        "train_s": seconds, "em": [before.exact_match, after.exact_match], "f1": [before.f1, after.f1],
-        "eval_loss": [before.eval_loss, after.eval_loss],
-    }))
+    print(
+        "result: "
+        + json.dumps(
+            {
+                "trainable": count_parameters(model, trainable_only=True),
+                "steps": stats.steps,
+                "tokens": stats.tokens,
+                "train_s": seconds,
+                "em": [before.exact_match, after.exact_match],
+                "f1": [before.f1, after.f1],
+                "eval_loss": [before.eval_loss, after.eval_loss],
+            }
+        )
+    )
     return 0
 
 

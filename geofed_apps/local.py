@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -21,15 +21,12 @@ from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file,
 from geofed.config import FederationConfig
 
 from .deferred_eval import DeferredEvaluation
+from .local_settings import LOCAL_DEFAULTS, merge_settings
 from .privacy_watch import PrivacyWatch, stopped_by_budget
 from .run_dir import new_run_dir
 
 if TYPE_CHECKING:
     from .evaluate import GlobalEvaluator
-
-# `geofed local` runs the federation defaults (geofed/config.py), the same ones `geofed ps` starts with:
-# the default model is the small one that fits 2 CPU cores shared by N clients and the PS.
-LOCAL_DEFAULTS: dict = {"name": "local"}
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +49,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="run the PS as a front plus N shard processes, each holding a slice of the model")
     local.add_argument("--paradigm", metavar="NAME",
                        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
-                            "zo, bitfit, pretrain) on the signature QA task; ends with exact match and F1 lines")
+                            "zo, bitfit, pretrain) on the docstring-parameters QA task; ends with exact match and F1")
+    local.add_argument("--seed", type=int, default=0,
+                       help="seed of the clients' data order and, with --paradigm, of which modules go to which client")
     local.set_defaults(func=run_local)
 
 
@@ -69,6 +68,7 @@ class LocalOptions:
     ps_groups: int = 1  # PS groups (multi-PS, ring all-reduce); clients round-robin across them
     ps_shards: int = 1  # a sharded PS: front + N shard processes
     paradigm: str | None = None  # a fine-tuning preset (geofed_apps.finetune.preset)
+    seed: int = 0  # client i's data-order seed is 1000 * seed + i; the fine-tuning split's seed
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -78,17 +78,9 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
     opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
-                        quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards)
+                        quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards,
+                        seed=args.seed)
     return run_local_federation(opts)
-
-
-def merge_settings(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge of settings mappings; `override` wins, nested sections merge key by key."""
-    out = json.loads(json.dumps(base))
-    for key, value in override.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = merge_settings(out[key], value) if both else value
-    return out
 
 
 def _say(msg: str) -> None:
@@ -167,7 +159,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         if opts.paradigm and split is None:
             from .finetune.preset import FinetuneTask
 
-            task = FinetuneTask.write(run / "data", opts.clients)
+            task = FinetuneTask.write(run / "data", opts.clients, opts.seed)
             lists, held = task.client_files, [task.eval_file]
         else:
             lists, held = _write_lists(run, opts)
@@ -214,8 +206,8 @@ def run_local_federation(opts: LocalOptions) -> int:
             slow = opts.slow_client if i == len(lists) - 1 else 1.0
             clients.append(start_client(
                 token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=client_ps.address,
-                client_id=client_id, data=data_list, work_dir=work, duration_s=opts.duration_s, seed=i,
-                slowdown=slow, **client_extra,
+                client_id=client_id, data=data_list, work_dir=work, duration_s=opts.duration_s,
+                seed=1000 * opts.seed + i, slowdown=slow, **client_extra,
             ))  # fmt: skip
             tails.append(_Tail(work / "metrics.jsonl"))
         evaluation = DeferredEvaluation(
@@ -254,7 +246,7 @@ def run_local_federation(opts: LocalOptions) -> int:
             from .finetune.preset import summary_lines
 
             after = task.score_global(fed, ckpt.flat, [run / "clients" / f"client-{i}" for i in range(len(lists))])
-            for line in summary_lines(before, after):
+            for line in summary_lines(before, after, fed):
                 _say(line)
         else:
             _say(f"eval loss: {initial:.2f} -> {final:.2f}")

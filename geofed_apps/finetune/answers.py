@@ -2,7 +2,7 @@
 
 Decoding is greedy (argmax) and stops at a newline, EOS, or `MAX_NEW` bytes. The eval loss is the mean
 cross-entropy of the answer's tokens (and its newline) given the prompt, so it measures the task, not how
-well the model predicts signatures.
+well the model predicts docstrings.
 """
 
 from __future__ import annotations

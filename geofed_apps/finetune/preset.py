@@ -1,4 +1,4 @@
-"""`geofed local --paradigm NAME`: fine-tune the cached base model on the signature QA task, federated.
+"""`geofed local --paradigm NAME`: fine-tune the cached base model on the docstring-parameters QA task, federated.
 
 A preset is the settings a paradigm is measured with (merged over `geofed local`'s defaults, under any
 `--federation` file and `--set`), the QA split written as per-client JSONL files, and the held-out
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from geofed.config import FederationConfig
+from geofed_apps.local_settings import merge_settings
 
 from .answers import AnswerScores
 from .task import QAPair, read_pairs, stdlib_qa_split, write_split
@@ -41,8 +42,6 @@ PRESETS: dict[str, dict] = {
 
 def preset_settings(name: str, base_model: Path) -> dict:
     """The settings of preset `name` (to merge over `geofed local`'s defaults) with the base model's path."""
-    from geofed_apps.local import merge_settings
-
     if name not in PRESETS:
         raise KeyError(f"no fine-tuning preset {name!r}; known: {', '.join(sorted(PRESETS))}")
     return merge_settings(merge_settings(_COMMON, PRESETS[name]), {"model": {"path": str(base_model)}})
@@ -56,10 +55,11 @@ class FinetuneTask:
     eval_file: Path
 
     @classmethod
-    def write(cls, out_dir: Path, n_clients: int) -> FinetuneTask:
+    def write(cls, out_dir: Path, n_clients: int, seed: int = 0) -> FinetuneTask:
+        """The split of `seed` (which modules go to which client) written under `out_dir`."""
         from client_agent.corpus import write_file_list
 
-        files, held = write_split(stdlib_qa_split(n_clients), out_dir)
+        files, held = write_split(stdlib_qa_split(n_clients, seed), out_dir)
         # A client's --data is a directory or a `.list` of files: one list per client's JSONL.
         return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held)
 
@@ -99,8 +99,13 @@ class FinetuneTask:
         return mean_scores(scores)
 
 
-def summary_lines(before: AnswerScores, after: AnswerScores) -> list[str]:
-    """The lines `geofed local --paradigm` ends with (before the run directory)."""
-    return [f"exact match: {before.exact_match:.1f} -> {after.exact_match:.1f}",
-            f"F1: {before.f1:.1f} -> {after.f1:.1f}",
-            f"eval loss: {before.eval_loss:.2f} -> {after.eval_loss:.2f}"]
+def summary_lines(before: AnswerScores, after: AnswerScores, fed: FederationConfig) -> list[str]:
+    """The lines `geofed local --paradigm` ends with (before the run directory): the base model's hash first."""
+    from .base_model import describe
+
+    return [
+        describe(fed.model),
+        f"exact match: {before.exact_match:.1f} -> {after.exact_match:.1f}",
+        f"F1: {before.f1:.1f} -> {after.f1:.1f}",
+        f"eval loss: {before.eval_loss:.2f} -> {after.eval_loss:.2f}",
+    ]

@@ -1,28 +1,35 @@
-"""The fine-tuning task: extractive QA over function signatures from the Python standard library's sources.
+"""The fine-tuning task: which words of a docstring are the function's parameters, from the stdlib's sources.
 
-Every machine with Python has the data, so nothing is downloaded. Each function or method with at
-least one parameter (other than self/cls) gives one example, SQuAD-style: the context is its `def` line,
-the question "parameters:", the answer the parameters' names in order (defaults, annotations, `*` and
-`/` dropped; `*args` and `**kwargs` by name). Clients get whole top-level modules (non-IID, as in
-pretraining); the held-out split is the pretraining run's held-out modules
-(`client_agent.corpus.stdlib_split`'s seeded 2%), so the cached base model never saw a held-out function.
-A first attempt, "docstring → function name", was too hard for a model pretrained in minutes (held-out
-F1 under 1% after full fine-tuning), so no paradigm could be told apart from another on it.
+Every machine with Python has the data, so nothing is downloaded. Each module-level function or method
+whose docstring (the start of it that fits the base model's context) mentions at least one of its
+parameters (other than self/cls) gives one example: the context is `# Owner.name: ` and that start of
+the docstring, the question "parameters:", the answer the parameters that occur in it as words, in
+signature order. The signature is not shown: the answer is extractive, but which of the docstring's
+words are parameters has to be learned (from the wording, the markup, Python's naming conventions);
+`rules.py` publishes the best few-line rules. Clients get whole top-level modules (non-IID); the
+held-out pairs come from the modules the base model's pretraining never saw
+(`base_model.pretraining_files`), and a held-out pair whose answer is also some training pair's answer
+is dropped, so no held-out answer can be recalled from training.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from client_agent.corpus import holdout_modules, split_by_module, stdlib_files, stdlib_root
+import numpy as np
 
-MAX_PROMPT_BYTES = 88  # prompt + answer must fit the base model's 128-byte context
-MAX_ANSWER_BYTES = 36
-EVAL_FRACTION = 0.02  # the pretraining split's: held-out QA pairs come from modules the base never saw
+from client_agent.corpus import CorpusError, group_by_module, holdout_modules, stdlib_files, stdlib_root
+
+MAX_CONTEXT_BYTES = 84  # context + "\n# parameters: " + answer + newline fit the base model's 128 bytes
+MAX_ANSWER_BYTES = 28
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+EVAL_FRACTION = 0.1  # held-out modules: the base model never trains on them (base_model.pretraining_files)
 SPLIT_SEED = 0
 
 
@@ -30,7 +37,7 @@ SPLIT_SEED = 0
 class QAPair:
     """One example: `prompt` is what the model sees, `answer` what greedy decoding should produce."""
 
-    doc: str  # the context: the function's `def` line
+    doc: str  # the context: `# Owner.name: ` and the start of the docstring
     answer: str
 
     @property
@@ -51,11 +58,6 @@ class QASplit:
     eval: tuple[QAPair, ...]
 
 
-def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    prefix = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
-    return f"{prefix} {node.name}({ast.unparse(node.args)}):"
-
-
 def _parameters(args: ast.arguments) -> list[str]:
     names = [a.arg for a in (*args.posonlyargs, *args.args)]
     if names and names[0] in ("self", "cls"):
@@ -68,21 +70,42 @@ def _parameters(args: ast.arguments) -> list[str]:
     return names
 
 
+def _context(owner: str | None, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """`# Owner.name: docstring` (whitespace collapsed, cut to fit the base model's context), or None."""
+    doc = ast.get_docstring(node)
+    if not doc:
+        return None
+    name = f"{owner}.{node.name}" if owner else node.name
+    return f"# {name}: {' '.join(doc.split())}"[:MAX_CONTEXT_BYTES].rstrip()
+
+
 def pairs_from_source(source: str) -> list[QAPair]:
-    """Every function of one module's source with a parameter, a short signature and no annotation."""
+    """Every module-level function and method whose shown docstring names at least one of its parameters."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
     out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            params = _parameters(node.args)
-            sig, answer = _signature(node), " ".join(params)
-            if params and len(QAPair(sig, "").prompt.encode()) <= MAX_PROMPT_BYTES \
-                    and len(answer.encode()) <= MAX_ANSWER_BYTES and sig.isascii():
-                out.append(QAPair(sig, answer))
+    scopes: list[tuple[str | None, list[ast.stmt]]] = [(None, tree.body)]
+    scopes += [(n.name, n.body) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for owner, body in scopes:
+        for node in body:
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            context = _context(owner, node)
+            if not context or not context.isascii():
+                continue
+            words = set(_WORD.findall(context.partition(": ")[2]))
+            answer = " ".join(p for p in _parameters(node.args) if p in words)
+            if answer and len(answer.encode()) <= MAX_ANSWER_BYTES:
+                out.append(QAPair(context, answer))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _pairs_of_file(path: Path) -> tuple[QAPair, ...]:
+    """One file's pairs, parsed once per process (the stdlib does not change while it runs)."""
+    return tuple(pairs_from_source(path.read_text(encoding="utf-8", errors="replace")))
 
 
 def pairs_from_files(files: Iterable[Path]) -> list[QAPair]:
@@ -90,23 +113,41 @@ def pairs_from_files(files: Iterable[Path]) -> list[QAPair]:
     seen: set[QAPair] = set()
     out = []
     for path in files:
-        for pair in pairs_from_source(Path(path).read_text(encoding="utf-8", errors="replace")):
+        for pair in _pairs_of_file(Path(path)):
             if pair not in seen:
                 seen.add(pair)
                 out.append(pair)
     return out
 
 
+def split_modules(files: Sequence[Path], n_clients: int, seed: int, root: Path) -> list[list[Path]]:
+    """Whole top-level modules dealt to clients in a seeded order, each to the one with the fewest bytes."""
+    groups = group_by_module(files, root)
+    if len(groups) < n_clients:
+        raise CorpusError(f"only {len(groups)} modules to share among {n_clients} clients; use fewer clients")
+    names = sorted(groups)
+    bins: list[list[Path]] = [[] for _ in range(n_clients)]
+    loads = [0] * n_clients
+    for i in np.random.default_rng(seed).permutation(len(names)):
+        paths = groups[names[i]]
+        least = loads.index(min(loads))
+        bins[least] += paths
+        loads[least] += sum(p.stat().st_size for p in paths)
+    return bins
+
+
 def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED) -> QASplit:
-    """The task as every preset uses it: held-out modules for eval, the rest split by module."""
+    """The task: the fixed held-out modules for eval, the rest split by module across clients by `seed`.
+
+    The held-out modules do not depend on `seed` (they are the base model's, `SPLIT_SEED`'s), so runs
+    with different client splits are scored on the same pairs.
+    """
     root = stdlib_root()
-    train, held = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, seed, root)
-    eval_pairs = pairs_from_files(held)
-    banned = set(eval_pairs)
-    clients = []
-    for files in split_by_module(train, n_clients, seed, root):
-        clients.append(tuple(p for p in pairs_from_files(files) if p not in banned))
-    return QASplit(clients=tuple(clients), eval=tuple(eval_pairs))
+    train, held = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
+    clients = [tuple(pairs_from_files(files)) for files in split_modules(train, n_clients, seed, root)]
+    trained = {p.answer for c in clients for p in c}
+    eval_pairs = tuple(p for p in pairs_from_files(held) if p.answer not in trained)
+    return QASplit(clients=tuple(clients), eval=eval_pairs)
 
 
 def write_pairs(path: Path, pairs: Sequence[QAPair]) -> Path:

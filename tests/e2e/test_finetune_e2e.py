@@ -19,7 +19,7 @@ from client_agent.checkpoint import CheckpointManager
 from client_agent.model import build_model
 from client_agent.site import private_digest
 from geofed.config import FederationConfig
-from geofed_apps.finetune.base_model import base_key
+from geofed_apps.finetune.base_model import BaseRecipe, content_hash, store
 from geofed_apps.finetune.preset import FinetuneTask
 from geofed_apps.launch import start_client, stop, wait_until
 from geofed_testing.procs import PSNode, Reaper, exit_code
@@ -63,7 +63,7 @@ def _records(work: Path) -> list[dict]:
 def test_geofed_local_preset_fine_tunes_the_cached_base_and_ends_with_the_summary_lines(tmp_path):
     cache = tmp_path / "cache"
     base = build_model(FederationConfig.model_validate({"model": TINY}).model)  # stands in for the pretrained base
-    base.save_pretrained(cache / f"base-{base_key()}")
+    path = store(base, BaseRecipe(), cache)  # under the default recipe's key, as if pretrained
 
     out = subprocess.run(
         [GEOFED, "local", "--paradigm", "lora", "--clients", "2", "--duration", "120", "--run-dir", str(tmp_path),
@@ -77,10 +77,11 @@ def test_geofed_local_preset_fine_tunes_the_cached_base_and_ends_with_the_summar
     f1 = re.search(r"^F1: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)
     loss = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)
     assert em and f1 and loss and lines[-1].startswith("run directory: ")
+    assert re.search(rf"^base model: sha256 {content_hash(base)} \(1x32, ", out.stdout, re.M)
     assert float(loss.group(2)) < float(loss.group(1))  # the answers became likelier
     run = Path(lines[-1].removeprefix("run directory: "))
     fed = FederationConfig.model_validate(yaml.safe_load((run / "federation.yaml").read_text()))
-    assert fed.paradigm.name == "lora" and fed.model.path == str(cache / f"base-{base_key()}")
+    assert fed.paradigm.name == "lora" and fed.model.path == str(path)
     from transformers import AutoModelForCausalLM
 
     merged = AutoModelForCausalLM.from_pretrained(run / "final_model")  # a plain transformers model

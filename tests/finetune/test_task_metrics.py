@@ -1,12 +1,18 @@
-"""The fine-tuning task and its metrics, in process: pairs from source, the split, exact match and F1."""
+"""The fine-tuning task, its metrics and trivial rules, in process: pairs from source, the split, exact match and F1."""
 
 from __future__ import annotations
 
 import pytest
 
 from client_agent.corpus import holdout_modules, stdlib_files, stdlib_root
+from geofed_apps.finetune.base_model import pretraining_files
 from geofed_apps.finetune.metrics import exact_match, score, token_f1
+from geofed_apps.finetune.rules import copy_from_prompt, most_frequent, rule_scores
 from geofed_apps.finetune.task import (
+    EVAL_FRACTION,
+    MAX_CONTEXT_BYTES,
+    SPLIT_SEED,
+    QAPair,
     pairs_from_files,
     pairs_from_source,
     read_pairs,
@@ -15,42 +21,63 @@ from geofed_apps.finetune.task import (
 )
 
 SOURCE = '''
+def top(path, *, mode="r"):
+    """Open *path*.
+
+    More text that is not the first paragraph.
+    """
+
 class Box:
     def put(self, item, *, block=True, timeout=None):
-        pass
+        """Put an item into the box,
+        waiting if it is full."""
 
     def size(self):
-        return 0
+        """Number of items."""
 
-def merge(a, b=None, /, *rest, **options):
-    return a
+    def nodoc(self, x):
+        return x
 
-async def fetch(url: str, retries: int = 3) -> bytes:
-    return b""
+    class Inner:
+        async def fetch(self, url: str, retries: int = 3, *rest, **options) -> bytes:
+            """Fetch *url*, trying ``retries`` times; rest and options go on."""
 '''
 
 
-def test_pairs_are_each_function_signature_with_its_parameter_names_in_order():
+def test_pairs_are_a_functions_name_and_docstring_with_the_parameters_it_mentions_as_the_answer():
     pairs = pairs_from_source(SOURCE)
 
     assert {p.doc: p.answer for p in pairs} == {
-        "def put(self, item, *, block=True, timeout=None):": "item block timeout",
-        "def merge(a, b=None, /, *rest, **options):": "a b rest options",
-        "async def fetch(url: str, retries: int=3):": "url retries",  # the def line up to its parameters
-    }  # size(self) has no parameter to ask for
+        "# top: Open *path*. More text that is not the first paragraph.": "path",  # mode is not mentioned
+        "# Box.put: Put an item into the box, waiting if it is full.": "item",
+        "# Inner.fetch: Fetch *url*, trying ``retries`` times; rest and options go on.": "url retries rest options",
+    }  # size(self) has no parameter to ask for, nodoc no docstring
     assert pairs[0].text == pairs[0].prompt + pairs[0].answer + "\n"
-    assert pairs[0].prompt.endswith("\n# parameters: ")
+    assert pairs[0].prompt == "# top: Open *path*. More text that is not the first paragraph.\n# parameters: "
+    assert all("def " not in p.prompt for p in pairs)  # the signature is never shown
 
 
-@pytest.mark.parametrize(("prediction", "truth", "em", "f1"), [
-    ("item block timeout", "item block timeout", 1.0, 1.0),
-    ("item  block timeout ", "item block timeout", 1.0, 1.0),  # whitespace is normalised
-    ("item block", "item block timeout", 0.0, 0.8),  # p = 1, r = 2/3
-    ("block item timeout", "item block timeout", 0.0, 1.0),  # order matters for EM only
-    ("x y", "item", 0.0, 0.0),
-    ("", "item", 0.0, 0.0),
-    ("Item", "item", 0.0, 0.0),  # names are case-sensitive
-])
+def test_a_long_docstring_is_cut_so_prompt_and_answer_fit_the_base_models_context():
+    doc = "alpha " + "word " * 60 + "beta"
+    (pair,) = pairs_from_source(f'def f(alpha, beta):\n    """{doc}"""\n')
+
+    assert len(pair.doc) <= MAX_CONTEXT_BYTES and pair.doc.startswith("# f: alpha word word")
+    assert pair.answer == "alpha"  # beta is mentioned only after the cut
+    assert len(pair.text.encode()) <= 128
+
+
+@pytest.mark.parametrize(
+    ("prediction", "truth", "em", "f1"),
+    [
+        ("item block timeout", "item block timeout", 1.0, 1.0),
+        ("item  block timeout ", "item block timeout", 1.0, 1.0),  # whitespace is normalised
+        ("item block", "item block timeout", 0.0, 0.8),  # p = 1, r = 2/3
+        ("block item timeout", "item block timeout", 0.0, 1.0),  # order matters for EM only
+        ("x y", "item", 0.0, 0.0),
+        ("", "item", 0.0, 0.0),
+        ("Item", "item", 0.0, 0.0),  # names are case-sensitive
+    ],
+)
 def test_exact_match_and_token_f1_against_hand_computed_values(prediction, truth, em, f1):
     assert exact_match(prediction, truth) == em
     assert token_f1(prediction, truth) == pytest.approx(f1)
@@ -62,15 +89,49 @@ def test_score_is_the_mean_in_percent_and_refuses_misaligned_lists():
         score(["a"], ["a", "b"])
 
 
-def test_the_split_holds_out_the_pretraining_modules_and_trains_on_no_held_out_pair():
+def test_the_split_holds_out_the_base_models_unseen_modules_and_no_held_out_answer_is_a_training_answer():
     split = stdlib_qa_split(3)
     root = stdlib_root()
-    _, held_files = holdout_modules(stdlib_files(root=root), 0.02, 0, root)  # the base model's held-out modules
+    train_files, held_files = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
+    trained = {p.answer for c in split.clients for p in c}
 
-    assert set(split.eval) == set(pairs_from_files(held_files))
-    assert len(split.eval) >= 50 and all(len(c) >= 500 for c in split.clients)
-    for client in split.clients:  # (two modules may share a signature: clients may, eval may not)
-        assert not set(split.eval) & set(client)
+    assert set(pretraining_files()) == set(train_files) and not set(held_files) & set(train_files)
+    assert set(split.eval) == {p for p in pairs_from_files(held_files) if p.answer not in trained}
+    assert not {p.answer for p in split.eval} & trained  # nothing to recall from training
+    assert len(split.eval) >= 150 and all(len(c) >= 400 for c in split.clients)
+    assert len(pairs_from_files(held_files)) > len(split.eval)  # the filter did drop overlapping answers
+
+
+def test_the_seed_deals_modules_to_clients_differently_and_keeps_the_held_out_pairs():
+    one, other = stdlib_qa_split(2, seed=0), stdlib_qa_split(2, seed=1)
+
+    assert one.eval == other.eval
+    assert set(one.clients[0]) != set(other.clients[0]) and set(one.clients[0]) != set(other.clients[1])
+    assert set(one.clients[0]) | set(one.clients[1]) == set(other.clients[0]) | set(other.clients[1])
+
+
+def test_rules_copy_known_names_from_the_prompt_and_the_most_frequent_answer():
+    train = [
+        QAPair("# a: x", "name"),
+        QAPair("# b: y", "name"),
+        QAPair("# c: z", "name value"),
+        QAPair("# d: w", "value"),
+        QAPair("# e: v", "value"),
+        QAPair("# f: u", "key path"),
+    ]
+    held = [QAPair("# get_value: Return the value for name.", "value name"), QAPair("# g: Nothing known.", "key")]
+    rules = {
+        "most": most_frequent(train),
+        "copy": copy_from_prompt(train, k=2),
+        "first": copy_from_prompt(train, k=1, name_first=True),
+    }
+
+    assert [rules["most"](p) for p in held] == ["name", "name"]  # 3 uses of "name", 3 of "value": first seen
+    assert [rules["copy"](p) for p in held] == ["value name", ""]  # "key" is used once: not a known name
+    assert [rules["first"](p) for p in held] == ["value", ""]
+    scores = rule_scores(train, held)
+    assert scores["copy-from-prompt k=2"] == (50.0, 50.0)
+    assert scores["most-frequent"] == (0.0, pytest.approx(100 * (2 / 3) / 2))  # "name" vs "value name": F1 2/3
 
 
 def test_pairs_round_trip_through_the_jsonl_the_clients_train_on(tmp_path):
