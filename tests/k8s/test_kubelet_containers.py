@@ -72,8 +72,9 @@ async def test_preemption_stops_the_container_with_its_grace_period(
         "containers": [{"name": "c", "image": IMAGE, "command": ["sh", "-c", script]}]}}  # fmt: skip
     async with Kubelet(api, node_root, runtime=PodmanRuntime(), images=images) as kubelet:
         await create(api, pod)
-        await wait_for(lambda: kubelet.pods["polite"].log.exists() and "up" in kubelet.pods["polite"].log.read_text(),
-                       120, "the container up")  # fmt: skip
+        # The container's first output can reach its log before the runtime's start call has returned.
+        await wait_for(lambda: kubelet.pods["polite"].container is not None and kubelet.pods["polite"].log.exists()
+                       and "up" in kubelet.pods["polite"].log.read_text(), 120, "the container up")  # fmt: skip
         log, container = kubelet.pods["polite"].log, kubelet.pods["polite"].container
         await kubelet.preempt("polite")
         assert get(api, "v1/pods", NS, "polite")["metadata"]["deletionTimestamp"]
