@@ -120,6 +120,13 @@ def _loss_by(evals: list[tuple[int, float]], version: int) -> float | None:
     return at[-1] if at else None
 
 
+def _saved_sigmas(task: str) -> list[float]:
+    """σ of every row with saved runs for `task` (the default rows and any run with --sigmas), ascending."""
+    found = {0.0 if d.name.startswith("no-privacy.") else float(d.name.split(".r")[0].removeprefix("sigma-"))
+             for d in (OUT / task).glob("*.r*") if d.is_dir()}
+    return sorted(found)
+
+
 def report() -> str:
     lines = [
         "| task | row | σ | ε at δ 1e-5 (median) | final eval loss, median (range) | versions | eval loss by the "
@@ -128,7 +135,7 @@ def report() -> str:
     ]
     for task in TASKS:
         rows = {}
-        for sigma in SIGMAS:
+        for sigma in _saved_sigmas(task):
             runs = sorted((OUT / task).glob(f"{row_name(sigma)}.r*"))
             rows[sigma] = [read_run(r) for r in runs if (r / "stdout.txt").is_file()]
         finals = [g["version"] for got in rows.values() for g in got if g["version"] is not None]
