@@ -49,11 +49,14 @@ def attack_messages(
     tokens: int = MAX_TOKENS,
     frame_elems: int = 1 << 20,
     encoder=None,
+    cuts: tuple[int, ...] = (),
+    shard_map: bytes = b"",
 ) -> list[pb.DeltaChunk]:
     """A PushDelta whose every header field the attacker chose (tokens, local steps, frame size); `encoder`, a
-    codec object, instead of `codec`'s default one (the sparse codec takes the federation's parameters)."""
+    codec object, instead of `codec`'s default one (the sparse codec takes the federation's parameters);
+    `cuts` and `shard_map`: a sharded PS's shard bounds and the map its Join named."""
     encoder = encoder or make_codec(codec)
-    header, frames = encoder.encode(np.ascontiguousarray(values), frame_elems=frame_elems)
+    header, frames = encoder.encode(np.ascontiguousarray(values), frame_elems=frame_elems, cuts=cuts)
     payload = b"".join(frames)
     h = pb.DeltaHeader(
         base_version=base,
@@ -63,6 +66,7 @@ def attack_messages(
         num_tokens=tokens,
         num_samples=tokens,
         local_steps=2**32 - 1,
+        shard_map=shard_map,
     )
     msgs = [pb.DeltaChunk(header=h)]
     msgs += [

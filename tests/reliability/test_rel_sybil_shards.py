@@ -7,8 +7,6 @@ displacement budget. The shards decode the slices; the front bounds the whole de
 
 from __future__ import annotations
 
-import hashlib
-
 import grpc
 import numpy as np
 import pytest
@@ -21,7 +19,7 @@ from geofed.protocol.admin_client import AdminClient
 from geofed_apps.shards import ShardedPS
 from geofed_testing.ledger import delta_for
 from geofed_testing.wire import NUMEL, Observer, init_model, join, raw_push, rpc_code
-from tests.reliability.test_rel_attacks import MAX_TOKENS
+from tests.reliability.test_rel_attacks import attack_messages
 from tests.reliability.test_rel_sybil import ETA, FULL_SYNC, SLACK, H, decoded_norm, step
 
 
@@ -69,24 +67,8 @@ class Sybil:
 
     def push(self, values: np.ndarray, *, codec: str, base: int, upload: str) -> pb.PushResult:
         """A PushDelta whose header fields the attacker chose (tokens, local steps), cut at the shard bounds."""
-        header, frames = make_codec(codec).encode(np.ascontiguousarray(values), cuts=self.cuts)
-        payload = b"".join(frames)
-        h = pb.DeltaHeader(
-            base_version=base,
-            upload_id=upload,
-            codec_header=header,
-            payload_bytes=len(payload),
-            num_tokens=MAX_TOKENS,
-            num_samples=MAX_TOKENS,
-            local_steps=2**32 - 1,
-            shard_map=self.shard_map,
-        )
-        msgs = [pb.DeltaChunk(header=h)]
-        msgs += [
-            pb.DeltaChunk(payload=pb.DeltaPayload(offset=o, data=payload[o : o + 65536]))
-            for o in range(0, len(payload), 65536)
-        ]
-        msgs.append(pb.DeltaChunk(trailer=pb.DeltaTrailer(sha256=hashlib.sha256(payload).digest())))
+        msgs = attack_messages(values, codec=codec, base=base, upload=upload, cuts=self.cuts,
+                               shard_map=self.shard_map)
         return raw_push(self.stub, self.session, msgs)
 
 
