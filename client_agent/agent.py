@@ -34,11 +34,15 @@ log = logging.getLogger("geofed.client")
 
 PREEMPTED_EXIT = 143  # 128 + SIGTERM: the agent stopped on a preemption signal
 PREEMPTED_CLOSE_S = 5.0  # how long a preempted agent waits for its PS connection to close
+PREEMPTED_DEADLINE_S = 20.0  # a preempted agent is gone by then, whatever its main thread was doing
 MAX_NON_FINITE_ROUNDS = 3  # rounds in a row with no finite step before the client gives up
 
 
-class Preempted(Exception):
-    """SIGTERM arrived: stop at once; the last sync's checkpoint is the resume point."""
+class Preempted(BaseException):
+    """SIGTERM arrived: stop at once; the last sync's checkpoint is the resume point.
+
+    A BaseException, like KeyboardInterrupt: the handler raises it wherever the main thread is, and the
+    `except Exception` of a library on the way (logging's `emit` is one) must not swallow it."""
 
 
 @dataclass
@@ -115,7 +119,7 @@ class ClientAgent:
         )
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, _raise_preempted)
+        arm_preemption()
         log.info("event=agent_started client=%s", self.cfg.client_id)  # the agent's code is imported
         # transformers' model code takes seconds to import; do it while data loads and we Join (rejoin time).
         # transformers' lazy modules are not safe to import from two threads: set_up joins this first.
@@ -311,5 +315,24 @@ def _within(fn: Callable[[], object], seconds: float) -> None:
         log.warning("event=close_failed", exc_info=True)
 
 
+_preempted = threading.Event()
+
+
+def arm_preemption() -> None:
+    """SIGTERM raises `Preempted` in the main thread, and a watchdog ends the process `PREEMPTED_DEADLINE_S`
+    after it in case the main thread never unwinds (a hung call, a handler that caught it)."""
+    signal.signal(signal.SIGTERM, _raise_preempted)
+    threading.Thread(target=_exit_when_overdue, name="geofed-preempt-watchdog", daemon=True).start()
+
+
+def _exit_when_overdue() -> None:
+    _preempted.wait()
+    time.sleep(PREEMPTED_DEADLINE_S)
+    # No logging here: the main thread may hold a handler's lock. One write, then out.
+    os.write(2, f"event=preempted_exit_forced after_s={PREEMPTED_DEADLINE_S:g}\n".encode())
+    os._exit(PREEMPTED_EXIT)
+
+
 def _raise_preempted(signum, frame):
+    _preempted.set()  # only the watchdog waits on it: no lock the main thread could hold
     raise Preempted()

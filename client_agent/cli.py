@@ -58,13 +58,15 @@ def run_client(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"geofed client: {exc}", file=sys.stderr)
         return 2
-    from .agent import PREEMPTED_EXIT, ClientAgent
+    from .agent import PREEMPTED_EXIT, ClientAgent, Preempted
 
     try:
         code = ClientAgent(cfg).run()
         if code == PREEMPTED_EXIT:
             _leave_now(code)
         return code
+    except Preempted:  # a second SIGTERM during the first one's cleanup
+        _leave_now(PREEMPTED_EXIT)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

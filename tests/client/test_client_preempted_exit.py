@@ -2,19 +2,23 @@
 sync's checkpoint, already on disk).
 
 The SIGTERM handler raises `Preempted` wherever the main thread is, possibly inside a gRPC call or a lock of
-the channel's; cleanup that waits on what it broke must not keep the pod alive (a CI run once saw a
-preempted client still running 60 s after SIGTERM).
+the channel's or a logging handler's; neither cleanup that waits on what it broke nor a handler that catches
+exceptions may keep the pod alive.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 
-from client_agent.agent import _within
+import pytest
+
+from client_agent.agent import Preempted, _within
 
 
 def test_a_hung_cleanup_is_abandoned_after_its_bound_and_logged(caplog):
@@ -52,3 +56,45 @@ def test_the_cli_exits_143_even_with_a_thread_that_never_ends(tmp_path):
     out = subprocess.run([sys.executable, "-c", script, *flags], capture_output=True, text=True, timeout=60)
     assert out.returncode == 143, out.stderr[-2000:]
     assert "event=preempted" in out.stderr
+
+
+def test_preempted_passes_through_a_logging_handler_that_is_writing():
+    # logging's emit turns any Exception into a "Logging error" and carries on: SIGTERM landing in a log
+    # call must still stop the agent.
+    class Interrupted(io.StringIO):
+        def write(self, s: str) -> int:
+            raise Preempted()
+
+    logger = logging.getLogger("geofed.test.preempted")
+    handler = logging.StreamHandler(Interrupted())
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(Preempted):
+            logger.warning("a line being written when the signal lands")
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_main_thread_that_swallows_the_preemption_is_ended_by_the_watchdog():
+    script = textwrap.dedent("""
+        import sys, time
+        from client_agent import agent
+
+        agent.PREEMPTED_DEADLINE_S = 0.5
+        agent.arm_preemption()
+        print("ready", flush=True)
+        while True:  # worst case: a handler on the way catches everything
+            try:
+                time.sleep(0.01)
+            except BaseException:
+                pass
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 143
+        assert "event=preempted_exit_forced after_s=0.5" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
