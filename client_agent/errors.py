@@ -18,6 +18,11 @@ class StaleDeltaError(Exception):
     """The PS refused the delta as too stale: fetch the current model and train again."""
 
 
+class DeferredDeltaError(Exception):
+    """The PS took nothing of the delta for now: its site's deltas in the open round already add up to the
+    site's bound. The work is not lost: it goes with the next push (the error-feedback residual carries it)."""
+
+
 class PushError(Exception):
     """The PS refused the push for a reason retrying cannot fix."""
 

@@ -28,7 +28,7 @@ from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, report_to_proto
 
 from .backoff import Backoff
-from .errors import JoinError, PushError, StaleDeltaError
+from .errors import DeferredDeltaError, JoinError, PushError, StaleDeltaError
 from .join_spec import JoinSpec, Timeouts
 from .link_tuner import LinkMeter
 from .model_stream import ModelStream
@@ -349,6 +349,8 @@ class PSClient:
                         # from a version we already pushed on (e.g. after a relaunch or a re-seed). Like STALE:
                         # drop it, resync to a newer version and retrain.
                         raise StaleDeltaError(exc.details() or "already sent a delta on this base") from None
+                    if code == grpc.StatusCode.ABORTED:  # the site's round share is spent: push later, not now
+                        raise DeferredDeltaError(exc.details() or "round share spent") from None
                     if code not in RETRYABLE or time.monotonic() - t0 > self.timeouts.retry_s:
                         raise PushError(f"{code.name}: {exc.details()}") from None
                     log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
@@ -388,7 +390,7 @@ class PSClient:
             if receipt.status == "ACCEPTED":
                 pending.instance, pending.accepted_at_version = self.server_instance, receipt.version
                 return
-        except (StaleDeltaError, PushError, JoinError) as exc:
+        except (StaleDeltaError, DeferredDeltaError, PushError, JoinError) as exc:
             log.warning("event=pending_dropped reason=%r", str(exc))
         if self._pending is pending:
             self._set_pending(None)

@@ -7,7 +7,24 @@ import tempfile
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from geofed.codec import ErrorFeedback
 from geofed.protocol import geofed_pb2 as pb
+
+TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")  # push outcomes in which the PS has the delta
+
+
+def settle_residual(ef: ErrorFeedback | None, status: str) -> None:
+    """Move an error-feedback residual on by a push's outcome: the PS took the delta (its quantisation error
+    carries over); the site's round share put it off, DEFERRED (all of it carries over, to go with the next
+    push); anything else refused it (the residual stays as it was before encoding it)."""
+    if ef is None:
+        return
+    if status in TAKEN:
+        ef.commit()
+    elif status == "DEFERRED":
+        ef.carry()
+    else:
+        ef.discard()
 
 
 @dataclass

@@ -41,6 +41,11 @@ class AlreadySent(PushRejected):
     """This client already sent a delta for this base version or round."""
 
 
+class RoundShareSpent(PushRejected):
+    """The site's deltas in its open round already add up to its bound: nothing was applied; the same work
+    may go with a later push, once the other sites have pushed."""
+
+
 class Unavailable(PushRejected):
     """A part of the PS the push needs is down (a sharded PS's shard): nothing was applied; retry it."""
 

@@ -25,6 +25,7 @@ from .errors import (
     ParadigmMismatch,
     PushRejected,
     PushTooLarge,
+    RoundShareSpent,
     StaleDelta,
     Unavailable,
 )
@@ -45,6 +46,7 @@ _CODES: dict[type[PushRejected], grpc.StatusCode] = {
     NotPermitted: grpc.StatusCode.PERMISSION_DENIED,
     NotReady: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadySent: grpc.StatusCode.ALREADY_EXISTS,
+    RoundShareSpent: grpc.StatusCode.ABORTED,
     StaleDelta: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }

@@ -49,11 +49,28 @@ def landed_in(rec: dict) -> int:
     return rec["version"] + 1 if rec["status"] == "ACCEPTED" else rec["version"]
 
 
+TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")
+
+
+def taken_tokens(records: list[dict]) -> list[tuple[dict, int]]:
+    """(record, tokens) of every delta the PS took. A STALE push carries none; a DEFERRED one (its site's
+    round share was spent) carries its tokens into the next push the PS takes, which holds that work
+    through the client's error-feedback residual; deferred work after the last taken push never landed."""
+    out, carried = [], 0
+    for r in records:
+        if r["status"] == "DEFERRED":
+            carried += record_tokens(r)
+        elif r["status"] in TAKEN:
+            out.append((r, record_tokens(r) + carried))
+            carried = 0
+    return out
+
+
 def delta_tokens(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """(first version containing it, tokens) of every delta the PS took (STALE pushes carry none)."""
-    taken = [r for r in records if r["status"] != "STALE"]
-    versions = np.array([landed_in(r) for r in taken], dtype=np.int64)
-    tokens = np.array([record_tokens(r) for r in taken], dtype=np.int64)
+    """(first version containing it, tokens) of every delta the PS took (`taken_tokens`)."""
+    taken = taken_tokens(records)
+    versions = np.array([landed_in(r) for r, _ in taken], dtype=np.int64)
+    tokens = np.array([t for _, t in taken], dtype=np.int64)
     return versions, tokens
 
 
@@ -61,7 +78,6 @@ def client_result(
     name: str, spec: ClientSpec, records: list[dict], *, bytes_up: int, bytes_down: int, exit_code: int | None
 ) -> ClientResult:
     """Fold one client's (budget-trimmed) sync records and its link counters into a ClientResult."""
-    taken = [r for r in records if r["status"] != "STALE"]
     return ClientResult(
         client=name,
         slowdown=spec.slowdown,
@@ -72,7 +88,7 @@ def client_result(
         syncs=len(records),
         statuses=dict(Counter(r["status"] for r in records)),
         payload_bytes=int(sum(r["payload_bytes"] for r in records)),
-        tokens=int(sum(record_tokens(r) for r in taken)),
+        tokens=int(sum(t for _, t in taken_tokens(records))),
         train_s=float(sum(r["train_s"] for r in records)),
         push_s=float(sum(r["push_s"] for r in records)),
         idle_s=float(sum(r["idle_s"] for r in records)),

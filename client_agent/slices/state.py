@@ -35,7 +35,7 @@ from geofed.codec.base import DEFAULT_FRAME_ELEMS
 from ..checkpoint import CheckpointError, atomic_write
 from ..flat import Select
 from ..fsdp import is_distributed, reshard
-from ..upload import Upload
+from ..upload import Upload, settle_residual
 from .checkpoint import load_sharded, read_pointer, save_sharded
 from .partition import FlatPartition, gather_slice, load_global_slices
 from .push import encode_slice, frames_to_leader
@@ -103,10 +103,9 @@ class SliceSync:
             raise RuntimeError("rank 0 must spool the relayed frames")
         return spool(header, relayed)
 
-    def settle(self, taken: bool) -> None:
-        """The PS took the push (the residual moves on) or refused it (the residual stays as it was)."""
-        if self.ef is not None:
-            self.ef.commit() if taken else self.ef.discard()
+    def settle(self, status: str) -> None:
+        """Move this rank's residual slice on by the push's outcome (`sync.base.settle_residual`)."""
+        settle_residual(self.ef, status)
 
     def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any],
              upload: Upload | None) -> Path:

@@ -19,16 +19,16 @@ from geofed.config import FederationConfig
 from geofed.manifest import Manifest
 
 from ..checkpoint import ClientCheckpoint
-from ..errors import PushError, StaleDeltaError
+from ..errors import DeferredDeltaError, PushError, StaleDeltaError
 from ..link_tuner import LinkTuner
 from ..paradigms import ClientParadigm
 from ..ps_client import GlobalVersion, PSClient, Upload
 from ..ranks import Ranks
 from ..trainer import LocalTrainer, TrainStats
+from ..upload import TAKEN  # noqa: F401 - re-exported: the push outcomes in which the PS has the delta
 
 log = logging.getLogger("geofed.client")
 
-TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")  # push outcomes in which the PS has the delta
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,10 @@ class SyncPath(ABC):
             log.warning("event=delta_stale client=%s detail=%r", self.ctx.client_id, str(exc))
             latest = ps.latest()
             return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec)
+        except DeferredDeltaError as exc:
+            log.info("event=delta_deferred client=%s detail=%r", self.ctx.client_id, str(exc))
+            latest = ps.latest()
+            return PushOutcome("DEFERRED", latest.version if latest else base.version, 0, 0, 0.0, codec)
         return PushOutcome(r.status, r.version, r.staleness, r.payload_bytes, r.seconds, codec)
 
     def _resend_saved(self) -> str:
@@ -182,7 +186,7 @@ class SyncPath(ABC):
         upload = Upload.restored(*self.saved_upload)
         try:
             status = self.ctx.ps.send(upload).status
-        except (StaleDeltaError, PushError) as exc:  # refused: that round's data is lost, never counted twice
+        except (StaleDeltaError, DeferredDeltaError, PushError) as exc:  # refused: lost, never counted twice
             status = "REFUSED"
             log.warning("event=upload_refused upload=%s detail=%r", upload.upload_id, str(exc))
         log.info("event=upload_resent upload=%s status=%s", upload.upload_id, status)

@@ -16,7 +16,7 @@ from ..rejoin_hold import GlobalVersion
 from ..slices.state import SliceSync
 from ..trainer import LocalTrainer
 from ..upload import Upload
-from .base import TAKEN, PushOutcome, Resumed, RoundResult, ShardResume, SyncContext, SyncPath
+from .base import PushOutcome, Resumed, RoundResult, ShardResume, SyncContext, SyncPath
 
 log = logging.getLogger("geofed.client")
 
@@ -89,7 +89,7 @@ class SliceWiseSync(SyncPath):
         ranks = self.ctx.ranks
         if ranks.bcast_flag(self.saved_upload is not None):
             status = ranks.lead(self._resend_saved)
-            self.slices.settle(ranks.bcast_flag(status in TAKEN))
+            self.slices.settle(ranks.bcast_text(status))
         self.saved_upload = None
 
     def adopt(self, model, global_model: GlobalVersion | None) -> None:
@@ -119,5 +119,5 @@ class SliceWiseSync(SyncPath):
         }
         self.slices.save(trainer.step, trainer.model, trainer.optimizer, meta, upload)  # before the push
         outcome = ranks.lead(partial(self._send, upload, result.base, name))
-        self.slices.settle(ranks.bcast_flag(outcome is not None and outcome.status != "STALE"))
+        self.slices.settle(ranks.bcast_text(outcome.status if outcome is not None else None))
         return outcome

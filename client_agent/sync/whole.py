@@ -22,8 +22,8 @@ from ..privacy import local_noise
 from ..rejoin_hold import GlobalVersion
 from ..threads import in_thread
 from ..trainer import LocalTrainer
-from ..upload import Upload
-from .base import TAKEN, PushOutcome, Resumed, RoundResult, SyncContext, SyncPath
+from ..upload import Upload, settle_residual
+from .base import PushOutcome, Resumed, RoundResult, SyncContext, SyncPath
 
 log = logging.getLogger("geofed.client")
 
@@ -67,9 +67,7 @@ class WholeVectorSync(SyncPath):
 
     def resend(self) -> None:
         def send() -> None:
-            status = self._resend_saved()
-            if self.ef is not None:
-                self.ef.commit() if status in TAKEN else self.ef.discard()
+            settle_residual(self.ef, self._resend_saved())
 
         if self.ctx.ranks.bcast_flag(self.saved_upload is not None):
             self.ctx.ranks.lead(send)
@@ -109,11 +107,10 @@ class WholeVectorSync(SyncPath):
         return upload, codec.name
 
     def settle_send(self, upload: Upload, base: GlobalVersion, codec: str) -> PushOutcome:
-        """Rank 0: send a checkpointed upload; the error-feedback residual moves on when the PS took it."""
+        """Rank 0: send a checkpointed upload; the error-feedback residual moves on by its outcome
+        (`settle_residual`). Without error feedback a deferred delta's work is dropped, like a stale one's."""
         outcome = self._send(upload, base, codec)
-        if self.ef is not None:
-            # A stale delta was not applied at all: its quantisation error must not carry over.
-            self.ef.discard() if outcome.status == "STALE" else self.ef.commit()
+        settle_residual(self.ef, outcome.status)
         return outcome
 
     def _checkpoint(

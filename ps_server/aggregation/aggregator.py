@@ -23,7 +23,7 @@ import numpy as np
 from geofed.config import FederationConfig
 
 from ..checkpoint import CheckpointStore
-from ..errors import AlreadySent, InvalidPush, NotPermitted, NotReady, StaleDelta, Unavailable
+from ..errors import AlreadySent, InvalidPush, NotPermitted, NotReady, RoundShareSpent, StaleDelta, Unavailable
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader
 from ..privacy import SitePrivacy
@@ -242,13 +242,13 @@ class Aggregator:
                 adm = self._admit(header.base_version)
                 self.engine.check_header(header)
                 self.guard.admit(push.client_id, header.base_version)
+                bounded = self.guard.bound(push, current)
             except StaleDelta as exc:  # the version moved on while the payload was arriving
                 self.engine.discard(push)
                 return PushOutcome("STALE", self.model.version, message=exc.message)
-            except AlreadySent:
+            except (AlreadySent, RoundShareSpent):
                 self.engine.discard(push)
                 raise
-            bounded = self.guard.bound(push, current)
             if bounded.scale < 1.0:
                 log.info("event=delta_bounded client=%r site=%r rule=%s norm=%.4g bounded_to=%.4g", push.client_id,
                          bounded.site, bounded.rule, push.norm, bounded.norm)

@@ -22,10 +22,11 @@ client ids.
   several) and land many bounded deltas while the other sites train one each. The norms of the deltas a site
   landed in its current round (those since which fewer deltas of other sites arrived than there are other
   sites active within the default server.client_timeout_s) add up, with the new one's, to at most its bound;
-  a delta that would go beyond is refused (`AlreadySent`, reason `round_share`), not scaled, so every delta
+  a delta that would go beyond is refused (`RoundShareSpent`, reason `round_share`), not scaled, so every delta
   that lands is whole (or bounded by the norm bound alone) and no near-empty version lets momentum step the
   model. An honest site lands about one delta per round; one that pushes several times while the others
-  train lands deltas adding up to its bound (3 of median size) and then waits for them.
+  train lands deltas adding up to its bound (3 of median size) and then waits for them; the client keeps
+  a refused delta's work in its error-feedback residual, and it goes with its next push.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -42,7 +43,7 @@ import numpy as np
 
 from geofed.config import FederationConfig, ServerConfig
 
-from ..errors import AlreadySent
+from ..errors import AlreadySent, RoundShareSpent
 from ..global_model import Snapshot
 from .displacement import WINDOW, DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
@@ -205,13 +206,13 @@ class DeltaGuard:
 
     def bound(self, push, snapshot: Snapshot) -> BoundedPayload:
         """The push as the strategy may fold it: scaled down to the norm bound and its site's budget; refused
-        (`AlreadySent`, reason round_share) when it would take its site's round beyond the bound."""
+        (`RoundShareSpent`, reason round_share) when it would take its site's round beyond the bound."""
         steps, site = push.header.local_steps, self.unit_of(push.client_id)
         scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
         rule = "norm_bound" if scale < 1.0 else ""
         left = self.share_left(site, snapshot, push.numel)
         if self.bound_norm(push.norm, steps) * scale > left * (1 + 1e-9):
-            raise AlreadySent(
+            raise RoundShareSpent(
                 "round_share",
                 f"round share: site {site!r} already landed deltas adding up to its bound since the other sites "
                 "last pushed, and this one would go beyond it; push again once they have",

@@ -150,3 +150,15 @@ def test_tail_mean_is_the_time_average_of_the_step_function():
     assert math.isnan(tail_mean(curve((5.0, 4.0, 0)), 0.0, 10.0))
     with pytest.raises(ValueError, match="end > start"):
         tail_mean(C, 10.0, 10.0)
+
+
+def test_deferred_work_counts_with_the_next_push_the_ps_takes():
+    from bench.federation.accounting import taken_tokens
+
+    def rec(status: str, tokens: int, version: int) -> dict:
+        return {"status": status, "tokens_per_s": tokens, "train_s": 1.0, "version": version}
+
+    records = [rec("DEFERRED", 100, 4), rec("DEFERRED", 50, 4), rec("APPLIED", 10, 6), rec("STALE", 5, 7),
+               rec("ACCEPTED", 20, 8), rec("DEFERRED", 7, 9)]
+    got = [(r["version"], t) for r, t in taken_tokens(records)]
+    assert got == [(6, 160), (8, 20)]  # the stale round's tokens and the trailing deferred ones never landed

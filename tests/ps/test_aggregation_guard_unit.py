@@ -12,7 +12,7 @@ import pytest
 from geofed.config import AggregationConfig, FederationConfig, TrainingConfig
 from ps_server.aggregation.aggregator import Aggregator
 from ps_server.aggregation.norm_bound import NormBound
-from ps_server.errors import AlreadySent, InvalidPush
+from ps_server.errors import AlreadySent, InvalidPush, RoundShareSpent
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
 
@@ -352,12 +352,12 @@ def test_a_site_lands_deltas_adding_up_to_its_bound_per_round_and_waits_for_the_
     _land(guard, "b.t", 0.1, 2)
     _land(guard, "b.t", 0.1, 3)  # b pushes again before a: 2/3 of its bound landed in this round
     _land(guard, "b.t", 0.1, 4)  # 3/3
-    with pytest.raises(AlreadySent) as refused:
+    with pytest.raises(RoundShareSpent) as refused:
         _land(guard, "b.t", 0.05, 5)
     assert refused.value.reason == "round_share" and "round share" in refused.value.message
     _land(guard, "a.t", 0.1, 5)  # the other site pushed: b's round starts again
     _land(guard, "b.t", 3.0, 6)  # scaled to its bound, 0.3: the whole share
-    with pytest.raises(AlreadySent):
+    with pytest.raises(RoundShareSpent):
         _land(guard, "b.s", 0.01, 7)  # another id of b shares its round
     now[0] += guard.active_for_s + 1  # a has been silent longer than the client timeout: gone
     _land(guard, "b.t", 3.0, 7)
