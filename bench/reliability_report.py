@@ -170,7 +170,7 @@ NOTES = """## Known limits not expressed as a failing test
   options reduce it, at their own cost on honest progress.
 - **Asynchronous K > 1 and a buffered delta.** A client whose delta was ACCEPTED but not yet applied must
   wait for a newer version before its next push (one delta per client per base version and round); the
-  agent (`client_agent/agent.py` `_next_model`) still trains again on the same version, is refused
+  agent (`client_agent/model_waits.py` `next_model`) still trains again on the same version, is refused
   ALREADY_EXISTS and handles that like STALE (resync, retrain): that round's work is wasted. K = 1 (the
   default) and sync mode are unaffected.
 - **A dropped round does not roll back the outer optimizer.** The check before publishing runs on the
