@@ -20,7 +20,7 @@ class StaleDeltaError(Exception):
 
 class DeferredDeltaError(Exception):
     """The PS took nothing of the delta for now: its site's deltas in the open round already add up to the
-    site's bound. The work is not lost: it goes with the next push (the error-feedback residual carries it)."""
+    site's bound. The client retrains on a newer model, made once other sites have pushed."""
 
 
 class PushError(Exception):

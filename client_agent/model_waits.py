@@ -35,7 +35,7 @@ def next_model(ps: PSClient, fed: FederationConfig, current: GlobalVersion, stat
     The mode is the one the PS said it runs in its last push response (aggregation.mode 'auto' switches it
     between rounds), else the FederationConfig's, as for a PS that predates the field.
     """
-    if status == "STALE":  # resync: any model the PS streams next (it may be older after a PS restart)
+    if status in ("STALE", "DEFERRED"):  # resync: any model the PS streams next (older after a PS restart)
         while True:
             got = ps.wait_for_fresh(current, timeout=30.0)
             if got is not None:

@@ -14,17 +14,12 @@ TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")  # push outcomes in which the PS ha
 
 
 def settle_residual(ef: ErrorFeedback | None, status: str) -> None:
-    """Move an error-feedback residual on by a push's outcome: the PS took the delta (its quantisation error
-    carries over); the site's round share put it off, DEFERRED (all of it carries over, to go with the next
-    push); anything else refused it (the residual stays as it was before encoding it)."""
+    """Move an error-feedback residual on by a push's outcome: when the PS took the delta its quantisation
+    error carries over; when it refused it (STALE, or DEFERRED by its site's round share) the residual stays
+    as it was before encoding it."""
     if ef is None:
         return
-    if status in TAKEN:
-        ef.commit()
-    elif status == "DEFERRED":
-        ef.carry()
-    else:
-        ef.discard()
+    ef.commit() if status in TAKEN else ef.discard()
 
 
 @dataclass

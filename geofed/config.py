@@ -180,6 +180,14 @@ class AggregationConfig(_Section):
         "norm), the outer optimizer's input and step (× the median of recent rounds'), and FedNova deltas as the "
         "round applies them. 0 disables all of them (not advised outside tests).",
     )
+    round_share: bool = Field(
+        True,
+        description="With the norm bound on: what a site's deltas in its current round add up to (the deltas since "
+        "which fewer deltas of other sites arrived than there are other sites active within "
+        "server.client_timeout_s) stays within its norm bound; a delta beyond is refused (ABORTED, reason "
+        "round_share) and the client retrains on a newer model. Off, a site lands a bounded delta on every "
+        "version however often it pushes, through however many client ids: only for sites that trust each other.",
+    )
     norm_bound_window: int = Field(
         16,
         ge=3,

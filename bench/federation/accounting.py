@@ -53,17 +53,9 @@ TAKEN = ("ACCEPTED", "APPLIED", "DUPLICATE")
 
 
 def taken_tokens(records: list[dict]) -> list[tuple[dict, int]]:
-    """(record, tokens) of every delta the PS took. A STALE push carries none; a DEFERRED one (its site's
-    round share was spent) carries its tokens into the next push the PS takes, which holds that work
-    through the client's error-feedback residual; deferred work after the last taken push never landed."""
-    out, carried = [], 0
-    for r in records:
-        if r["status"] == "DEFERRED":
-            carried += record_tokens(r)
-        elif r["status"] in TAKEN:
-            out.append((r, record_tokens(r) + carried))
-            carried = 0
-    return out
+    """(record, tokens) of every delta the PS took; a STALE push, or one still DEFERRED by its site's round
+    share when the client gave up on it, carries none."""
+    return [(r, record_tokens(r)) for r in records if r["status"] in TAKEN]
 
 
 def delta_tokens(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:

@@ -167,7 +167,8 @@ class SyncPath(ABC):
         )
 
     def _send(self, upload: Upload, base: GlobalVersion, codec: str) -> PushOutcome:
-        """Send a prepared upload; a stale one comes back as the STALE outcome (the caller resyncs)."""
+        """Send a prepared upload; a stale one comes back as the STALE outcome, one its site's round share put
+        off as DEFERRED (the caller resyncs and retrains either way)."""
         ps = self.ctx.ps
         try:
             r = ps.send(upload)
@@ -175,7 +176,7 @@ class SyncPath(ABC):
             log.warning("event=delta_stale client=%s detail=%r", self.ctx.client_id, str(exc))
             latest = ps.latest()
             return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec)
-        except DeferredDeltaError as exc:
+        except DeferredDeltaError as exc:  # the site's round share is spent: retrain on a newer model
             log.info("event=delta_deferred client=%s detail=%r", self.ctx.client_id, str(exc))
             latest = ps.latest()
             return PushOutcome("DEFERRED", latest.version if latest else base.version, 0, 0, 0.0, codec)

@@ -24,9 +24,7 @@ class ErrorFeedback:
 
     Note: `encode` stages the new residual and leaves the current one in place; `commit` adopts it once
     the PS has taken the payload (ACCEPTED, APPLIED or DUPLICATE), `discard` drops it when the PS refused
-    the payload (stale) and nothing of it was applied, and `carry` makes the whole compensated delta the
-    residual when the PS put the payload off (its site's round share was spent), so that work goes with the
-    next payload. A retry of a failed push resends the same bytes
+    the payload (stale) and nothing of it was applied. A retry of a failed push resends the same bytes
     with the same upload id; it never re-encodes, so a staged residual belongs to exactly one payload.
     """
 
@@ -39,7 +37,6 @@ class ErrorFeedback:
         self.decay = decay  # β: the residual's weight in the next encoding
         self.residual = np.zeros(numel, dtype=np.float32)
         self.staged: np.ndarray | None = None  # the residual of the payload last encoded, until it is settled
-        self._corrected: np.ndarray | None = None  # what that payload encoded (delta + β·residual), while staged
         self._spare: np.ndarray | None = None  # last committed-over buffer, reused by the next encode
 
     def encode(
@@ -56,28 +53,19 @@ class ErrorFeedback:
         staged = self._spare if self._spare is not None else np.empty(self.numel, dtype=np.float32)
         self._spare = None
         out = codec.encode(corrected, frame_elems=frame_elems, residual_out=staged, **({"cuts": cuts} if cuts else {}))
-        self.staged, self._corrected = staged, corrected
+        self.staged = staged
         return out
 
     def commit(self) -> None:
         """The PS took the last encoded payload: its quantisation error becomes the residual."""
         if self.staged is None:
             return
-        self._spare, self.residual, self.staged, self._corrected = self.residual, self.staged, None, None
-
-    def carry(self) -> None:
-        """The PS put the last encoded payload off, nothing of it applied: all it encoded (delta + β·residual)
-        becomes the residual, to go with the next payload. After a restore (which keeps no encoded vector)
-        it is `discard`."""
-        if self._corrected is None:
-            self.discard()
-            return
-        self._spare, self.residual, self.staged, self._corrected = self.staged, self._corrected, None, None
+        self._spare, self.residual, self.staged = self.residual, self.staged, None
 
     def discard(self) -> None:
         """The PS refused the last encoded payload: keep the residual as it was before encoding it."""
         if self.staged is not None:
-            self._spare, self.staged, self._corrected = self.staged, None, None
+            self._spare, self.staged = self.staged, None
 
     def reset(self) -> None:
         """Forget the residual (e.g. after the client re-syncs to a fresh global model)."""
@@ -104,7 +92,6 @@ class ErrorFeedback:
             )
         self.residual = self._checked(state["residual"], "residual")
         self.staged = self._checked(state["staged"], "staged residual") if "staged" in state else None
-        self._corrected = None
 
     def _checked(self, value: Any, what: str) -> np.ndarray:
         arr = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)

@@ -25,8 +25,9 @@ client ids.
   a delta that would go beyond is refused (`RoundShareSpent`, reason `round_share`), not scaled, so every delta
   that lands is whole (or bounded by the norm bound alone) and no near-empty version lets momentum step the
   model. An honest site lands about one delta per round; one that pushes several times while the others
-  train lands deltas adding up to its bound (3 of median size) and then waits for them; the client keeps
-  a refused delta's work in its error-feedback residual, and it goes with its next push.
+  train lands deltas adding up to its bound (3 of median size) and then waits for them (its client drops
+  the refused delta, as a stale one, and retrains on the next version). `aggregation.round_share` turns
+  this rule off.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -198,7 +199,7 @@ class DeltaGuard:
         """What is left of `site`'s share of its current round: its bound minus the (bounded) norms of the
         deltas it landed in that round (inf when the bound is off, and for a paradigm whose updates do not add up,
         such as zeroth-order scalars)."""
-        if not self.norms.enabled or not self.fed.paradigm.cumulative:
+        if not (self.norms.enabled and self.fed.aggregation.round_share and self.fed.paradigm.cumulative):
             return math.inf
         limit = self.norms.limit(site, *self.limits(snapshot, numel))
         landed = list(self.norms.norms.get(site, ()))[-self.in_round(site) :] if self.in_round(site) else []

@@ -152,13 +152,13 @@ def test_tail_mean_is_the_time_average_of_the_step_function():
         tail_mean(C, 10.0, 10.0)
 
 
-def test_deferred_work_counts_with_the_next_push_the_ps_takes():
+
+def test_only_deltas_the_ps_took_count_their_tokens():
     from bench.federation.accounting import taken_tokens
 
     def rec(status: str, tokens: int, version: int) -> dict:
         return {"status": status, "tokens_per_s": tokens, "train_s": 1.0, "version": version}
 
-    records = [rec("DEFERRED", 100, 4), rec("DEFERRED", 50, 4), rec("APPLIED", 10, 6), rec("STALE", 5, 7),
-               rec("ACCEPTED", 20, 8), rec("DEFERRED", 7, 9)]
-    got = [(r["version"], t) for r, t in taken_tokens(records)]
-    assert got == [(6, 160), (8, 20)]  # the stale round's tokens and the trailing deferred ones never landed
+    records = [rec("DEFERRED", 100, 4), rec("APPLIED", 10, 6), rec("STALE", 5, 7), rec("ACCEPTED", 20, 8),
+               rec("DUPLICATE", 30, 9)]
+    assert [(r["version"], t) for r, t in taken_tokens(records)] == [(6, 10), (8, 20), (9, 30)]

@@ -23,6 +23,7 @@ import grpc
 import numpy as np
 import pytest
 
+from client_agent.errors import DeferredDeltaError
 from geofed.codec import decoder_for, make_codec
 from geofed.codec.sparse import sparse_params
 from geofed.config import CodecConfig, ModelConfig, TrainingConfig
@@ -353,3 +354,52 @@ def test_a_burst_of_pushes_each_on_the_newest_version_lands_one_bounded_delta_pe
     logs = ps.logs()
     assert "event=delta_bounded client='clinic.trainer'" not in logs
     assert "client=clinic.trainer" not in re.sub(r"(?m)^(?!.*event=push_rejected).*$", "", logs)
+
+
+def test_an_honest_site_put_off_by_its_round_share_lands_its_next_delta_once_another_site_pushed(tmp_path, reaper):
+    """The client's side of the round share: `PSClient.send` raises DeferredDeltaError (ABORTED over the wire),
+    the model is unchanged, and the site's next delta lands once the other site's delta has opened a new
+    round."""
+    arena = TwoSites(tmp_path, reaper, {})
+    ps, honest, (stub, session), observer, _ = arena.parts()
+    version, model = observer.model()
+    for r in range(3):  # both sites' norm histories
+        push(honest, version, delta_for(f"clinic/{r}", NUMEL), tokens=FULL_SYNC, local_steps=H)
+        version, _ = observer.model()
+        raw_push(stub, session, attack_messages(delta_for(f"evil/{r}", NUMEL), codec="fp32", base=version,
+                                                upload=f"e/{r}"))  # fmt: skip
+        version, model = observer.model()
+    landed = 0
+    for k in range(8):  # the honest site pushes again on the versions its own deltas made
+        try:
+            push(honest, version, delta_for(f"clinic/again/{k}", NUMEL), tokens=FULL_SYNC, local_steps=H)
+        except DeferredDeltaError as exc:
+            assert "round share" in str(exc)
+            break
+        landed += 1
+        version, model = observer.model()
+    else:
+        pytest.fail("the round share never put the honest site off")
+    assert 1 <= landed <= 3  # its deltas in the round add up to its bound: about 3 of the other site's norms
+    assert observer.model()[1].tobytes() == model.tobytes()  # the refusal changed nothing
+    raw_push(stub, session, attack_messages(delta_for("evil/next", NUMEL), codec="fp32", base=version, upload="e/n"))
+    version, _ = observer.model()
+    receipt = push(honest, version, delta_for("clinic/next", NUMEL), tokens=FULL_SYNC, local_steps=H)
+    assert receipt.status == "APPLIED" and receipt.version == version + 1
+
+
+def test_without_the_round_share_a_site_lands_a_bounded_delta_on_every_version(tmp_path, reaper):
+    arena = TwoSites(tmp_path, reaper, {"aggregation": {"round_share": False}})
+    ps, honest, (stub, session), observer, _ = arena.parts()
+    version, _ = observer.model()
+    for r in range(3):
+        push(honest, version, delta_for(f"clinic/{r}", NUMEL), tokens=FULL_SYNC, local_steps=H)
+        version, _ = observer.model()
+        raw_push(stub, session, attack_messages(delta_for(f"evil/{r}", NUMEL), codec="fp32", base=version,
+                                                upload=f"e/{r}"))  # fmt: skip
+        version, _ = observer.model()
+    for k in range(8):
+        receipt = push(honest, version, delta_for(f"clinic/again/{k}", NUMEL), tokens=FULL_SYNC, local_steps=H)
+        assert receipt.status == "APPLIED"
+        version = receipt.version
+    assert rejected(ps, "round_share") == 0
