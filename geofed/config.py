@@ -182,8 +182,8 @@ class AggregationConfig(_Section):
     )
     round_share: bool = Field(
         True,
-        description="With the norm bound on: what a site's deltas in its current round add up to (the deltas since "
-        "which fewer deltas of other sites arrived than there are other sites active within "
+        description="Async mode, with the norm bound on: what a site's deltas in its current round add up to "
+        "(the deltas since which fewer deltas of other sites arrived than there are other sites active within "
         "server.client_timeout_s) stays within its norm bound; a delta beyond is refused (ABORTED, reason "
         "round_share) and the client retrains on a newer model. Off, a site lands a bounded delta on every "
         "version however often it pushes, through however many client ids: only for sites that trust each other.",

@@ -242,7 +242,7 @@ class Aggregator:
                 adm = self._admit(header.base_version)
                 self.engine.check_header(header)
                 self.guard.admit(push.client_id, header.base_version)
-                bounded = self.guard.bound(push, current)
+                bounded = self.guard.bound(push, current, self.cfg.mode)
             except StaleDelta as exc:  # the version moved on while the payload was arriving
                 self.engine.discard(push)
                 return PushOutcome("STALE", self.model.version, message=exc.message)

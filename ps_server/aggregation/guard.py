@@ -26,8 +26,9 @@ client ids.
   that lands is whole (or bounded by the norm bound alone) and no near-empty version lets momentum step the
   model. An honest site lands about one delta per round; one that pushes several times while the others
   train lands deltas adding up to its bound (3 of median size) and then waits for them (its client drops
-  the refused delta, as a stale one, and retrains on the next version). `aggregation.round_share` turns
-  this rule off.
+  the refused delta, as a stale one, and retrains on the next version). In sync mode the rule does not
+  apply: a round is explicit there, and the site quota holds a site to one delta in it.
+  `aggregation.round_share` turns the rule off.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
 Plain Python over numpy, no gRPC.
@@ -195,23 +196,27 @@ class DeltaGuard:
         ceiling, start = self.limits(snapshot, numel)
         return self.norms.scale(self.unit_of(client_id), self.bound_norm(norm, local_steps), ceiling, start)
 
-    def share_left(self, site: str, snapshot: Snapshot, numel: int) -> float:
+    def share_left(self, site: str, snapshot: Snapshot, numel: int, mode: str = "async") -> float:
         """What is left of `site`'s share of its current round: its bound minus the (bounded) norms of the
-        deltas it landed in that round (inf when the bound is off, and for a paradigm whose updates do not add up,
-        such as zeroth-order scalars)."""
-        if not (self.norms.enabled and self.fed.aggregation.round_share and self.fed.paradigm.cumulative):
+        deltas it landed in that round. inf in sync mode (a round is explicit there, and the site quota holds a
+        site to one delta in it), when the bound or the rule is off, and for a paradigm whose updates do not add
+        up, such as zeroth-order scalars."""
+        if mode != "async" or not self.norms.enabled:
+            return math.inf
+        if not (self.fed.aggregation.round_share and self.fed.paradigm.cumulative):
             return math.inf
         limit = self.norms.limit(site, *self.limits(snapshot, numel))
         landed = list(self.norms.norms.get(site, ()))[-self.in_round(site) :] if self.in_round(site) else []
         return limit - sum(landed)
 
-    def bound(self, push, snapshot: Snapshot) -> BoundedPayload:
+    def bound(self, push, snapshot: Snapshot, mode: str = "async") -> BoundedPayload:
         """The push as the strategy may fold it: scaled down to the norm bound and its site's budget; refused
-        (`RoundShareSpent`, reason round_share) when it would take its site's round beyond the bound."""
+        (`RoundShareSpent`, reason round_share) when, in async `mode` (the live one), it would take its site's
+        round beyond the bound."""
         steps, site = push.header.local_steps, self.unit_of(push.client_id)
         scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
         rule = "norm_bound" if scale < 1.0 else ""
-        left = self.share_left(site, snapshot, push.numel)
+        left = self.share_left(site, snapshot, push.numel, mode)
         if self.bound_norm(push.norm, steps) * scale > left * (1 + 1e-9):
             raise RoundShareSpent(
                 "round_share",

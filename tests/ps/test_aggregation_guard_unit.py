@@ -362,3 +362,39 @@ def test_a_site_lands_deltas_adding_up_to_its_bound_per_round_and_waits_for_the_
     now[0] += guard.active_for_s + 1  # a has been silent longer than the client timeout: gone
     _land(guard, "b.t", 3.0, 7)
     _land(guard, "b.t", 3.0, 8)  # a site alone is held by nobody's round
+
+
+def test_in_sync_mode_a_site_that_pushes_last_in_one_round_and_first_in_the_next_is_not_held():
+    # Sync rounds are explicit (the site quota allows one delta per site per round): the round share, an async
+    # rule, must not count a site's delta of the previous round against its first push of this one, or a
+    # round of all sites waits for a site it refused.
+    from types import SimpleNamespace
+
+    from ps_server.aggregation.guard import DeltaGuard
+
+    fed = FederationConfig(training=TrainingConfig(lr=1e-3, batch_size=16, local_steps=50))
+    guard = DeltaGuard(fed, lambda c: c.split(".", 1)[0], clock=lambda: 0.0)
+
+    def land(client: str, norm: float, base: int, mode: str) -> float:
+        guard.admit(client, base)
+        bounded = guard.bound(_guard_push(client, norm), SimpleNamespace(version=base, flat=np.zeros(N, np.float32)),
+                              mode)  # fmt: skip
+        guard.accepted(client, base, bounded.norm, 50)
+        return bounded.norm
+
+    for r in range(1, 4):  # both sites' histories, each at about 0.1
+        land("a.t", 0.1, r, "sync")
+        land("b.t", 0.1, r, "sync")
+        guard.round_closed(applied=True)
+    land("a.t", 0.1, 4, "sync")
+    landed = land("b.t", 5.0, 4, "sync")  # b pushes last, at its bound
+    guard.round_closed(applied=True)
+    assert landed == pytest.approx(0.3, rel=0.05)  # scaled to 3 × a's median
+    assert land("b.t", 5.0, 5, "sync") == pytest.approx(landed, rel=0.05)  # first in the next round: not held
+    guard.round_closed(applied=True)
+    land("a.t", 0.1, 6, "async")  # the same pattern in async mode (every push a version) is the burst the rule
+    guard.round_closed(applied=True)  # is for
+    land("b.t", 5.0, 7, "async")
+    guard.round_closed(applied=True)
+    with pytest.raises(RoundShareSpent):
+        land("b.t", 5.0, 8, "async")
