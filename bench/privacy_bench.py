@@ -42,7 +42,7 @@ TASKS: dict[str, dict] = {
     "local3": {"args": [], "sets": [*COMMON, "training.local_steps=5"], "clip": 2.0},
     "lora": {"args": ["--paradigm", "lora"], "sets": [*COMMON, "training.local_steps=10"], "clip": 2.0},
 }
-SIGMAS = (0.0, 0.001, 0.01)  # 0: the reference row, privacy off
+SIGMAS = (0.0, 1.0, 4.0)  # 0: the reference row, privacy off
 
 
 def row_name(sigma: float) -> str:
@@ -85,7 +85,7 @@ def run_one(task: str, sigma: float, repeat: int, duration: float) -> Path:
 
 
 def read_run(out: Path) -> dict:
-    """Final global eval loss, ε and (fine-tuning) exact match of one run directory under OUT."""
+    """Final global eval loss, ε and (fine-tuning) the answers' eval loss and F1 of one run directory under OUT."""
     text = (out / "stdout.txt").read_text()
     records = (
         [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -95,6 +95,8 @@ def read_run(out: Path) -> dict:
     evals = [r for r in records if r.get("event") == "global_eval"]
     privacy = [r for r in records if r.get("event") == "privacy"]
     em = re.findall(r"exact match: [\d.]+ -> ([\d.]+)", text)
+    f1 = re.findall(r"^F1: [\d.]+ -> ([\d.]+)$", text, re.M)
+    answers = re.findall(r"^eval loss: [\d.]+ -> ([\d.]+)$", text, re.M) if f1 else []
     load = re.search(r"before: .*load average: ([\d.]+)", (out / "load.txt").read_text())
     return {
         "loss": evals[-1]["eval_loss"] if evals else None,
@@ -102,6 +104,8 @@ def read_run(out: Path) -> dict:
         "evals": [(r["version"], r["eval_loss"]) for r in evals],
         "epsilon": privacy[-1]["epsilon"] if privacy else None,
         "em": float(em[-1]) if em else None,
+        "f1": float(f1[-1]) if f1 else None,
+        "answers_loss": float(answers[-1]) if answers else None,
         "load": float(load.group(1)) if load else None,
     }
 
@@ -112,6 +116,13 @@ def _median_range(xs: list[float | None], spec: str) -> str:
         return "—"
     med = format(statistics.median(got), spec)
     return f"{med} ({format(min(got), spec)}–{format(max(got), spec)})" if len(got) > 1 else med
+
+
+def _answers(losses: list[float | None], f1s: list[float | None]) -> str:
+    """The fine-tuning task's answers: final eval loss and F1 (medians, ranges); — for pretraining."""
+    if all(x is None for x in f1s):
+        return "—"
+    return f"{_median_range(losses, '.2f')}, F1 {_median_range(f1s, '.1f')}"
 
 
 def _loss_by(evals: list[tuple[int, float]], version: int) -> float | None:
@@ -130,8 +141,8 @@ def _saved_sigmas(task: str) -> list[float]:
 def report() -> str:
     lines = [
         "| task | row | σ | ε at δ 1e-5 (median) | final eval loss, median (range) | versions | eval loss by the "
-        "task's common version | runs | load (1-min) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "task's common version | answers' eval loss, F1 (fine-tuning) | runs | load (1-min) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task in TASKS:
         rows = {}
@@ -149,7 +160,8 @@ def report() -> str:
                 f"| {task} | {row_name(sigma)} | {sigma:g} | {eps_text} | "
                 f"{_median_range([g['loss'] for g in got], '.3f')} | "
                 f"{_median_range([g['version'] for g in got], '.0f')} | "
-                f"v{common}: {_median_range([_loss_by(g['evals'], common) for g in got], '.3f')} | {len(got)} | "
+                f"v{common}: {_median_range([_loss_by(g['evals'], common) for g in got], '.3f')} | "
+                f"{_answers([g['answers_loss'] for g in got], [g['f1'] for g in got])} | {len(got)} | "
                 f"{_median_range([g['load'] for g in got], '.1f')} |"
             )
     return "\n".join(lines)
