@@ -42,8 +42,8 @@ class AlreadySent(PushRejected):
 
 
 class RoundShareSpent(PushRejected):
-    """The site's deltas in its open round already add up to its bound: nothing was applied; the same work
-    may go with a later push, once the other sites have pushed."""
+    """The site's deltas in its open round already add up to its bound: nothing was applied; a delta of the
+    site lands again once the other sites have pushed."""
 
 
 class Unavailable(PushRejected):

@@ -155,8 +155,7 @@ METHODS: dict[str, Method] = {
             "ours, no round share",
             "federated",
             "ours with aggregation.round_share off: a site lands a bounded delta on every version however often it "
-            "pushes (what the defaults were before the round share); measures what the round share costs a "
-            "federation whose honest sites push at different rates",
+            "pushes; measures what the round share costs a federation whose honest sites push at different rates",
             {"aggregation": {"round_share": False}},
         ),
         Method(
