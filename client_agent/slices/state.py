@@ -104,7 +104,7 @@ class SliceSync:
         return spool(header, relayed)
 
     def settle(self, status: str) -> None:
-        """Move this rank's residual slice on by the push's outcome (`sync.base.settle_residual`)."""
+        """Move this rank's residual slice on by the push's outcome (`upload.settle_residual`)."""
         settle_residual(self.ef, status)
 
     def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any],

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .base import TAKEN, PushOutcome, RoundResult, SyncContext, SyncPath
+from ..upload import TAKEN
+from .base import PushOutcome, RoundResult, SyncContext, SyncPath
 from .overlap import OverlapSync, Settled
 from .route import Route, sync_route
 from .sliced import SliceWiseSync

@@ -25,7 +25,6 @@ from ..paradigms import ClientParadigm
 from ..ps_client import GlobalVersion, PSClient, Upload
 from ..ranks import Ranks
 from ..trainer import LocalTrainer, TrainStats
-from ..upload import TAKEN  # noqa: F401 - re-exported: the push outcomes in which the PS has the delta
 
 log = logging.getLogger("geofed.client")
 
@@ -172,14 +171,13 @@ class SyncPath(ABC):
         ps = self.ctx.ps
         try:
             r = ps.send(upload)
-        except StaleDeltaError as exc:
-            log.warning("event=delta_stale client=%s detail=%r", self.ctx.client_id, str(exc))
+        except (StaleDeltaError, DeferredDeltaError) as exc:  # retrain on a newer model
+            stale = isinstance(exc, StaleDeltaError)
+            log.log(logging.WARNING if stale else logging.INFO, "event=delta_%s client=%s detail=%r",
+                    "stale" if stale else "deferred", self.ctx.client_id, str(exc))
             latest = ps.latest()
-            return PushOutcome("STALE", latest.version if latest else base.version, 0, 0, 0.0, codec)
-        except DeferredDeltaError as exc:  # the site's round share is spent: retrain on a newer model
-            log.info("event=delta_deferred client=%s detail=%r", self.ctx.client_id, str(exc))
-            latest = ps.latest()
-            return PushOutcome("DEFERRED", latest.version if latest else base.version, 0, 0, 0.0, codec)
+            return PushOutcome("STALE" if stale else "DEFERRED", latest.version if latest else base.version, 0, 0,
+                               0.0, codec)
         return PushOutcome(r.status, r.version, r.staleness, r.payload_bytes, r.seconds, codec)
 
     def _resend_saved(self) -> str:

@@ -108,7 +108,7 @@ class WholeVectorSync(SyncPath):
 
     def settle_send(self, upload: Upload, base: GlobalVersion, codec: str) -> PushOutcome:
         """Rank 0: send a checkpointed upload; the error-feedback residual moves on by its outcome
-        (`settle_residual`). Without error feedback a deferred delta's work is dropped, like a stale one's."""
+        (`settle_residual`)."""
         outcome = self._send(upload, base, codec)
         settle_residual(self.ef, outcome.status)
         return outcome

@@ -35,7 +35,11 @@ class Sent(NamedTuple):
 
 
 class FakePS:
-    """Answers each send as `answers` says ("take", "stale" or "defer"); records the order of saves and sends."""
+    """Answers each send as `answers` says ("take", "stale" or "defer"); records the order of saves and sends.
+
+    Like `PSClient.send` it reads the upload's spool, closes it once answered and raises the client's errors;
+    the real one streams the payload over gRPC, retries transient codes for up to its retry budget, maps
+    ABORTED to DeferredDeltaError, and keeps a buffered (ACCEPTED) upload for a PS restart."""
 
     bytes_sent = 0
     shard_cuts = ()  # a single PS: frames need not end at shard bounds (PSClient learns them at Join)
