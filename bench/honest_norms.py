@@ -106,8 +106,9 @@ def main() -> int:
                 header=SimpleNamespace(local_steps=t.local_steps),
                 sketch=sketch_of(delta.numpy()),
             )
-            scale = guard.bound(push, snapshot).scale
-            guard.accepted(site, r + 1, norm * scale, t.local_steps)
+            bounded = guard.bound(push, snapshot)
+            scale = bounded.scale
+            guard.accepted(site, r + 1, bounded.history_norm, t.local_steps)
             if norm_scale < 1:
                 bounded["norm_bound"] += 1
             elif scale < 1:
@@ -122,7 +123,7 @@ def main() -> int:
                         "of_ceiling": round(norm / ceiling, 4),
                         "of_start": round(norm / start, 4),
                         "of_limit": round(norm / (guard.norms.multiple * reference), 4),
-                        "cumulative_of_budget": round(cumulative / guard.budget.budget(reference), 4),
+                        "cumulative_of_budget": round(cumulative / guard.budget.budget(reference, site), 4),
                         "scale": round(scale, 4),
                         "cos_prev": round(cos, 3),
                         "loss": round(stats.mean_loss, 4),

@@ -260,7 +260,8 @@ class Aggregator:
             steps = self.guard.vouched_steps(header.local_steps)
             weight = self.engine.fold(acc, bounded, adm, num_tokens=tokens, local_steps=steps)
             self.acc = acc
-            self._credit(push.client_id, header, adm, tokens=tokens, weight=weight, norm=bounded.norm)
+            self._credit(push.client_id, header, adm, tokens=tokens, weight=weight, norm=bounded.norm,
+                         history_norm=bounded.history_norm)
             outcome = PushOutcome("ACCEPTED", self.model.version, adm.staleness, weight)
             self._round_uploads.append((push.client_id, header.upload_id))
             self._remember(push.client_id, header.upload_id, outcome)
@@ -292,9 +293,10 @@ class Aggregator:
             for snap in published:
                 self.on_apply(snap)
 
-    def _credit(self, client_id: str, header: PushHeader, adm, *, tokens: int, weight: float, norm: float) -> None:
+    def _credit(self, client_id: str, header: PushHeader, adm, *, tokens: int, weight: float, norm: float,
+                history_norm: float) -> None:
         """Account for a delta folded into the open round: guard, contributions, ledger, pending weight."""
-        self.guard.accepted(client_id, header.base_version, norm, header.local_steps)
+        self.guard.accepted(client_id, header.base_version, history_norm, header.local_steps)
         self.contributions.folded(client_id, tokens=tokens, weight=weight, norm=norm, clip_norm=self.cfg.clip_norm,
                                   tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
         if self.first_at is None:

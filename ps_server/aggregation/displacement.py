@@ -1,16 +1,21 @@
 """A displacement budget per site: what a site's deltas add up to over a window is bounded, not just each one.
 
 The norm bound caps each delta, but a site that pushes deltas just under it in one fixed direction moves the
-model linearly in the number of rounds, while honest deltas, whose directions change, add up far slower. So
-each site's latest `WINDOW` accepted deltas are summed and the sum's length, the site's cumulative contribution
-along its own mean direction, may not exceed
+model linearly in the number of rounds. So each site's latest `WINDOW` accepted deltas are summed and the
+sum's length, the site's cumulative contribution along its own mean direction, may not exceed
 
-    budget = multiple × reference × √WINDOW
+    budget = multiple × reference × √(WINDOW × (1 + (WINDOW − 1) × c))
 
 where `reference` is the norm the site's bound is scaled from (the median of the other sites' norms, see
-norm_bound). Real AdamW deltas of the default model, consecutive ones at cosine 0.2-0.5 (docs/reliability.md),
-stay below it; a delta that would take the sum beyond it is scaled down until the sum is on it, so a drift of
-maximal deltas in one direction adds up to at most √WINDOW (4) of them per window.
+norm_bound) and c is the median over the other sites (those with at least `MIN_COHERENT` deltas in their
+windows) of a site's mean cosine between its deltas, weighted by their lengths (clipped to [0, 1]): WINDOW
+deltas of the reference's length at that cosine add up to the square root's length. Honest training deltas
+are correlated (consecutive real AdamW deltas of the default model at cosine 0.2-0.5, docs/reliability.md),
+so the budget is `multiple` times what an honest site's full window moves the model; with no other site to
+compare with, or beside independent deltas, c is 0 and the budget is what WINDOW independent deltas add up
+to (√WINDOW of them). A delta that would take the sum beyond the budget is scaled down until the sum is on
+it, so a drift of maximal deltas in one direction moves the model per window at most `multiple` times as far
+as an honest site's window does.
 
 The sums are kept as count sketches of `BUCKETS` values (each coordinate hashed to one bucket with a random
 sign): the sketch of a sum is the sum of the sketches, its squared length estimates the sum's within about
@@ -23,11 +28,13 @@ starts empty. Plain numpy, no gRPC.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import OrderedDict, deque
 
 import numpy as np
 
 WINDOW = 16  # accepted deltas per site whose sum is bounded
+MIN_COHERENT = 4  # deltas a site's window needs before its mean cosine counts for the other sites' budgets
 BUCKETS = 4096  # count-sketch width (a power of two)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: position × 2⁶⁴/φ, top bits pick the bucket
 _BUCKET_SHIFT = np.uint64(64 - int(math.log2(BUCKETS)))
@@ -67,12 +74,24 @@ class DisplacementBudget:
     def enabled(self) -> bool:
         return self.multiple > 0
 
-    def budget(self, reference: float) -> float:
-        return self.multiple * reference * math.sqrt(WINDOW)
-
-    def _sum(self, site: str) -> np.ndarray | None:
+    def mean_cosine(self, site: str) -> float | None:
+        """The mean cosine between the deltas in `site`'s window, weighted by their lengths, in [0, 1]:
+        (‖Σ δ‖² − Σ ‖δ‖²) / ((Σ ‖δ‖)² − Σ ‖δ‖²); None below MIN_COHERENT deltas."""
         window = self.windows.get(site)
-        return np.sum(window, axis=0) if window else None
+        if window is None or len(window) < MIN_COHERENT:
+            return None
+        lengths = np.array([float(np.linalg.norm(s)) for s in window])
+        squares, pairs = float(lengths @ lengths), float(lengths.sum()) ** 2 - float(lengths @ lengths)
+        if pairs <= 0:
+            return None
+        total = np.sum(window, axis=0)
+        return min(1.0, max(0.0, (float(total @ total) - squares) / pairs))
+
+    def budget(self, reference: float, site: str | None = None) -> float:
+        """The most `site`'s window may add up to, for a delta bounded from `reference`."""
+        others = [c for s in self.windows if s != site and (c := self.mean_cosine(s)) is not None]
+        cosine = statistics.median(others) if others else 0.0
+        return self.multiple * reference * math.sqrt(WINDOW * (1 + (WINDOW - 1) * cosine))
 
     def scale(self, site: str, sketch: np.ndarray, reference: float) -> float:
         """Largest c in [0, 1] with ‖sum of the site's window (but its oldest, when full) + c·delta‖ ≤ budget."""
@@ -83,9 +102,9 @@ class DisplacementBudget:
             return 1.0
         kept = list(window)[1:] if len(window) == WINDOW else list(window)  # the oldest leaves with this delta
         total = np.sum(kept, axis=0) if kept else np.zeros(BUCKETS)
-        limit = self.budget(reference)
+        limit = self.budget(reference, site)
         a, b, c0 = float(sketch @ sketch), float(total @ sketch), float(total @ total) - limit * limit
-        if a <= 0 or a + 2 * b + c0 <= 0:  # the whole delta fits
+        if a <= 0 or a + 2 * b + c0 <= 1e-9 * limit * limit:  # the whole delta fits (within rounding)
             return 1.0
         disc = b * b - a * c0
         if disc < 0:  # the sum is beyond the budget along every c: nothing of this delta may add to it

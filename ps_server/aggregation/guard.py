@@ -214,7 +214,7 @@ class DeltaGuard:
         (`RoundShareSpent`, reason round_share) when, in async `mode` (the live one), it would take its site's
         round beyond the bound."""
         steps, site = push.header.local_steps, self.unit_of(push.client_id)
-        scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
+        scale = norm_scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
         rule = "norm_bound" if scale < 1.0 else ""
         left = self.share_left(site, snapshot, push.numel, mode)
         if self.bound_norm(push.norm, steps) * scale > left * (1 + 1e-9):
@@ -231,7 +231,7 @@ class DeltaGuard:
             if within < 1.0:
                 scale, rule = scale * within, "displacement_budget"
             self._sketches[push.client_id] = applied_sketch * within
-        return BoundedPayload(push, scale, site, rule)
+        return BoundedPayload(push, scale, site, rule, history_norm=push.norm * norm_scale)
 
     # ---- durability -----------------------------------------------------------------------------
 

@@ -120,12 +120,15 @@ class BoundedPayload:
     (an attacker's 1e19-sized delta) lands as an exactly bounded float32 vector.
     """
 
-    def __init__(self, push, scale: float, site: str = "", rule: str = "") -> None:
+    def __init__(self, push, scale: float, site: str = "", rule: str = "", history_norm: float | None = None) -> None:
         self._push, self.scale = push, scale
         self.rule = rule  # the rule that scaled it down ("norm_bound", "displacement_budget"), "" if none
         self.client_id, self.numel, self.header = push.client_id, push.numel, push.header
         self.site = site or push.client_id  # the unit robust windows and quotas count
         self.norm = push.norm * scale
+        # What the site's norm history records: the delta's length within the per-delta bounds, before the
+        # displacement budget, so a site whose deltas that budget shrinks does not shrink the other sites' bounds.
+        self.history_norm = self.norm if history_norm is None else history_norm
 
     @property
     def received(self):

@@ -103,7 +103,8 @@ class SitePrivacy:
                 clip,
             )
         scale = clip_scale(bounded.norm, clip)
-        return BoundedPayload(bounded, scale, bounded.site, "privacy_clip" if scale < 1.0 else bounded.rule)
+        return BoundedPayload(bounded, scale, bounded.site, "privacy_clip" if scale < 1.0 else bounded.rule,
+                              history_norm=bounded.history_norm * scale)
 
     # ---- every round ----------------------------------------------------------------------------
 

@@ -398,3 +398,34 @@ def test_in_sync_mode_a_site_that_pushes_last_in_one_round_and_first_in_the_next
     guard.round_closed(applied=True)
     with pytest.raises(RoundShareSpent):
         land("b.t", 5.0, 8, "async")
+
+
+def test_a_site_held_by_its_displacement_budget_does_not_shrink_the_other_sites_bounds():
+    # Two sites: the hostile one drifts at 0.95 × its bound in one direction, so its displacement budget
+    # shrinks its deltas towards zero. Its norm history keeps their length within the norm bound, so the honest
+    # site's bound (3 × the other site's median) does not shrink with them: every honest delta lands whole.
+    from ps_server.aggregation.displacement import DeltaSketch
+
+    class Sketched(_Push):  # as the ingest decode sketches a push while it validates it
+        def __init__(self, client, values, **kw):
+            super().__init__(client, values, **kw)
+            s = DeltaSketch()
+            s.add(values)
+            self.sketch = s.values
+
+    a = _aggregator(mode="async", buffer_size=1, outer_optimizer="fedavg", global_lr=0.5)
+    direction = np.random.default_rng(99).standard_normal(N)
+    direction /= np.linalg.norm(direction)
+    base, drift_scales = 1, []
+    for r in range(40):
+        honest = _honest(1000 + r)
+        before = _model(a)
+        a.submit(Sketched("clinic.t", honest, tokens=16 * 128 * 50, base=base, steps=50))
+        base = a.model.version
+        np.testing.assert_allclose(_model(a) - before, 0.5 * honest, rtol=1e-4, atol=1e-7, err_msg=f"round {r}")
+        evil = (0.95 * 3 * float(np.linalg.norm(honest)) * direction).astype(np.float32)
+        before = _model(a)
+        a.submit(Sketched("evil.t", evil, tokens=16 * 128 * 50, base=base, steps=50))
+        base = a.model.version
+        drift_scales.append(float((_model(a) - before) @ direction) / (0.5 * float(np.linalg.norm(evil))))
+    assert min(drift_scales) < 0.1  # the drift was held by its budget
