@@ -182,11 +182,12 @@ class AggregationConfig(_Section):
     )
     round_share: bool = Field(
         True,
-        description="Async mode, with the norm bound on: what a site's deltas in its current round add up to "
-        "(the deltas since which fewer deltas of other sites arrived than there are other sites active within "
-        "server.client_timeout_s) stays within its norm bound; a delta beyond is refused (ABORTED, reason "
-        "round_share) and the client retrains on a newer model. Off, a site lands a bounded delta on every "
-        "version however often it pushes, through however many client ids: only for sites that trust each other.",
+        description="Async mode, with the norm bound on: a site's deltas in its current round (those since which "
+        "fewer deltas of other sites arrived than there are other sites active within server.client_timeout_s) "
+        "are at most ⌈norm_bound_multiple⌉ and their sum stays within its norm bound; a delta beyond is refused "
+        "(ABORTED, reason round_share) and the client retrains on a newer model. Off, a site lands a bounded "
+        "delta on every version however often it pushes, through however many client ids: only for sites that "
+        "trust each other.",
     )
     norm_bound_window: int = Field(
         16,

@@ -19,15 +19,17 @@ client ids.
   bounded too, so a drift just under the norm bound in one direction stops adding up.
 - **A site's share of a round**: in async mode every push makes a version and a site's base versions only
   have to increase, so a site could push again on the version its own delta made (through one client id or
-  several) and land many bounded deltas while the other sites train one each. The norms of the deltas a site
-  landed in its current round (those since which fewer deltas of other sites arrived than there are other
-  sites active within the default server.client_timeout_s) add up, with the new one's, to at most its bound;
-  a delta that would go beyond is refused (`RoundShareSpent`, reason `round_share`), not scaled, so every delta
-  that lands is whole (or bounded by the norm bound alone) and no near-empty version lets momentum step the
-  model. An honest site lands about one delta per round; one that pushes several times while the others
-  train lands deltas adding up to its bound (3 of median size) and then waits for them (its client drops
-  the refused delta, as a stale one, and retrains on the next version). In sync mode the rule does not
-  apply: a round is explicit there, and the site quota holds a site to one delta in it.
+  several) and land many bounded deltas while the other sites train one each. A site's deltas in its current
+  round (those since which fewer deltas of other sites arrived than there are other sites active within the
+  default server.client_timeout_s), with the new one, are at most ⌈multiple⌉ (3) and their sum (its length
+  from the deltas' count sketches as folded) is within the site's bound; a delta that would go beyond is
+  refused (`RoundShareSpent`, reason `round_share`), not scaled, so every delta that lands is whole (or
+  bounded by the norm bound alone) and no near-empty version lets momentum step the model. An honest site
+  lands about one delta per round; one that pushes several times while the others train lands up to 3,
+  as long as they add up to its bound (honest deltas share part of their direction, so 3 of median size
+  usually do), and then waits for the others (its client drops the refused delta, as a stale one, and
+  retrains on the next version). In sync mode the rule does not apply: a round is explicit there, and the
+  site quota holds a site to one delta in it.
   `aggregation.round_share` turns the rule off.
 
 Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
@@ -71,6 +73,7 @@ class DeltaGuard:
         self.tokens_per_step = max_tokens_per_sync(fed) // self.max_steps  # batch × block_size
         agg = fed.aggregation
         self.norms = NormBound(agg.norm_bound_multiple, agg.norm_bound_window)
+        self.round_deltas = max(1, math.ceil(agg.norm_bound_multiple))  # a site's deltas in one round, at most
         # A paradigm whose rounds' updates lie along each round's own directions: their sum means nothing.
         self.budget = DisplacementBudget(agg.norm_bound_multiple if fed.paradigm.cumulative else 0.0,
                                          agg.norm_bound_window)
@@ -196,18 +199,36 @@ class DeltaGuard:
         ceiling, start = self.limits(snapshot, numel)
         return self.norms.scale(self.unit_of(client_id), self.bound_norm(norm, local_steps), ceiling, start)
 
-    def share_left(self, site: str, snapshot: Snapshot, numel: int, mode: str = "async") -> float:
-        """What is left of `site`'s share of its current round: its bound minus the (bounded) norms of the
-        deltas it landed in that round. inf in sync mode (a round is explicit there, and the site quota holds a
-        site to one delta in it), when the bound or the rule is off, and for a paradigm whose updates do not add
-        up, such as zeroth-order scalars."""
+    def round_share_refusal(self, site: str, norm: float, sketch: np.ndarray | None, snapshot: Snapshot, numel: int,
+                            mode: str = "async") -> str | None:
+        """Why a delta of `site` (as the round applies it: length `norm`, count sketch `sketch` or None) would
+        take its current round beyond the site's share, or None: the round would hold more than
+        ⌈norm_bound_multiple⌉ of its deltas, or they would add up to more than its bound (the length of their
+        sum, from the sketches of the deltas as folded; the sum of their lengths where a sketch is missing).
+        None in sync mode (a round is explicit there, and the site quota holds a site to one delta in it), when
+        the bound or the rule is off, and for a paradigm whose updates do not add up, such as zeroth-order
+        scalars."""
         if mode != "async" or not self.norms.enabled:
-            return math.inf
+            return None
         if not (self.fed.aggregation.round_share and self.fed.paradigm.cumulative):
-            return math.inf
+            return None
+        landed = self.in_round(site)
+        if landed == 0:
+            return None
+        if landed >= self.round_deltas:
+            return (f"round share: site {site!r} already landed {landed} deltas since the other sites last pushed, "
+                    f"the most a site lands in one round; push again once they have")
         limit = self.norms.limit(site, *self.limits(snapshot, numel))
-        landed = list(self.norms.norms.get(site, ()))[-self.in_round(site) :] if self.in_round(site) else []
-        return limit - sum(landed)
+        window = self.budget.windows.get(site)
+        if sketch is not None and window is not None and len(window) >= landed:
+            total = np.sum(list(window)[-landed:], axis=0) + sketch
+            beyond = float(np.linalg.norm(total)) > limit * (1 + 1e-9)
+        else:
+            beyond = sum(list(self.norms.norms.get(site, ()))[-landed:]) + norm > limit * (1 + 1e-9)
+        if beyond:
+            return (f"round share: site {site!r} already landed deltas adding up to its bound since the other sites "
+                    "last pushed, and this one would go beyond it; push again once they have")
+        return None
 
     def bound(self, push, snapshot: Snapshot, mode: str = "async") -> BoundedPayload:
         """The push as the strategy may fold it: scaled down to the norm bound and its site's budget; refused
@@ -216,21 +237,20 @@ class DeltaGuard:
         steps, site = push.header.local_steps, self.unit_of(push.client_id)
         scale = norm_scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
         rule = "norm_bound" if scale < 1.0 else ""
-        left = self.share_left(site, snapshot, push.numel, mode)
-        if self.bound_norm(push.norm, steps) * scale > left * (1 + 1e-9):
-            raise RoundShareSpent(
-                "round_share",
-                f"round share: site {site!r} already landed deltas adding up to its bound since the other sites "
-                "last pushed, and this one would go beyond it; push again once they have",
-            )
-        sketch = getattr(push, "sketch", None)
+        sketch, applied_sketch = getattr(push, "sketch", None), None
         if sketch is not None and self.budget.enabled:
             applied_sketch = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
             _, start = self.limits(snapshot, push.numel)
             within = self.budget.scale(site, applied_sketch, self.norms.reference(site, start))
             if within < 1.0:
                 scale, rule = scale * within, "displacement_budget"
-            self._sketches[push.client_id] = applied_sketch * within
+            applied_sketch = applied_sketch * within
+        refusal = self.round_share_refusal(site, self.bound_norm(push.norm, steps) * scale, applied_sketch, snapshot,
+                                           push.numel, mode)  # fmt: skip
+        if refusal is not None:
+            raise RoundShareSpent("round_share", refusal)
+        if applied_sketch is not None:
+            self._sketches[push.client_id] = applied_sketch
         return BoundedPayload(push, scale, site, rule, history_norm=push.norm * norm_scale)
 
     # ---- durability -----------------------------------------------------------------------------

@@ -42,6 +42,18 @@ class _Push(ReceivedPush):
         pass
 
 
+class _Sketched(_Push):
+    """A push with the count sketch the ingest decode builds while it validates a payload."""
+
+    def __init__(self, client, values, **kw):
+        from ps_server.aggregation.displacement import DeltaSketch
+
+        super().__init__(client, values, **kw)
+        sketch = DeltaSketch()
+        sketch.add(values)
+        self.sketch = sketch.values
+
+
 def _aggregator(*, version=1, lr=1e-3, rejects=None, **agg) -> Aggregator:
     # Pinned training settings: batch 16 × block 128 × H 50 tokens per sync, AdamW ceiling 1.1·lr·50·√N
     training = TrainingConfig(lr=lr, batch_size=16, local_steps=50, adam_beta1=0.9, adam_beta2=0.95)
@@ -404,15 +416,6 @@ def test_a_site_held_by_its_displacement_budget_does_not_shrink_the_other_sites_
     # Two sites: the hostile one drifts at 0.95 × its bound in one direction, so its displacement budget
     # shrinks its deltas towards zero. Its norm history keeps their length within the norm bound, so the honest
     # site's bound (3 × the other site's median) does not shrink with them: every honest delta lands whole.
-    from ps_server.aggregation.displacement import DeltaSketch
-
-    class Sketched(_Push):  # as the ingest decode sketches a push while it validates it
-        def __init__(self, client, values, **kw):
-            super().__init__(client, values, **kw)
-            s = DeltaSketch()
-            s.add(values)
-            self.sketch = s.values
-
     a = _aggregator(mode="async", buffer_size=1, outer_optimizer="fedavg", global_lr=0.5)
     direction = np.random.default_rng(99).standard_normal(N)
     direction /= np.linalg.norm(direction)
@@ -420,12 +423,64 @@ def test_a_site_held_by_its_displacement_budget_does_not_shrink_the_other_sites_
     for r in range(40):
         honest = _honest(1000 + r)
         before = _model(a)
-        a.submit(Sketched("clinic.t", honest, tokens=16 * 128 * 50, base=base, steps=50))
+        a.submit(_Sketched("clinic.t", honest, tokens=16 * 128 * 50, base=base, steps=50))
         base = a.model.version
         np.testing.assert_allclose(_model(a) - before, 0.5 * honest, rtol=1e-4, atol=1e-7, err_msg=f"round {r}")
         evil = (0.95 * 3 * float(np.linalg.norm(honest)) * direction).astype(np.float32)
         before = _model(a)
-        a.submit(Sketched("evil.t", evil, tokens=16 * 128 * 50, base=base, steps=50))
+        a.submit(_Sketched("evil.t", evil, tokens=16 * 128 * 50, base=base, steps=50))
         base = a.model.version
         drift_scales.append(float((_model(a) - before) @ direction) / (0.5 * float(np.linalg.norm(evil))))
     assert min(drift_scales) < 0.1  # the drift was held by its budget
+
+
+FULL = 16 * 128 * 50  # tokens of one full sync in _aggregator's pinned settings
+
+
+def _correlated(seed: int, axis: np.ndarray, norm: float, cosine: float) -> np.ndarray:
+    """A delta of length `norm` at cosine about `cosine` with every other one drawn around `axis`."""
+    noise = np.random.default_rng(seed).standard_normal(N)
+    v = np.sqrt(cosine) * axis + np.sqrt(1 - cosine) * noise / np.linalg.norm(noise)
+    return (norm * v / np.linalg.norm(v)).astype(np.float32)
+
+
+def _round_share_arena():
+    a = _aggregator(mode="async", buffer_size=1, outer_optimizer="fedavg", global_lr=0.5)
+    a.submit(_Sketched("a.t", _honest(1, rms=0.0025), tokens=FULL, base=1, steps=50))  # b's reference: ‖a‖
+    return a, float(np.linalg.norm(_honest(1, rms=0.0025).astype(np.float64)))
+
+
+def test_a_sites_deltas_in_one_round_whose_lengths_add_beyond_its_bound_land_while_their_sum_is_within_it():
+    # Three deltas of 1.2 × the reference at cosine 0.5 with each other: their lengths add up to 3.6 × (beyond
+    # the bound, 3 ×), their sum's length is 1.2 × √6 = 2.94 ×. The fourth is refused by count, whatever it adds.
+    a, reference = _round_share_arena()
+    axis = np.random.default_rng(5).standard_normal(N)
+    axis /= np.linalg.norm(axis)
+    landed = []
+    for k in range(3):
+        delta = _correlated(10 + k, axis, 1.2 * reference, 0.5)
+        before = _model(a)
+        a.submit(_Sketched("b.t", delta, tokens=FULL, base=a.model.version, steps=50))
+        np.testing.assert_allclose(_model(a) - before, 0.5 * delta, rtol=1e-4, atol=1e-8)  # whole
+        landed.append(delta.astype(np.float64))
+    assert sum(np.linalg.norm(d) for d in landed) > 3 * reference > np.linalg.norm(np.sum(landed, axis=0))
+    before = _model(a).tobytes()
+    with pytest.raises(RoundShareSpent) as refused:
+        a.submit(_Sketched("b.t", -0.1 * landed[0].astype(np.float32), tokens=FULL, base=a.model.version, steps=50))
+    assert refused.value.reason == "round_share" and "3 deltas" in refused.value.message
+    assert _model(a).tobytes() == before
+    a.submit(_Sketched("a.t", _honest(2, rms=0.0025), tokens=FULL, base=a.model.version, steps=50))
+    a.submit(_Sketched("b.t", _correlated(20, axis, reference, 0.5), tokens=FULL, base=a.model.version, steps=50))
+
+
+def test_deltas_of_one_round_in_one_direction_stop_at_the_bound():
+    a, reference = _round_share_arena()
+    axis = np.random.default_rng(6).standard_normal(N)
+    axis = (1.6 * reference * axis / np.linalg.norm(axis)).astype(np.float32)
+    a.submit(_Sketched("b.t", axis, tokens=FULL, base=a.model.version, steps=50))
+    before = _model(a).tobytes()
+    with pytest.raises(RoundShareSpent) as refused:  # 3.2 × the reference along one direction
+        a.submit(_Sketched("b.t", axis, tokens=FULL, base=a.model.version, steps=50))
+    assert "adding up to its bound" in refused.value.message
+    assert _model(a).tobytes() == before
+    a.submit(_Sketched("b.t", -axis, tokens=FULL, base=a.model.version, steps=50))  # its sum is 0: within
