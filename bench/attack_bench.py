@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -107,6 +108,7 @@ def run_once(
     trainers = honest_trainers(fed, HONEST + 1, seed)
     rng = np.random.default_rng(1000 + seed)
     t0 = time.monotonic()
+    shutil.rmtree(work, ignore_errors=True)  # a PS state left by an earlier run would be resumed, not started
     with Reaper() as reaper:
         ps = PSNode(work / "ps", {"aggregation": {"outer_optimizer": outer, "global_lr": OUTERS[outer]}}, metrics=True)
         reaper.add(ps.kill)
