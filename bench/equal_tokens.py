@@ -14,14 +14,18 @@ import argparse
 import glob
 import json
 import statistics
+import sys
+from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from federation.analysis import loss_at_tokens
+from federation.results import CurvePoint
 
 
 def run_row(path: str, points: list[float]) -> dict:
     data = json.loads(open(path).read())
-    tokens = np.array([p["tokens"] for p in data["curve"]], float)
-    loss = np.array([p["loss"] for p in data["curve"]], float)
+    curve = [CurvePoint(t=p["t"], version=p["version"], loss=p["loss"], tokens=p["tokens"]) for p in data["curve"]]
     fast = data["clients"][0].get("statuses", {})
     landed = fast.get("APPLIED", 0) + fast.get("ACCEPTED", 0)
     dropped = fast.get("DEFERRED", 0) + fast.get("STALE", 0)
@@ -29,10 +33,10 @@ def run_row(path: str, points: list[float]) -> dict:
         "path": path,
         "started": data["started_at"],
         "load": data["load_avg_1m"],
-        "final": float(loss[-1]),
-        "tokens": float(tokens[-1]),
+        "final": curve[-1].loss,
+        "tokens": float(curve[-1].tokens),
         "fast": f"{landed}/{dropped}",
-        "at": [float(np.interp(x, tokens, loss)) if x <= tokens[-1] else None for x in points],
+        "at": [loss_at_tokens(curve, int(x)) for x in points],
     }
 
 

@@ -69,6 +69,7 @@ class DisplacementBudget:
     def __init__(self, multiple: float, sites: int) -> None:
         self.multiple, self.sites = multiple, sites
         self.windows: OrderedDict[str, deque[np.ndarray]] = OrderedDict()
+        self._cosines: dict[str, float | None] = {}  # site -> mean_cosine of its window, kept as it changes
 
     @property
     def enabled(self) -> bool:
@@ -77,6 +78,9 @@ class DisplacementBudget:
     def mean_cosine(self, site: str) -> float | None:
         """The mean cosine between the deltas in `site`'s window, weighted by their lengths, in [0, 1]:
         (‖Σ δ‖² − Σ ‖δ‖²) / ((Σ ‖δ‖)² − Σ ‖δ‖²); None below MIN_COHERENT deltas."""
+        return self._cosines.get(site)
+
+    def _window_cosine(self, site: str) -> float | None:
         window = self.windows.get(site)
         if window is None or len(window) < MIN_COHERENT:
             return None
@@ -118,5 +122,7 @@ class DisplacementBudget:
         window = self.windows.pop(site, None) or deque(maxlen=WINDOW)
         window.append(sketch)
         self.windows[site] = window
+        self._cosines[site] = self._window_cosine(site)
         while len(self.windows) > self.sites:
-            self.windows.popitem(last=False)
+            gone, _ = self.windows.popitem(last=False)
+            self._cosines.pop(gone, None)

@@ -43,7 +43,9 @@ class _Push(ReceivedPush):
 
 
 class _Sketched(_Push):
-    """A push with the count sketch the ingest decode builds while it validates a payload."""
+    """A push with the count sketch the ingest decode builds while it validates a payload. The real push is
+    decoded from wire frames as it streams in and sketched piece by piece; this one holds its values in memory
+    and sketches them whole (the same sketch: a sum over pieces)."""
 
     def __init__(self, client, values, **kw):
         from ps_server.aggregation.displacement import DeltaSketch
