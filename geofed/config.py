@@ -178,7 +178,10 @@ class AggregationConfig(_Section):
         "by this multiple of its own norms, and a federation's first delta by the start bound 2 × that ceiling / "
         "√local_steps. The same multiple bounds what a site's last 16 deltas add up to (× √16 × the reference "
         "norm), the outer optimizer's input and step (× the median of recent rounds'), and FedNova deltas as the "
-        "round applies them. 0 disables all of them (not advised outside tests).",
+        "round applies them. Beside them, under an outer optimizer without momentum (fedavg) and once two other "
+        "sites have pushed, a delta's component against the other sites' recent directions (the upper median of "
+        "its projections on them) is held to 0.1 × the norm its site's bound is a multiple of. 0 disables all of "
+        "them (not advised outside tests).",
     )
     round_share: bool = Field(
         True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -111,9 +112,40 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str, *, period:
         time.sleep(period)
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands to `bind(0)` and outgoing connections (Linux's default elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now (for a PS's metrics or status page)."""
-    with socket.socket() as s:
+    """A TCP port nobody listens on right now, for a process that binds it later (a PS, its status page).
+
+    The port lies below the kernel's ephemeral range, so that nothing bound to port 0 in the meantime (a
+    WAN proxy, another server) or any outgoing connection can take it before its owner binds it, or
+    between a restart and the next; a port is handed out once per process.
+    """
+    low, _ = _ephemeral_range()
+    candidates = range(10000, low) if low > 11000 else range(0)
+    rng = random.SystemRandom()
+    for _ in range(200 if candidates else 0):
+        port = rng.choice(candidates)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # no room below the ephemeral range: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -55,7 +55,7 @@ class PSMetrics:
         self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
         self.rate_limited = Counter("geofed_rate_limited", "Calls refused by a rate limit, by RPC", ["rpc"], registry=r)
         self.bounded = Counter("geofed_bounded_deltas", "Deltas scaled down before folding, by the rule that did it "
-                               "(norm_bound, displacement_budget)", ["rule"], registry=r)
+                               "(norm_bound, consensus, displacement_budget)", ["rule"], registry=r)
         self.privacy_epsilon = Gauge("geofed_privacy_epsilon", "Site-level ε spent so far at geofed_privacy_delta "
                                      "(the privacy accountant's, after the latest published version)", registry=r)
         self.privacy_budget = Gauge("geofed_privacy_epsilon_budget", "The most ε the federation may spend (0: no "

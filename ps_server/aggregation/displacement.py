@@ -70,6 +70,7 @@ class DisplacementBudget:
         self.multiple, self.sites = multiple, sites
         self.windows: OrderedDict[str, deque[np.ndarray]] = OrderedDict()
         self._cosines: dict[str, float | None] = {}  # site -> mean_cosine of its window, kept as it changes
+        self._directions: dict[str, np.ndarray] = {}  # site -> unit sketch of its window's sum (none if zero)
 
     @property
     def enabled(self) -> bool:
@@ -90,6 +91,10 @@ class DisplacementBudget:
             return None
         total = np.sum(window, axis=0)
         return min(1.0, max(0.0, (float(total @ total) - squares) / pairs))
+
+    def directions(self) -> dict[str, np.ndarray]:
+        """Each site's recent direction: the unit count sketch of what its window adds up to."""
+        return self._directions
 
     def budget(self, reference: float, site: str | None = None) -> float:
         """The most `site`'s window may add up to, for a delta bounded from `reference`."""
@@ -123,6 +128,13 @@ class DisplacementBudget:
         window.append(sketch)
         self.windows[site] = window
         self._cosines[site] = self._window_cosine(site)
+        total = np.sum(window, axis=0)
+        length = float(np.linalg.norm(total))
+        if length > 0 and math.isfinite(length):
+            self._directions[site] = total / length
+        else:
+            self._directions.pop(site, None)
         while len(self.windows) > self.sites:
             gone, _ = self.windows.popitem(last=False)
             self._cosines.pop(gone, None)
+            self._directions.pop(gone, None)

@@ -15,6 +15,9 @@ client ids.
   against one base version, to multiply its influence.
 - **A norm bound** (`norm_bound.NormBound`), applied to the decoded update; under FedNova to the delta as the
   round will apply it (‖δ‖ · H / τ), so declaring few local steps buys no length.
+- **A consensus bound** (`consensus.ConsensusBound`): a delta's component along the other sites' recent
+  directions (the upper median of its projections) may not be below −0.1 × its site's reference norm, so a
+  site cannot undo what the others train (a sign flip) at the norm bound; under an outer step without momentum.
 - **A displacement budget** (`displacement.DisplacementBudget`): what a site's latest deltas add up to is
   bounded too, so a drift just under the norm bound in one direction stops adding up.
 - **A site's share of a round**: in async mode every push makes a version and a site's base versions only
@@ -49,8 +52,10 @@ from geofed.config import FederationConfig, ServerConfig
 
 from ..errors import AlreadySent, RoundShareSpent
 from ..global_model import Snapshot
+from .consensus import ConsensusBound
 from .displacement import WINDOW, DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
+from .outer import OUTER_OPTIMIZERS
 from .weighting import max_tokens_per_sync
 
 
@@ -77,6 +82,9 @@ class DeltaGuard:
         # A paradigm whose rounds' updates lie along each round's own directions: their sum means nothing.
         self.budget = DisplacementBudget(agg.norm_bound_multiple if fed.paradigm.cumulative else 0.0,
                                          agg.norm_bound_window)
+        # Off where the outer step carries momentum: honest deltas then point back against the overshoot.
+        momentum = OUTER_OPTIMIZERS[agg.outer_optimizer].carries_momentum(agg)
+        self.consensus = ConsensusBound(self.budget, enabled=not momentum)
         self._sketches: dict[str, np.ndarray] = {}  # client -> sketch of its bounded delta, until accepted
         self.applied_base: dict[str, int] = {}  # site -> newest base version of its applied deltas
         self.round_base: dict[str, tuple[str, int]] = {}  # site -> (client, base version) of its open-round delta
@@ -241,7 +249,11 @@ class DeltaGuard:
         if sketch is not None and self.budget.enabled:
             applied_sketch = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
             _, start = self.limits(snapshot, push.numel)
-            within = self.budget.scale(site, applied_sketch, self.norms.reference(site, start))
+            reference = self.norms.reference(site, start)
+            along = self.consensus.scale(site, applied_sketch, reference)
+            if along < 1.0:
+                scale, rule, applied_sketch = scale * along, "consensus", applied_sketch * along
+            within = self.budget.scale(site, applied_sketch, reference)
             if within < 1.0:
                 scale, rule = scale * within, "displacement_budget"
             applied_sketch = applied_sketch * within

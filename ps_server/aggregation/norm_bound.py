@@ -122,7 +122,7 @@ class BoundedPayload:
 
     def __init__(self, push, scale: float, site: str = "", rule: str = "", history_norm: float | None = None) -> None:
         self._push, self.scale = push, scale
-        self.rule = rule  # the rule that scaled it down ("norm_bound", "displacement_budget"), "" if none
+        self.rule = rule  # the rule that scaled it down ("norm_bound", "consensus", "displacement_budget"), "" if none
         self.client_id, self.numel, self.header = push.client_id, push.numel, push.header
         self.site = site or push.client_id  # the unit robust windows and quotas count
         self.norm = push.norm * scale

@@ -28,6 +28,11 @@ class OuterOptimizer(ABC):
 
     name: str = ""
 
+    @classmethod
+    def carries_momentum(cls, cfg: AggregationConfig) -> bool:
+        """Whether a step carries earlier rounds' updates forward (so the model overshoots along them)."""
+        return False
+
     @abstractmethod
     def increment_(self, delta: np.ndarray) -> None:
         """Overwrite the averaged delta Δ with the increment u, so that θ_new = θ + u."""
@@ -86,6 +91,10 @@ class Nesterov(OuterOptimizer):
 
     name = "nesterov"
 
+    @classmethod
+    def carries_momentum(cls, cfg: AggregationConfig) -> bool:
+        return cfg.momentum > 0
+
     def __init__(self, lr: float, momentum: float, numel: int) -> None:
         self.lr, self.momentum = lr, momentum
         self.buf = np.zeros(numel, dtype=np.float32)
@@ -114,6 +123,10 @@ class Adam(OuterOptimizer):
     """FedAdam (Reddi et al., FedOpt) with bias correction; ε plays FedOpt's τ."""
 
     name = "adam"
+
+    @classmethod
+    def carries_momentum(cls, cfg: AggregationConfig) -> bool:
+        return cfg.beta1 > 0
 
     def __init__(self, lr: float, beta1: float, beta2: float, eps: float, numel: int) -> None:
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
@@ -149,6 +162,9 @@ class Adam(OuterOptimizer):
         self.m = np.asarray(state["m"], dtype=np.float32).copy()
         self.v = np.asarray(state["v"], dtype=np.float32).copy()
         self.t = int(state["t"])
+
+
+OUTER_OPTIMIZERS: dict[str, type[OuterOptimizer]] = {c.name: c for c in (FedAvg, Nesterov, Adam)}
 
 
 def build_outer_optimizer(cfg: AggregationConfig, numel: int) -> OuterOptimizer:

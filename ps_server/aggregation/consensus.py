@@ -1,0 +1,71 @@
+"""A consensus bound: a site may not push the model far against where the other sites are taking it.
+
+The norm bound and the displacement budget limit how far a site's deltas reach, not which way they point: a
+site that sends its honest delta's negation (a sign flip), at the norm bound, undoes what the other sites
+train, and no length rule sees it. So each delta's component along the other sites' recent directions is
+bounded from below. For each other site t, u_t is the unit direction of what t's recent accepted deltas add
+up to (its displacement window, `displacement.DisplacementBudget`); the delta's projection is the upper median
+over the other sites of δ·u_t (the middle one of an odd count, the larger middle one of an even count), and
+when that is below
+
+    −allowance × reference
+
+(reference: the norm the site's norm bound is scaled from, the median of the other sites' norms) the delta is
+scaled down until it is on that line. Honest training deltas lie along the other sites' directions (positive
+projections, about a third of their length in the default federation, docs/reliability.md), so the bound
+leaves them alone and only bites on a delta whose projection is clearly negative, whatever else it adds beside
+(noise padding changes its length, not its projection).
+
+The upper median over sites, with at least `MIN_SITES` other sites with a direction, means one hostile site
+cannot aim the bound at an honest one: however its own direction points, an honest delta's upper median is at
+least its projection on one honest site's direction (with three sites, the larger of its projections on the
+other honest site and on the attacker), while a delta against the federation is negative on every honest
+site's direction. With one other site there is no majority to tell which way the federation goes, and the
+bound stays off. One direction per site, so client ids and pushing often buy no votes. The projections come
+from the deltas' count sketches (`displacement.BUCKETS` buckets: about 2% of the delta's length), so the bound
+costs no pass over a delta.
+
+Only under an outer step without momentum (FedAvg, the default): with momentum the model overshoots along
+what the deltas so far added up to, and honest deltas then point back against it (docs/reliability.md), so
+there the bound is off. Plain numpy, no gRPC.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .displacement import DisplacementBudget
+
+MIN_SITES = 2  # other sites with a direction before the bound applies
+ALLOWANCE = 0.1  # the most negative upper-median projection a delta may have, in units of the reference norm
+
+
+class ConsensusBound:
+    """Bounds each delta's upper-median projection on the other sites' directions (from `budget`'s windows)."""
+
+    def __init__(self, budget: DisplacementBudget, allowance: float = ALLOWANCE, *, enabled: bool = True) -> None:
+        self.budget, self.allowance, self._on = budget, allowance, enabled
+
+    @property
+    def enabled(self) -> bool:
+        return self._on and self.budget.enabled
+
+    def projection(self, site: str, sketch: np.ndarray) -> float | None:
+        """The upper median over the other sites of the delta's projection on each one's recent direction;
+        None with fewer than MIN_SITES other sites with a direction."""
+        projections = sorted(float(sketch @ u) for s, u in self.budget.directions().items() if s != site)
+        if len(projections) < MIN_SITES:
+            return None
+        return projections[len(projections) // 2]
+
+    def scale(self, site: str, sketch: np.ndarray, reference: float) -> float:
+        """Factor (≤ 1) that brings the delta's upper-median projection up to −allowance × reference."""
+        if not self.enabled or not math.isfinite(reference) or reference <= 0:
+            return 1.0
+        projection = self.projection(site, sketch)
+        floor = -self.allowance * reference
+        if projection is None or projection >= floor:
+            return 1.0
+        return floor / projection
