@@ -94,6 +94,7 @@ def site_clients(ps: PSNode, site: str, ids: int, reaper: Reaper) -> list[PSClie
             client = PSClient(ps.address, cid, lambda t=token: t, insecure=True)
             reaper.add(client.close)
             client.join()
+            client.start()  # heartbeats, as a running client's: what keeps its site present for the round share
             clients.append(client)
     return clients
 

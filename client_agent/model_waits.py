@@ -13,6 +13,10 @@ from .ps_client import GlobalVersion, PSClient
 
 log = logging.getLogger("geofed.client")
 
+# After a delta its site's round share put off: how long to wait for a newer model before training again on the
+# one held (the sites that held the round may have left; the PS then takes the next delta).
+DEFERRED_WAIT_S = 30.0
+
 
 def first_model(ps: PSClient, timeout_s: float) -> GlobalVersion:
     """The first global model; JoinError (exit 3, a readable reason) if the master never installs one."""
@@ -37,9 +41,12 @@ def next_model(ps: PSClient, fed: FederationConfig, current: GlobalVersion, stat
     """
     if status in ("STALE", "DEFERRED"):  # resync: any model the PS streams next (older after a PS restart)
         while True:
-            got = ps.wait_for_fresh(current, timeout=30.0)
+            got = ps.wait_for_fresh(current, timeout=DEFERRED_WAIT_S)
             if got is not None:
                 return got
+            if status == "DEFERRED":  # the model is current: the sites holding the round may have left
+                log.info("event=retrain_on_model after=deferred version=%d", current.version)
+                return current
             log.info("event=waiting_for_model after=stale")
     if (ps.aggregation_mode or initial_mode(fed.aggregation.mode)) == "sync":
         while True:

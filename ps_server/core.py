@@ -32,6 +32,8 @@ from .stream_slots import StreamSlots
 log = logging.getLogger("geofed.ps")
 
 MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may install
+# A running client heartbeats at least every 15 s (client_agent.ps_client); three missed ones and its site has left.
+PRESENT_FOR_S = 45.0
 
 
 @dataclass
@@ -116,7 +118,7 @@ class ParameterServerCore:
             on_staleness=self.metrics.staleness.observe,
             on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
             client_timeout_s=server.client_timeout_s, unit_of=self.unit_of,
-            on_bounded=lambda rule: self.metrics.bounded.labels(rule).inc(),
+            on_bounded=lambda rule: self.metrics.bounded.labels(rule).inc(), site_present=self.site_present,
         )
         self.streams = StreamSlots(server.max_streams_per_session, server.max_streams_per_site,
                                    server.max_streams)
@@ -375,6 +377,13 @@ class ParameterServerCore:
         if rpc == "PushDelta":
             self.metrics.rejected.labels(exc.reason).inc()
         log.warning("event=stream_refused client=%r rpc=%s reason=%s", client_id, rpc, exc.reason)
+
+    def site_present(self, site: str) -> bool:
+        """Whether a client of `site` called the PS (a heartbeat, a push, a model fetch) within PRESENT_FOR_S:
+        the round share's notion of a site still taking part."""
+        horizon = time.time() - PRESENT_FOR_S
+        with self._clients_lock:
+            return any(c.last_seen >= horizon and (c.site or c.client_id) == site for c in self.clients.values())
 
     def connected_count(self) -> int:
         with self._clients_lock:

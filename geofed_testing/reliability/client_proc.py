@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from client_agent.checkpoint import CheckpointManager, ClientCheckpoint
+from client_agent.errors import DeferredDeltaError
 from client_agent.ps_client import PSClient, PushError, StaleDeltaError
 from geofed.codec import make_codec
 from geofed_testing.ledger import delta_for
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     seq = resumed.step if resumed is not None else 0
     # The PS takes one delta per client and base version: each round trains from a newer model.
     pushed_on = resumed.base_version if resumed is not None else 0
+    deferred = False  # the last push was put off by the site's round share
     emit(events, "start", pid=os.getpid(), seq=seq, resumed=resumed is not None)
     ps = PSClient(args.ps, args.client_id, lambda: Path(args.token_file).read_text().strip(), insecure=True,
                   state_dir=state)
@@ -71,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         emit(events, "joined", version=ps.join_version)
         ps.start()
         while seq < args.rounds:
-            model = ps.wait_for_version(pushed_on, timeout=120)
+            # After a put-off delta, as the agent does: a newer model, or within 30 s the one held again.
+            model = ps.wait_for_version(pushed_on, timeout=30 if deferred else 120)
+            if model is None and deferred:
+                model = ps.latest()
+            deferred = False
             if model is None:
                 emit(events, "error", message="no newer global model within 120 s")
                 return 4
@@ -84,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
                 r = ps.push(base_version=model.version, codec_header=header, frames=frames, num_tokens=100)
             except StaleDeltaError as exc:
                 emit(events, "stale", seq=seq, tag=tag, message=str(exc))
+                continue
+            except DeferredDeltaError as exc:  # as the agent does: drop it and train again
+                emit(events, "deferred", seq=seq, tag=tag, message=str(exc))
+                deferred = True
                 continue
             emit(events, "receipt", seq=seq, tag=tag, status=r.status, version=r.version, attempts=r.attempts)
             seq += 1

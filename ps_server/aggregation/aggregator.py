@@ -83,6 +83,7 @@ class Aggregator:
         unit_of: Callable[[str], str] | None = None,
         on_bounded: Callable[[str], None] | None = None,
         engine: RoundEngine | None = None,
+        site_present: Callable[[str], bool] | None = None,
     ) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
@@ -109,7 +110,7 @@ class Aggregator:
         self.engine.bind(self)
         # vouched weights, one delta per site and base/round, the norm bound and the displacement budget
         self.guard = DeltaGuard(fed, self.unit_of, theta_norm=self.engine.theta_norm, clock=clock,
-                                active_for_s=client_timeout_s)
+                                active_for_s=client_timeout_s, present=site_present)
         self.clock = clock
         # Client round times: the tuned straggler timeout and mode advice; a client with no delta for
         # client_timeout_s (the quorum's notion of gone) leaves them.

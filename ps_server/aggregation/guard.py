@@ -70,6 +70,7 @@ class DeltaGuard:
         theta_norm: Callable[[Snapshot], float] | None = None,
         clock: Callable[[], float] = time.monotonic,
         active_for_s: float = ServerConfig.model_fields["client_timeout_s"].default,
+        present: Callable[[str], bool] | None = None,
     ) -> None:
         self.fed = fed
         self._theta_norm = theta_norm  # ‖θ‖ of a snapshot, where the engine knows it better than its values
@@ -92,6 +93,9 @@ class DeltaGuard:
         self._recent_sites: deque[str] = deque(maxlen=4 * WINDOW)  # the site of each recent accepted delta
         self.clock, self.active_for_s = clock, active_for_s  # a site silent longer than active_for_s has left
         self._landed_at: dict[str, float] = {}  # site -> clock() when its latest delta was accepted
+        # Whether a site has a client taking part now (on a PS: one that called it within the last heartbeats);
+        # every site, where unknown.
+        self.present = present or (lambda site: True)
 
     # ---- weights --------------------------------------------------------------------------------
 
@@ -148,10 +152,14 @@ class DeltaGuard:
     def in_round(self, site: str) -> int:
         """How many of `site`'s latest deltas are in its current round: those since which fewer deltas of
         other sites were accepted than there are other active sites (sites with a norm entry whose latest delta
-        landed within `active_for_s`, server.client_timeout_s's default: a site that left holds no one's round
-        open)."""
+        landed within `active_for_s`, server.client_timeout_s's default, and that are `present` now: a site
+        that left, or whose clients all stopped calling the PS, holds no one's round open)."""
         horizon = self.clock() - self.active_for_s
-        others_needed = sum(1 for s in self.norms.norms if s != site and self._landed_at.get(s, -math.inf) >= horizon)
+        others_needed = sum(
+            1
+            for s in self.norms.norms
+            if s != site and self._landed_at.get(s, -math.inf) >= horizon and self.present(s)
+        )
         own = others = 0
         for s in reversed(self._recent_sites):
             if others >= others_needed:

@@ -81,3 +81,35 @@ def test_next_model_follows_the_live_mode(configured, live, waits):
         assert ps.calls == [("wait", 3)] and got.version == 4
     else:
         assert ps.calls == [("latest",)] and got is current
+
+
+class QuietPS:
+    """A PS that streams nothing newer for `quiet` waits, then a fresh model."""
+
+    def __init__(self, current: GlobalVersion, quiet: int) -> None:
+        self.aggregation_mode, self.quiet, self.waits = "async", quiet, []
+        self.fresh = GlobalVersion(current.version + 1, current.flat, current.manifest)
+
+    def wait_for_fresh(self, than, timeout: float):
+        self.waits.append(timeout)
+        if len(self.waits) <= self.quiet:
+            return None
+        return self.fresh
+
+
+def test_after_a_delta_put_off_the_client_trains_again_on_its_model_once_nothing_newer_came():
+    """The sites that held the round may have left: nothing newer will come, and the PS takes the next delta."""
+    fed = FederationConfig()
+    current = GlobalVersion(3, np.zeros(4, np.float32), ())
+    ps = QuietPS(current, quiet=1)
+    assert next_model(ps, fed, current, "DEFERRED", 3) is current  # type: ignore[arg-type]
+    assert ps.waits == [30.0]
+
+
+def test_after_a_stale_delta_the_client_waits_until_a_fresh_model_comes():
+    """A stale delta's model is behind the PS's: training on it again would be refused again."""
+    fed = FederationConfig()
+    current = GlobalVersion(3, np.zeros(4, np.float32), ())
+    ps = QuietPS(current, quiet=2)
+    assert next_model(ps, fed, current, "STALE", 3) is ps.fresh  # type: ignore[arg-type]
+    assert len(ps.waits) == 3

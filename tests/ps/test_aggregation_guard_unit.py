@@ -378,6 +378,28 @@ def test_a_site_lands_deltas_adding_up_to_its_bound_per_round_and_waits_for_the_
     _land(guard, "b.t", 3.0, 8)  # a site alone is held by nobody's round
 
 
+def test_a_site_no_longer_present_holds_no_other_sites_round():
+    """The last site of a run is not left waiting for a version the others, gone, will never make: a site
+    counts for the round share only while it is present (on a PS: a client of it called within the last
+    heartbeats), and again once it is back."""
+    from ps_server.aggregation.guard import DeltaGuard
+
+    present = {"a": True, "b": True}
+    fed = FederationConfig(training=TrainingConfig(lr=1e-3, batch_size=16, local_steps=50))
+    guard = DeltaGuard(fed, lambda c: c.split(".", 1)[0], clock=lambda: 0.0, present=lambda s: present[s])
+    _land(guard, "a.t", 0.1, 1)
+    for base in (2, 3, 4):
+        _land(guard, "b.t", 0.1, base)
+    with pytest.raises(RoundShareSpent):  # a is present and has not pushed since: b's round is full
+        _land(guard, "b.t", 0.05, 5)
+    present["a"] = False  # a's clients finished (or lost their link): nobody holds b's round
+    for base in (5, 6, 7, 8):
+        _land(guard, "b.t", 0.1, base)
+    present["a"] = True  # a is back, still without a delta since b's last ones: b's round is full again
+    with pytest.raises(RoundShareSpent):
+        _land(guard, "b.t", 0.05, 9)
+
+
 def test_in_sync_mode_a_site_that_pushes_last_in_one_round_and_first_in_the_next_is_not_held():
     # Sync rounds are explicit (the site quota allows one delta per site per round): the round share, an async
     # rule, must not count a site's delta of the previous round against its first push of this one, or a
