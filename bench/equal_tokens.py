@@ -26,7 +26,7 @@ from federation.results import CurvePoint
 def run_row(path: str, points: list[float]) -> dict:
     data = json.loads(open(path).read())
     curve = [CurvePoint(t=p["t"], version=p["version"], loss=p["loss"], tokens=p["tokens"]) for p in data["curve"]]
-    fast = data["clients"][0].get("statuses", {})
+    fast = data["clients"][0].get("statuses", {}) if data["clients"] else {}  # the single process has none
     landed = fast.get("APPLIED", 0) + fast.get("ACCEPTED", 0)
     dropped = fast.get("DEFERRED", 0) + fast.get("STALE", 0)
     return {

@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument(
             "--no-report", action="store_true", help="do not rewrite docs/benchmarks.md afterwards"
         )
+        s.add_argument(
+            "--results-dir",
+            type=Path,
+            default=None,
+            help="save result JSONs under DIR/<scenario>/ instead of bench/results/ (the single-process "
+            "baseline's token budget then comes from the runs saved there); implies --no-report",
+        )
     a = sub.add_parser("all", help="federation + ratedist + a repeat of ours and FedAvg, then the report")
     a.add_argument("--scenario", default="hetero-wan")
     a.add_argument("--work-dir", type=Path, default=Path("runs/bench"))
@@ -109,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("federation", "ratedist"):
             if args.repeat < 1:
                 raise ScenarioError(f"--repeat must be >= 1, got {args.repeat}")
-            run_suite(scenario, args.methods, repeat=args.repeat, work_root=args.work_dir)
-            if not args.no_report:
+            roots = {"results_root": args.results_dir.resolve()} if args.results_dir else {}
+            run_suite(scenario, args.methods, repeat=args.repeat, work_root=args.work_dir, **roots)
+            if not args.no_report and not args.results_dir:
                 write_report(None)  # every saved scenario: one section per scenario, none dropped
         elif args.command == "all":
             run_suite(scenario, MAIN_METHODS, work_root=args.work_dir)

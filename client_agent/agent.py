@@ -67,6 +67,7 @@ class RoundRecord:
     idle_s: float
     train_s: float
     skipped_steps: int = 0  # steps of the round whose loss or gradient was not finite (skipped, as GradScaler does)
+    lr: float = 0.0  # the inner learning rate of the round's last step
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,8 @@ class ClientAgent:
         """The rounds: adopt → local update → evaluate → push → next model → record, until a stop condition."""
         fed, trainer, sync = site.fed, site.trainer, site.sync
         global_model = ranks.lead(partial(first_model, ps, self.cfg.model_wait_timeout_s))
+        if site.clock is not None:
+            site.clock.first_model()
         rounds = bad_rounds = 0
         pending: _InFlight | None = None  # an overlapped round whose push is in flight
         while True:
@@ -281,6 +284,7 @@ class ClientAgent:
             idle_s,
             stats.seconds,
             stats.skipped_steps,
+            stats.lr,
         )
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(rec.__dict__) + "\n")

@@ -75,6 +75,7 @@ class PSClient:
         self.join_version = 0
         self.manifest: Manifest = ()
         self.frozen_digest = ""  # the federation's, as the last Join response named it
+        self.run_started_at = 0.0  # Unix time the PS installed the initial model, as the last Join named it
         # A sharded PS: inner shard bounds (frames must end there) and the map's digest, learnt at Join and
         # on every model transfer; a push cut for an older map comes back STALE.
         self.shard_cuts: tuple[int, ...] = ()
@@ -192,6 +193,7 @@ class PSClient:
         self.ps_version_seen = max(self.ps_version_seen, r.version)
         self.manifest = manifest_from_proto(r.manifest)
         self.frozen_digest = r.frozen_digest
+        self.run_started_at = r.run_started_at or self.run_started_at
         self.learn_shard_map(r)
         self._rejoin.save(r.rejoin_token)
         if restarted:

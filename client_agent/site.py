@@ -35,6 +35,7 @@ from .paradigms import ClientParadigm, client_paradigm
 from .preflight import check_before_join
 from .ps_client import GlobalVersion, PSClient
 from .ranks import Ranks
+from .run_clock import RunClock
 from .slices.state import sharded_meta
 from .sync import SyncContext, SyncPath, start_restore, sync_route
 from .threads import in_thread
@@ -56,6 +57,7 @@ class Site:
     sync: SyncPath
     tuner: LinkTuner
     numel: int  # elements of one push
+    clock: RunClock | None = None  # the federation's progress (training.lr_progress run_time), on rank 0
 
 
 def private_digest(state: dict[str, torch.Tensor]) -> str:
@@ -177,6 +179,10 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         world=ranks.world,
         micro_batch_size=cfg.micro_batch_size or None,
     )
+    clock = None
+    if fed.training.lr_progress == "run_time" and ranks.leader:
+        clock = RunClock(fed.training.run_duration_s, lambda: ps.run_started_at)
+        trainer.progress = clock
     manifest = paradigm.manifest(model)
     numel = paradigm.payload_numel(sum(t.numel for t in manifest))
     tuner = LinkTuner(fed, ps.link, numel, cfg.client_id)
@@ -187,7 +193,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         sync.bootstrap(model, resumed)
     resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
     sync.resend()
-    return Site(fed, paradigm, trainer, sync, tuner, numel)
+    return Site(fed, paradigm, trainer, sync, tuner, numel, clock)
 
 
 def _build(

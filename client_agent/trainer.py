@@ -61,12 +61,26 @@ def warmup_lr(step: int, base_lr: float, warmup_steps: int) -> float:
     return base_lr * min(1.0, (step + 1) / warmup_steps)
 
 
-def scheduled_lr(step: int, cfg: TrainingConfig) -> float:
+def run_cosine(progress: float, base_lr: float, min_ratio: float) -> float:
+    """Cosine from `base_lr` at progress 0 to `base_lr * min_ratio` at progress 1 (clamped to [0, 1])."""
+    p = min(1.0, max(0.0, progress))
+    floor = base_lr * min_ratio
+    return floor + 0.5 * (1.0 + math.cos(math.pi * p)) * (base_lr - floor)
+
+
+def scheduled_lr(step: int, cfg: TrainingConfig, progress: float | None = None) -> float:
     """The inner learning rate of `step`: warm-up, then constant or a cosine decay to a floor.
 
-    Cosine (`lr_schedule="cosine"`) runs from `lr` down to `lr * lr_min_ratio` over the `lr_decay_steps`
-    steps after warm-up (`max_steps` when 0) and stays at the floor afterwards (nanoGPT's `get_lr`).
+    Cosine by steps (`lr_schedule="cosine"`, `lr_progress="steps"`) runs from `lr` down to
+    `lr * lr_min_ratio` over the `lr_decay_steps` steps after warm-up (`max_steps` when 0) and stays at the
+    floor afterwards (nanoGPT's `get_lr`). Cosine by run time (`lr_progress="run_time"`) is the warm-up
+    factor of the client's own `step` times the cosine of the federation's `progress` (0 to 1), which the
+    caller must give.
     """
+    if cfg.lr_progress == "run_time":
+        if progress is None:
+            raise ValueError("lr_progress 'run_time' needs the run's progress")
+        return warmup_lr(step, 1.0, cfg.warmup_steps) * run_cosine(progress, cfg.lr, cfg.lr_min_ratio)
     lr = warmup_lr(step, cfg.lr, cfg.warmup_steps)
     if cfg.lr_schedule == "constant" or step < cfg.warmup_steps:
         return lr
@@ -164,9 +178,21 @@ class LocalTrainer:
         self.scaler = grad_scaler(self.precision, self.device, distributed=world > 1)
         self.slowdown, self.clock, self.sleep = slowdown, clock, sleep
         self.step = 0
+        # The run's progress (0 to 1) for lr_progress run_time; under FSDP the largest of the ranks' (rank 0
+        # holds the federation's clock, the others may answer 0).
+        self.progress: Callable[[], float] | None = None
+
+    def run_progress(self) -> float | None:
+        """The run's progress the schedule follows now; None unless lr_progress is run_time."""
+        if self.cfg.lr_progress != "run_time":
+            return None
+        p = float(self.progress()) if self.progress is not None else 0.0
+        if self.world > 1:
+            p = float(self._all_reduce(torch.tensor(p, device=self.device), "MAX").item())
+        return p
 
     def _set_lr(self) -> float:
-        lr = scheduled_lr(self.step, self.cfg)
+        lr = scheduled_lr(self.step, self.cfg, self.run_progress())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr

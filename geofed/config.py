@@ -284,16 +284,35 @@ class TrainingConfig(_Section):
         description="Fraction of each client's tokens (the tail of its data) held out for the client's own eval "
         "loss and checkpoint ranking; never trained on.",
     )
-    warmup_steps: int = Field(10, ge=0, description="Linear warm-up steps of the inner learning rate.")
+    warmup_steps: int = Field(
+        10, ge=0, description="Linear warm-up steps of the inner learning rate, counted in the client's own steps."
+    )
     lr_schedule: Literal["constant", "cosine"] = Field(
         "constant",
-        description="Inner learning rate after warm-up: constant (rounds have no known end), or a cosine decay "
-        "to lr × lr_min_ratio over lr_decay_steps.",
+        description="Inner learning rate after warm-up: constant, or a cosine decay to lr × lr_min_ratio, over "
+        "the progress lr_progress names.",
+    )
+    lr_progress: Literal["steps", "run_time"] = Field(
+        "steps",
+        description="cosine: what the decay follows. steps: the client's own step count over lr_decay_steps (each "
+        "client decays on its own); run_time: the federation's progress, the seconds since the PS installed the "
+        "initial model over run_duration_s (from 0 to 1, the same on every client at the same moment; a client "
+        "that rejoins mid-run picks it up where the federation is). The rate is then lr × warm-up factor of the "
+        "client's own step × the cosine of the federation's progress. run_time suits runs budgeted in seconds "
+        "(geofed local --duration, the benchmark harness); clients' clocks must agree to within seconds.",
+    )
+    run_duration_s: float = Field(
+        0.0,
+        ge=0,
+        description="lr_progress run_time: the run's length in seconds from the initial model; the rate reaches "
+        "its floor then and stays there. Required (> 0) with run_time; unused otherwise.",
     )
     lr_decay_steps: int = Field(
-        0, ge=0, description="cosine: steps after warm-up over which the rate decays; 0 = max_steps - warmup_steps."
+        0,
+        ge=0,
+        description="cosine by steps: steps after warm-up over which the rate decays; 0 = max_steps - warmup_steps.",
     )
-    lr_min_ratio: float = Field(0.1, ge=0, le=1, description="cosine: the floor as a fraction of lr.")
+    lr_min_ratio: float = Field(0.1, ge=0, le=1, description="cosine: the floor as a fraction of lr (0 to 1).")
     batch_size: int = Field(
         8, ge=1, le=1 << 20, description="Effective batch in sequences per step, equal on every client (§III-C2)."
     )
@@ -314,6 +333,12 @@ class TrainingConfig(_Section):
 
     @model_validator(mode="after")
     def _cosine_needs_an_end(self) -> TrainingConfig:
+        if self.lr_progress == "run_time":
+            if self.lr_schedule != "cosine":
+                raise ValueError("lr_progress 'run_time' shapes a decay: it needs lr_schedule 'cosine'")
+            if self.run_duration_s <= 0:
+                raise ValueError("lr_progress 'run_time' needs run_duration_s > 0 (the run's length in seconds)")
+            return self
         if self.lr_schedule == "cosine" and not self.lr_decay_steps and self.max_steps <= self.warmup_steps:
             raise ValueError("lr_schedule 'cosine' needs lr_decay_steps, or max_steps beyond warmup_steps")
         return self

@@ -21,7 +21,7 @@ from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file,
 from geofed.config import FederationConfig
 
 from .deferred_eval import DeferredEvaluation
-from .local_settings import LOCAL_DEFAULTS, merge_settings
+from .local_settings import LOCAL_DEFAULTS, fill_run_duration, merge_settings
 from .privacy_watch import PrivacyWatch, stopped_by_budget
 from .run_dir import new_run_dir
 
@@ -150,6 +150,7 @@ def run_local_federation(opts: LocalOptions) -> int:
                                               load_settings_file(opts.federation_file)), opts.overrides)
         if opts.ps_shards > 1:
             data["ps_shards"] = opts.ps_shards
+        fill_run_duration(data, opts.duration_s)
         fed = validate_settings(FederationConfig, data)
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))

@@ -21,3 +21,12 @@ def merge_settings(base: dict[str, Any], override: dict[str, Any]) -> dict[str, 
         both = isinstance(value, dict) and isinstance(out.get(key), dict)
         out[key] = merge_settings(out[key], value) if both else value
     return out
+
+
+def fill_run_duration(settings: dict[str, Any], duration_s: float) -> dict[str, Any]:
+    """With training.lr_progress run_time and no run_duration_s given, the run's length is `duration_s`
+    (`geofed local --duration`): the inner learning rate reaches its floor as the run ends."""
+    training = settings.get("training")
+    if isinstance(training, dict) and training.get("lr_progress") == "run_time" and not training.get("run_duration_s"):
+        training["run_duration_s"] = float(duration_s)
+    return settings

@@ -83,6 +83,7 @@ class JoinResult:
     rejoin_expires_at: float
     snapshot: Snapshot | None
     frozen_digest: str = ""  # the federation's, once a joined client declared one
+    run_started_at: float = 0.0  # Unix time the initial model was installed (0: none yet)
 
 
 class ParameterServerCore:
@@ -318,6 +319,7 @@ class ParameterServerCore:
         return JoinResult(
             session_secret, self.registry.session_ttl_s, master, self.model.version, rejoin,
             time.time() + self.registry.rejoin_ttl_s, snap, self.registry.frozen_digest(frozen_key(self.fed)),
+            self.aggregator.run_started_at,
         )
 
     def preview(self, token: str, client_id: str, *, paradigm: str = "", manifest: Manifest = (),

@@ -145,7 +145,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             session=result.session, session_ttl_s=result.session_ttl_s, federation_json=self.core.fed.model_dump_json(),
             version=result.version, master=result.master, server_instance=self.core.instance,
             rejoin_token=result.rejoin_token, rejoin_expires_at=result.rejoin_expires_at,
-            frozen_digest=result.frozen_digest,
+            frozen_digest=result.frozen_digest, run_started_at=result.run_started_at,
         )
         if result.snapshot is not None:
             response.manifest.extend(manifest_to_proto(result.snapshot.manifest))

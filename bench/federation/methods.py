@@ -73,6 +73,10 @@ def _sync(outer: str, lr: float, **extra: Any) -> dict[str, Any]:
 
 
 DAMPED = {"aggregation": {"global_lr": 0.5}}
+# The inner learning rate decays over the run: warm-up by each client's own steps, then a cosine to 0.1 × lr
+# over the federation's progress (seconds since Θ0 over the scenario's budget; tokens over the token
+# budget in the single process). `federation_for` fills run_duration_s with the scenario's budget.
+RUN_COSINE = {"training": {"lr_schedule": "cosine", "lr_progress": "run_time", "lr_min_ratio": 0.1}}
 
 
 def _codec(name: str, *, block: int = 0, ef: bool = True, entropy: str = "huffman") -> Method:
@@ -202,11 +206,27 @@ METHODS: dict[str, Method] = {
             {"training": {"overlap_sync": True, "overlap_eager": "full"}},
         ),
         Method(
+            "ours-run-cosine",
+            "ours, run cosine",
+            "federated",
+            "ours with the inner learning rate decayed over the run: warm-up by the client's own steps, then a "
+            "cosine from lr to 0.1 × lr over the seconds since Θ0 as a fraction of the scenario's budget",
+            RUN_COSINE,
+        ),
+        Method(
             "single",
             "single process",
             "single",
             "one process on the union of the data, same token budget",
             {},
+        ),
+        Method(
+            "single-run-cosine",
+            "single process, run cosine",
+            "single",
+            "one process on the union of the data, same token budget, the inner learning rate decayed as in "
+            "ours-run-cosine over the fraction of its token budget trained",
+            RUN_COSINE,
         ),
         _codec("fp32", entropy="none", ef=False),
         _codec("bf16"),
@@ -267,6 +287,9 @@ def federation_for(scenario: Scenario, method: Method) -> FederationConfig:
     base = base_settings(scenario)
     settings = merge_settings(base, method.overrides)
     settings["name"] = f"bench-{method.name}"[:63]
+    training = settings.setdefault("training", {})
+    if training.get("lr_progress") == "run_time" and not training.get("run_duration_s"):
+        training["run_duration_s"] = float(scenario.budget_s)  # the run's time budget, from Θ0 on the PS
     try:
         return FederationConfig.model_validate(settings)
     except ValidationError as exc:

@@ -3,7 +3,16 @@
 Same model, initialisation, inner optimizer (the agent's `LocalTrainer`), batch and learning rate as
 the federated clients, and the same held-out evaluator; it runs until it has seen as many tokens as
 the most productive federated method, so each method's final loss can be read against it at equal
-tokens (issue target: within 5%). Run as a subprocess, one thread, like a client:
+tokens (target: within 5%). Run as a subprocess, one thread, like a client.
+
+The inner learning rate follows the federation settings' schedule. With `training.lr_progress` run_time
+(the federated clients decay over the fraction of the run's time budget spent) the run's progress here
+is the fraction of the token budget trained: this run is budgeted in tokens, not seconds, and each
+reaches the schedule's floor at the end of its own budget. The warm-up counts this process's steps, as a
+client's counts its own.
+
+    python -m bench.federation.single --federation F.yaml --data a.list b.list --eval-list e.list \
+        --tokens 2000000 --evals 40 --out curve.jsonl --work DIR
 
     python -m bench.federation.single --federation F.yaml --data a.list b.list --eval-list e.list \\
         --tokens 2000000 --evals 40 --out curve.jsonl --work DIR
@@ -60,6 +69,7 @@ def train_single(
     evaluator = GlobalEvaluator(fed, eval_files, work / "eval-tokens.npy")
     per_step = fed.training.batch_size * fed.model.block_size
     total_steps = math.ceil(token_budget / per_step)
+    trainer.progress = lambda: trainer.step * per_step / token_budget  # read only under lr_progress run_time
     every = max(1, math.ceil(total_steps / max(1, evals)))
     start = time.monotonic()
     with open(out, "w", encoding="utf-8") as f:
@@ -86,6 +96,7 @@ def run_single(
     *,
     evals: int = 40,
     timeout_s: float = 3600.0,
+    method: str = "single",
 ) -> RunResult:
     """Run the baseline in a one-thread subprocess and read its token-indexed loss curve."""
     from client_agent.corpus import write_file_list
@@ -128,7 +139,7 @@ def run_single(
     curve = [CurvePoint(**json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
     return RunResult(
         scenario=scenario.name,
-        method="single",
+        method=method,
         kind="single",
         budget_s=curve[-1].t,
         numel=0,

@@ -67,7 +67,7 @@ def run_suite(
             fed_file.write_text(
                 yaml.safe_dump(fed.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
             )
-            result = run_single(scenario, fed_file, data, run_dir, budget)
+            result = run_single(scenario, fed_file, data, run_dir, budget, method=method.name)
             result = dataclasses.replace(result, repeat=repeat)
         else:
             result = FederatedRun(scenario, method.name, fed, data, run_dir, repeat=repeat, log=log).run()

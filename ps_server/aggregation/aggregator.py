@@ -120,6 +120,9 @@ class Aggregator:
         self.acc: Accumulator | None = None
         self.first_at: float | None = None
         self.uploads: dict[str, OrderedDict[str, PushOutcome]] = {}  # client -> its recent upload ids
+        # Unix time the initial model was installed: where the clients' run-time learning-rate schedule starts.
+        # A re-seed after total loss keeps it (the run goes on); checkpoints carry it.
+        self.run_started_at = 0.0
         self.ledger: dict[str, ClientLedger] = {}
         self._pending: dict[str, float] = {}  # client -> weight buffered, credited when applied
         self._round_uploads: list[tuple[str, str]] = []  # (client, upload id) buffered in the open round
@@ -216,6 +219,7 @@ class Aggregator:
             version = max(1, header.base_version)
             snap = self.engine.install(push, version)
             self.acc = None
+            self.run_started_at = self.run_started_at or time.time()
             self.round_times.published(version)
             outcome = PushOutcome("APPLIED", version, message="initial model installed")
             self._remember(push.client_id, header.upload_id, outcome)
@@ -410,6 +414,7 @@ class Aggregator:
                 "contributions": self.contributions.state_dict(),
                 "guard": self.guard.state_dict(),
                 "privacy": self.privacy.state_dict(),
+                "run_started_at": self.run_started_at,
             }
 
     def load_bookkeeping(self, state: dict) -> None:
@@ -422,6 +427,7 @@ class Aggregator:
         self.contributions.load_state_dict(state.get("contributions", {}))
         self.guard.load_state_dict(state.get("guard", {}))
         self.privacy.load_state_dict(state.get("privacy", {}))
+        self.run_started_at = float(state.get("run_started_at", 0.0))
         self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
 
     def resume(self, store: CheckpointStore) -> Resumed | None:
