@@ -1,7 +1,7 @@
 """Where a rejoining client's time goes after Join, step by step in one process (issue 14's rejoin profile).
 
 Replays the agent's restore path on the work folder a `rejoin_bench.py` run leaves behind (its federation,
-data list and the client's `latest.pt`): tokens, checkpoint (mmap), the transformers import, the model
+data list and the client's `latest.pt`): tokens, checkpoint (mmap), the model code's import, the model
 shell, the trainer, the optimizer state, the error-feedback residual and adopting the model, each timed,
 then a cProfile of the optimizer restore. No network: the model adopted is the checkpoint's own.
 
@@ -57,7 +57,7 @@ def main(work: Path) -> None:
     resumed = CheckpointManager(work / "client" / "checkpoints").load_latest()
     lap("checkpoint load (mmap)")
     _preload_model_code()
-    lap("transformers import")
+    lap("model code import (preload)")
     paradigm = client_paradigm(fed.paradigm)
     model = paradigm.prepare(paradigm.build(fed, initialise=False))
     lap("model shell + prepare")

@@ -122,8 +122,8 @@ class ClientAgent:
     def run(self) -> int:
         arm_preemption()
         log.info("event=agent_started client=%s", self.cfg.client_id)  # the agent's code is imported
-        # transformers' model code takes seconds to import; do it while data loads and we Join (rejoin time).
-        # transformers' lazy modules are not safe to import from two threads: set_up joins this first.
+        # numba's import and cache load run while data loads and we Join (rejoin time); set_up joins this
+        # before the model build's own imports.
         preload = threading.Thread(target=_preload_model_code, name="geofed-preload", daemon=True)
         preload.start()
         ps = self._ps_client()
@@ -302,10 +302,9 @@ class ClientAgent:
 
 
 def _preload_model_code() -> None:
+    """What the first round needs that takes a while to import. Not transformers: the default model is
+    `client_agent.gpt2`'s, and a model that needs transformers imports it in the build (`site._build`)."""
     grid_apply.warm()  # numba's import and cache load (~0.3 s), before the first model difference needs them
-    import transformers.models.gpt2.modeling_gpt2  # noqa: F401
-    import transformers.models.llama.modeling_llama  # noqa: F401
-    from transformers import AutoModelForCausalLM  # noqa: F401
 
 
 def _within(fn: Callable[[], object], seconds: float) -> None:

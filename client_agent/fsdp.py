@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from client_agent.flat import Select, flat_numel, selected
-from client_agent.model import hf_config
+from client_agent.model import gpt2_config, hf_config, is_native
 from client_agent.precision import Precision
 from geofed.config import ModelConfig
 
@@ -58,7 +58,7 @@ def init_distributed(backend: str | None = None, timeout_s: float | None = None)
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks to shard one by one: the classes transformers marks `_no_split_modules`."""
+    """The transformer blocks to shard one by one: the classes the model marks `_no_split_modules`."""
     names = set(getattr(model, "_no_split_modules", None) or ())
     return [m for m in model.modules() if type(m).__name__ in names and m is not model]
 
@@ -103,10 +103,16 @@ def shard_model(model: nn.Module, precision: Precision | None = None) -> nn.Modu
     return model
 
 
-def build_on_meta(cfg: ModelConfig) -> nn.Module:
+def build_on_meta(cfg: ModelConfig, *, transformers_model: bool = False) -> nn.Module:
     """The model's structure on the meta device: parameters without storage, buffers built for
     real (the PS does not send them). `shard_model` then allocates only this rank's shards, so no rank
-    ever holds the whole model; they are filled from the global model (`slices.partition.load_global_slices`)."""
+    ever holds the whole model; they are filled from the global model (`slices.partition.load_global_slices`).
+    `transformers_model` as for `client_agent.model.build_model`."""
+    if is_native(cfg, transformers_model):
+        from client_agent.gpt2 import GPT2LMHeadModel
+
+        with torch.device("meta"):
+            return GPT2LMHeadModel(gpt2_config(cfg))  # it has no buffers
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 

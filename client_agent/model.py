@@ -3,6 +3,11 @@
 Pretraining starts from a seeded random init, so every client that builds the same config gets the same
 θ0 (the master client's is the one pushed to the PS, Fig. 1 step 1). With `cfg.path` a local Hugging
 Face checkpoint is loaded instead; nothing is ever downloaded.
+
+GPT-2 built from config is `client_agent.gpt2`'s model, which imports no transformers (seconds of start-up)
+and has transformers' parameter names, shapes and seeded θ0; `transformers_model=True` builds transformers'
+own (for a paradigm whose settings declare `transformers_model`, e.g. peft's adapters). Llama and a
+`cfg.path` checkpoint are always transformers models.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from geofed.config import ModelConfig
+
+from .gpt2 import GPT2Config, GPT2LMHeadModel
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -41,26 +48,35 @@ def check_model_config(cfg: ModelConfig) -> None:
         )
 
 
+def gpt2_config(cfg: ModelConfig) -> GPT2Config:
+    """`client_agent.gpt2`'s config for `cfg`: `cfg.dropout` (0 for pretraining), EOS = the last id."""
+    check_model_config(cfg)
+    if cfg.family != "gpt2":
+        raise ModelConfigError(f"model family {cfg.family!r} has no native implementation; only 'gpt2' has")
+    special = cfg.vocab_size - 1  # the byte tokenizer's EOS (256 of 257); GPT-2's 50256 of 50257 as well
+    return GPT2Config(
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.block_size,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        dropout=cfg.dropout,
+        bos_token_id=special,
+        eos_token_id=special,
+    )
+
+
+def is_native(cfg: ModelConfig, transformers_model: bool = False) -> bool:
+    """Whether `build_model(cfg, transformers_model=...)` builds `client_agent.gpt2`'s model, not transformers'."""
+    return cfg.family == "gpt2" and not cfg.path and not transformers_model
+
+
 def hf_config(cfg: ModelConfig) -> PretrainedConfig:
     """The transformers config for `cfg`: `cfg.dropout` (0 for pretraining), tied embeddings, EOS = the last id."""
     check_model_config(cfg)
     special = cfg.vocab_size - 1  # the byte tokenizer's EOS (256 of 257); GPT-2's 50256 of 50257 as well
     if cfg.family == "gpt2":
-        from transformers import GPT2Config
-
-        return GPT2Config(
-            n_layer=cfg.n_layer,
-            n_head=cfg.n_head,
-            n_embd=cfg.n_embd,
-            vocab_size=cfg.vocab_size,
-            n_positions=cfg.block_size,
-            resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
-            attn_pdrop=cfg.dropout,
-            bos_token_id=special,
-            eos_token_id=special,
-            use_cache=False,
-        )
+        return gpt2_config(cfg).to_transformers()
     if cfg.family == "llama":
         from transformers import LlamaConfig
 
@@ -121,10 +137,18 @@ def _load_pretrained(cfg: ModelConfig) -> nn.Module:
     return model
 
 
-def build_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model from `cfg`: seeded random init, or `cfg.path` loaded from local files."""
+def build_model(cfg: ModelConfig, *, transformers_model: bool = False) -> nn.Module:
+    """Build the model from `cfg`: seeded random init, or `cfg.path` loaded from local files.
+
+    GPT-2 from config is `client_agent.gpt2`'s unless `transformers_model`; both draw the same θ0 for a seed.
+    """
     if cfg.path:
         return _load_pretrained(cfg)
+    if is_native(cfg, transformers_model):
+        config = gpt2_config(cfg)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            return GPT2LMHeadModel(config)
     config = hf_config(cfg)
     from transformers import AutoModelForCausalLM
 
@@ -149,7 +173,7 @@ def lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def build_model_shell(cfg: ModelConfig) -> nn.Module:
+def build_model_shell(cfg: ModelConfig, *, transformers_model: bool = False) -> nn.Module:
     """The model's structure with uninitialised CPU storage, for a client whose weights come from the PS.
 
     Random initialisation of a large model costs seconds that a rejoining client (§III-B4) would throw
@@ -158,6 +182,13 @@ def build_model_shell(cfg: ModelConfig) -> nn.Module:
     """
     if cfg.path:
         return _load_pretrained(cfg)
+    if is_native(cfg, transformers_model):
+        config = gpt2_config(cfg)
+        with torch.device("meta"):
+            model = GPT2LMHeadModel(config)  # no storage, nothing drawn; it has no buffers
+        model.to_empty(device="cpu")
+        model.tie_weights()
+        return model
     config = hf_config(cfg)
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM

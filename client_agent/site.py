@@ -78,8 +78,6 @@ def pick_device(name: str) -> torch.device:
 def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: threading.Thread) -> Site:
     """Everything before the first round (see the module docstring), on every rank."""
     # Data first: a bad data directory must fail before the one-time token is spent.
-    if cfg.tokenizer is not None:
-        preload.join()  # AutoTokenizer imports transformers too: never two threads in its lazy modules
     tokenizer = load_tokenizer(cfg.tokenizer)
     tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
     if report.skipped:
@@ -206,10 +204,13 @@ def _build(
 ) -> torch.nn.Module:
     """The model as the sync path needs it. Only the master's Θ0 needs a random init when everything is
     exchanged; a paradigm that keeps a frozen part builds it on every client (`shell_ok`)."""
-    preload.join()  # transformers' lazy modules are not safe to import from two threads
+    # The preload's imports end first: imports hold the interpreter lock, so side by side they gain nothing,
+    # and transformers' lazy modules (a model that needs them) are not safe to import from two threads.
+    preload.join()
     t0 = time.monotonic()
     if path.slices_only and ranks.distributed and not initialise and paradigm.shell_ok and not fed.model.path:
-        model = paradigm.prepare(build_on_meta(fed.model))  # only this rank's shards are ever allocated
+        # only this rank's shards are ever allocated
+        model = paradigm.prepare(build_on_meta(fed.model, transformers_model=fed.paradigm.transformers_model))
     else:
         model = paradigm.prepare(paradigm.build(fed, initialise=initialise))
     log.info("event=model_built initialised=%s seconds=%.2f", initialise, time.monotonic() - t0)

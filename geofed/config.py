@@ -20,7 +20,11 @@ from geofed.settings_base import Section as _Section
 class ModelConfig(_Section):
     """The causal language model every client trains (built from config, random init for pretraining)."""
 
-    family: Literal["gpt2", "llama"] = Field("gpt2", description="Model family built with transformers.")
+    family: Literal["gpt2", "llama"] = Field(
+        "gpt2",
+        description="Model family: gpt2 (built in plain torch with transformers' layout, or with transformers when the "
+        "paradigm needs it) or llama (built with transformers).",
+    )
     path: str | None = Field(
         None, description="Local checkpoint directory to load instead of building from config (no downloads)."
     )

@@ -1,5 +1,6 @@
 """What each process imports before it needs it: the PS and the launcher no model code at all, the client
-no transformers, peft or accelerate until it builds its model (those imports take seconds)."""
+no transformers, peft or accelerate until it builds its model (those imports take seconds), and none of them
+for the default model (`client_agent.gpt2`) through its first training step."""
 
 from __future__ import annotations
 
@@ -24,6 +25,24 @@ CLIENT_MODULES = (
     "import client_agent.cli, client_agent.agent, client_agent.site, client_agent.preflight, client_agent.ps_client"
 )
 
+# The client's path for the default federation: the agent's preload, the paradigm builds the model (the
+# master's seeded Θ0, a rejoining client's uninitialised shell) and prepares it, and the trainer takes a step.
+DEFAULT_MODEL_STEP = """
+from client_agent.agent import _preload_model_code
+from client_agent.data import TokenStream
+from client_agent.paradigms import client_paradigm
+from client_agent.trainer import LocalTrainer
+from geofed.config import FederationConfig
+_preload_model_code()
+fed = FederationConfig()
+paradigm = client_paradigm(fed.paradigm)
+shell = paradigm.prepare(paradigm.build(fed, initialise=False))
+model = paradigm.prepare(paradigm.build(fed, initialise=True))
+stream = TokenStream(list(b"the quick brown fox jumps over the lazy dog. " * 100), fed.model.block_size, seed=0)
+stats = LocalTrainer(model, fed.training, stream, "cpu", micro_batch_size=2).train(1)
+assert stats.steps == 1, stats
+"""
+
 
 def _imported(code: str) -> list[str]:
     probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
@@ -33,8 +52,8 @@ def _imported(code: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("code", "allowed"),
-    [(PS_MODULES, ()), (LAUNCHER_MODULES, ()), (CLIENT_MODULES, ("torch",))],
-    ids=["ps-every-module", "launcher", "client-before-model-build"],
+    [(PS_MODULES, ()), (LAUNCHER_MODULES, ()), (CLIENT_MODULES, ("torch",)), (DEFAULT_MODEL_STEP, ("torch",))],
+    ids=["ps-every-module", "launcher", "client-before-model-build", "client-default-model-first-step"],
 )
 def test_no_heavy_import_before_it_is_needed(code, allowed):
     assert [m for m in _imported(code) if m not in allowed] == []

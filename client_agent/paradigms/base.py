@@ -58,9 +58,10 @@ class ClientParadigm:
 
     def build(self, fed: FederationConfig, *, initialise: bool) -> nn.Module:
         """The model before `prepare`: initialised when this client seeds Θ0 or the frozen part is needed."""
+        transformers_model = self.settings.transformers_model
         if initialise or not self.shell_ok:
-            return build_model(fed.model)
-        return build_model_shell(fed.model)
+            return build_model(fed.model, transformers_model=transformers_model)
+        return build_model_shell(fed.model, transformers_model=transformers_model)
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """Reparametrise (e.g. inject adapters) and freeze what is not trained; step 3's ϕ := ϕ(θ)."""

@@ -7,7 +7,7 @@ of everything the process touched: parameters, gradients, optimizer state, activ
     python -m client_agent.split.peak_memory --federation JSON --part client|full --steps N
 
 builds one part in a fresh process, trains it `steps` steps on random tokens and prints one JSON line:
-what the process held before the model was built (imports, transformers' included; the peak is reset
+what the process held before the model was built (imports, the model code's included; the peak is reset
 there), the peak after building and training, their difference (what training took), the computed
 parameter + gradient + AdamW bytes beside it, and the last loss.
 """
@@ -33,9 +33,7 @@ from .peak import peak_bytes, reset_peak, resident_bytes
 def measure(fed: FederationConfig, part: str, steps: int, device: str = "cpu") -> dict:
     """Train `part` ('client': the fsl-sage client part; 'full': the whole model) and report its peak."""
     dev = torch.device(device)
-    # The model code first: transformers' import takes ~150 MB of its own, which is not training's.
-    from transformers import GPT2Config, GPT2LMHeadModel  # noqa: F401
-
+    # The model code (`client_agent.gpt2`, imported with the paradigms) is loaded before the peak is reset.
     if not reset_peak(dev):
         raise OSError("this system cannot reset the peak memory counter (/proc/self/clear_refs): no measurement")
     before = resident_bytes(dev)

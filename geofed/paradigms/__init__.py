@@ -1,7 +1,7 @@
 """Per-paradigm settings, one module each; `ParadigmConfig` is their discriminated union (on `name`).
 
 Adding a paradigm: a settings module here (and its entry below), declaring its capabilities on the class
-(`ParadigmSettings`: elementwise, needs_trainer, cumulative, update_ceiling), a client half in
+(`ParadigmSettings`: elementwise, needs_trainer, cumulative, transformers_model, update_ceiling), a client half in
 `client_agent/paradigms/` and a server half in `ps_server/aggregation/strategies/` (its entry in
 `STRATEGY_CLASSES`). Nothing else changes: readers ask the capabilities (`paradigms_with`), never a name.
 """

@@ -25,12 +25,16 @@ class ParadigmSettings(Section):
     - `cumulative`: successive deltas of one site live in one space, so what they add up to means
       something and is bounded (the displacement budget); False when each round's update lies along that
       round's own directions.
+    - `transformers_model`: the client half wraps the model with a library that takes only transformers
+      models (peft), so the client builds transformers' implementation of the family even where it has
+      its own (`client_agent.gpt2`, which starts seconds sooner).
     """
 
     name: str
     elementwise: ClassVar[bool] = False
     needs_trainer: ClassVar[bool] = False
     cumulative: ClassVar[bool] = True
+    transformers_model: ClassVar[bool] = False
 
     def update_ceiling(self, model: Any) -> float | None:
         """The largest L2 norm an honest client's exchanged update can have, when the paradigm fixes it by its

@@ -7,7 +7,7 @@ to the client's data; they never leave the client and ride in its checkpoint acr
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -16,6 +16,8 @@ from .lora import AdapterSettings
 
 class HybridLoRASettings(AdapterSettings):
     """Shared base, private per-client adapters."""
+
+    transformers_model: ClassVar[bool] = True  # peft wraps the model
 
     name: Literal["hybrid-lora"] = Field(
         "hybrid-lora", description="Hybrid LoRA: base exchanged, adapters private to each client."

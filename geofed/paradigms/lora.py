@@ -10,7 +10,7 @@ config, and against the real layers on every client before it trains.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -57,6 +57,8 @@ class AdapterSettings(ParadigmSettings):
 
 class LoRASettings(AdapterSettings):
     """FedIT: clients train LoRA adapters on a frozen base and exchange only the adapters."""
+
+    transformers_model: ClassVar[bool] = True  # peft wraps the model
 
     name: Literal["lora"] = Field("lora", description="Federated LoRA (FedIT): exchange only the adapters A, B.")
     aggregation: Literal["separate", "product"] = Field(
