@@ -84,8 +84,9 @@ def test_a_main_thread_that_swallows_the_preemption_is_ended_by_the_watchdog():
         agent.arm_preemption()
         print("ready", flush=True)
         while True:  # worst case: a handler on the way catches everything
-            try:
-                time.sleep(0.01)
+            try:  # the loop inside the try: a signal taken at the loop's head is swallowed too
+                while True:
+                    time.sleep(0.01)
             except BaseException:
                 pass
     """)
