@@ -12,6 +12,7 @@ PS published last, read back over the wire (closed loop: honest sites react to w
 pushed in fp32 with the tokens and steps an honest client declares. After every round of the three honest
 pushes the fourth site trains on its own split too, then pushes instead of its delta δ:
 
+- honest: δ itself (not an attack: what a fourth honest site does, the yardstick for the attacks);
 - scaled: 10 δ; sign_flip: −δ; noise: Gaussian of 10 × δ's RMS;
 - sybil: 10 δ through 4 client ids of its site credential, one after the other, each on the newest version;
 - drift: 3 × 0.95 ‖δ‖ (just under the bound it can infer from its own honest norm) along one fixed random
@@ -60,7 +61,7 @@ from geofed_apps.evaluate import GlobalEvaluator  # noqa: E402
 from geofed_testing.procs import PSNode, Reaper  # noqa: E402
 from geofed_testing.wire import Observer, join, push  # noqa: E402
 
-ATTACKS = ("none", "scaled", "sign_flip", "noise", "sybil", "drift", "ratchet")
+ATTACKS = ("none", "honest", "scaled", "sign_flip", "noise", "sybil", "drift", "ratchet")
 # Outer learning rates: the default η = 0.5 for FedAvg and Nesterov (μ = 0.9, the default); Adam moves every
 # parameter by about η per step, so it gets 0.01, about one honest delta's per-parameter size.
 OUTERS = {"fedavg": 0.5, "nesterov": 0.5, "adam": 0.01}
@@ -151,7 +152,9 @@ def run_once(
             if evil is not None:
                 delta = evil.train_from(model, t.local_steps).astype(np.float64)
                 norm = float(np.linalg.norm(delta))
-                if attack in ("scaled", "sybil"):
+                if attack == "honest":  # the reference: what one more honest site does to the federation
+                    sent = delta
+                elif attack in ("scaled", "sybil"):
                     sent = SCALE * delta
                 elif attack == "sign_flip":
                     sent = -delta
