@@ -37,7 +37,6 @@ class Connection(Protocol):
     manifest: Manifest
     server_instance: str
     join_version: int
-    ps_version_seen: int
 
     def metadata(self) -> tuple: ...
 
@@ -64,6 +63,7 @@ class ModelStream:
         self.thread: threading.Thread | None = None
         self.bytes_received = 0
         self.resumes = 0
+        self.version_seen = 0  # the newest version a Join or push response named (a newer model waits there)
 
     def start(self, decoders: Mapping) -> None:
         self.decoders = decoders
@@ -127,7 +127,7 @@ class ModelStream:
                 self.resumes += 1
             call = None
             try:
-                self.ps.link.stream_opened(time.monotonic(), self.ps.ps_version_seen > have)
+                self.ps.link.stream_opened(time.monotonic(), self.version_seen > have)
                 call = self.ps.stub.StreamModel(req, metadata=self.ps.metadata())
                 self.call = call
                 for chunk in call:

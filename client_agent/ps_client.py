@@ -89,7 +89,6 @@ class PSClient:
         # The aggregation mode the PS said it runs in its last push response ("" until one says): with
         # aggregation.mode 'auto' it changes between rounds, and the client waits the way the PS runs now.
         self.aggregation_mode = ""
-        self.ps_version_seen = 0  # the newest version a Join or push response named
         self.link = LinkMeter()  # rates, RTT and sizes the tuners plan with
         self.stream = ModelStream(self, self._stop)
 
@@ -190,7 +189,7 @@ class PSClient:
         self.master = r.master
         self.server_instance = r.server_instance
         self.join_version = r.version
-        self.ps_version_seen = max(self.ps_version_seen, r.version)
+        self.stream.version_seen = max(self.stream.version_seen, r.version)
         self.manifest = manifest_from_proto(r.manifest)
         self.frozen_digest = r.frozen_digest
         self.run_started_at = r.run_started_at or self.run_started_at
@@ -358,7 +357,7 @@ class PSClient:
                     log.warning("event=push_retry attempt=%d code=%s", attempt, code.name)
                     time.sleep(backoff.next_delay())
                     continue
-                self.ps_version_seen = max(self.ps_version_seen, result.version)
+                self.stream.version_seen = max(self.stream.version_seen, result.version)
                 if result.aggregation_mode:  # a PS that predates the field leaves it empty
                     self.aggregation_mode = result.aggregation_mode
                 if result.status == pb.STALE:

@@ -243,7 +243,7 @@ def test_the_stream_loop_times_a_transfer_the_ps_could_send_at_once(monkeypatch)
     clock = {"t": 50.0}
     monkeypatch.setattr(model_stream, "time", types.SimpleNamespace(monotonic=lambda: clock["t"], sleep=time.sleep))
     client = _client()
-    client.link.rtt_s, client.ps_version_seen = 0.2, 1
+    client.link.rtt_s, client.stream.version_seen = 0.2, 1
     flat = np.arange(CHUNK // 4, dtype=np.float32)
 
     class Stub:
