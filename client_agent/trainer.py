@@ -85,9 +85,7 @@ def scheduled_lr(step: int, cfg: TrainingConfig, progress: float | None = None) 
     if cfg.lr_schedule == "constant" or step < cfg.warmup_steps:
         return lr
     span = cfg.lr_decay_steps or max(1, cfg.max_steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    floor = cfg.lr * cfg.lr_min_ratio
-    return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - floor)
+    return run_cosine((step - cfg.warmup_steps) / span, cfg.lr, cfg.lr_min_ratio)
 
 
 def split_rows(rows: int, n: int) -> list[int]:

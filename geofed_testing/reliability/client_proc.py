@@ -4,6 +4,11 @@ It does what the agent's loop does on the wire (paper Fig. 1 steps 4-6), minus t
 relaunch re-joins with its persisted rejoin token), take the newest global model, push a delta named by
 (client, round, base version), then write its checkpoint atomically with `client_agent.checkpoint`
 (a ballast tensor stands in for optimizer state, so the write takes long enough to be interrupted).
+A delta put off by its site's round share is dropped and the next round trains on a newer model, or on the
+same one after 30 s, as the agent does (`client_agent.model_waits.next_model`). What the agent does that this
+stand-in does not: train (its deltas are seeded values named by client, round and base version), keep an
+error-feedback residual, tune its codec and interval, and checkpoint its encoded upload before sending it (this
+one checkpoints after the receipt, so a relaunch redoes the round).
 Every step is appended to an events file (fsynced), which the scenario reads to decide when to kill
 and to know which deltas were attempted and which were acknowledged.
 

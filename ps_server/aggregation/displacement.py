@@ -81,15 +81,14 @@ class DisplacementBudget:
         (‖Σ δ‖² − Σ ‖δ‖²) / ((Σ ‖δ‖)² − Σ ‖δ‖²); None below MIN_COHERENT deltas."""
         return self._cosines.get(site)
 
-    def _window_cosine(self, site: str) -> float | None:
-        window = self.windows.get(site)
-        if window is None or len(window) < MIN_COHERENT:
+    def _window_cosine(self, window: deque[np.ndarray], total: np.ndarray) -> float | None:
+        """The mean cosine between the window's sketches, from their sum `total`."""
+        if len(window) < MIN_COHERENT:
             return None
         lengths = np.array([float(np.linalg.norm(s)) for s in window])
         squares, pairs = float(lengths @ lengths), float(lengths.sum()) ** 2 - float(lengths @ lengths)
         if pairs <= 0:
             return None
-        total = np.sum(window, axis=0)
         return min(1.0, max(0.0, (float(total @ total) - squares) / pairs))
 
     def directions(self) -> dict[str, np.ndarray]:
@@ -127,8 +126,8 @@ class DisplacementBudget:
         window = self.windows.pop(site, None) or deque(maxlen=WINDOW)
         window.append(sketch)
         self.windows[site] = window
-        self._cosines[site] = self._window_cosine(site)
         total = np.sum(window, axis=0)
+        self._cosines[site] = self._window_cosine(window, total)
         length = float(np.linalg.norm(total))
         if length > 0 and math.isfinite(length):
             self._directions[site] = total / length
