@@ -55,9 +55,11 @@ from real_clients import honest_trainers  # noqa: E402
 from client_agent.corpus import stdlib_split  # noqa: E402
 from client_agent.flat import flatten, load_flat_, manifest  # noqa: E402
 from client_agent.ps_client import PSClient  # noqa: E402
+from geofed.cli_flags import apply_overrides  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 from geofed.protocol.admin_client import AdminClient  # noqa: E402
 from geofed_apps.evaluate import GlobalEvaluator  # noqa: E402
+from geofed_apps.local_settings import merge_settings  # noqa: E402
 from geofed_testing.procs import PSNode, Reaper  # noqa: E402
 from geofed_testing.wire import Observer, join, push  # noqa: E402
 
@@ -101,9 +103,17 @@ def site_clients(ps: PSNode, site: str, ids: int, reaper: Reaper) -> list[PSClie
 
 
 def run_once(
-    work: Path, seed: int, outer: str, attack: str, rounds: int, evaluator: GlobalEvaluator, control: dict | None
+    work: Path,
+    seed: int,
+    outer: str,
+    attack: str,
+    rounds: int,
+    evaluator: GlobalEvaluator,
+    control: dict | None,
+    overrides: dict | None = None,
 ) -> dict:
-    """One federation; per-version steps, the model after each round, the final held-out loss."""
+    """One federation; per-version steps, the model after each round, the final held-out loss. `overrides`:
+    PS settings over the defaults (nested dicts, as `--set` builds them), the outer optimizer's on top."""
     fed = FederationConfig()
     t = fed.training
     full = t.batch_size * fed.model.block_size * t.local_steps
@@ -112,7 +122,9 @@ def run_once(
     t0 = time.monotonic()
     shutil.rmtree(work, ignore_errors=True)  # a PS state left by an earlier run would be resumed, not started
     with Reaper() as reaper:
-        ps = PSNode(work / "ps", {"aggregation": {"outer_optimizer": outer, "global_lr": OUTERS[outer]}}, metrics=True)
+        outer_settings = {"aggregation": {"outer_optimizer": outer, "global_lr": OUTERS[outer]}}
+        settings = merge_settings(overrides or {}, outer_settings)
+        ps = PSNode(work / "ps", settings, metrics=True)
         reaper.add(ps.kill)
         ps.start()
         master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
@@ -276,7 +288,15 @@ def main() -> int:
     p.add_argument("--attacks", default=",".join(ATTACKS))
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "attack"))
     p.add_argument("--work", default="/tmp/geofed-attack-bench")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a PS setting over the defaults, e.g. aggregation.norm_bound_multiple=2 (repeatable)",
+    )
     args = p.parse_args()
+    overrides = apply_overrides({}, args.set)
     torch.set_num_threads(1)
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
@@ -290,7 +310,8 @@ def main() -> int:
             for attack in ["none", *attacks]:
                 name = f"{outer}-{attack}-seed{seed}"
                 load = load_average()
-                row = run_once(work / name, seed, outer, attack, args.rounds, evaluator, control)
+                row = run_once(work / name, seed, outer, attack, args.rounds, evaluator, control, overrides)
+                row["settings"] = args.set
                 row["uptime_before"] = load
                 row["uptime_after"] = load_average()
                 if control is None:

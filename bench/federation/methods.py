@@ -30,9 +30,11 @@ def _defaults_text() -> str:
     fed = FederationConfig.model_validate(merge_settings(LOCAL_DEFAULTS, BENCH_DEFAULTS))
     agg, codec, shipped = fed.aggregation, fed.codec, CodecConfig().name
     note = "" if codec.name == shipped else f" (the harness's; geofed's default codec is {shipped})"
-    return (f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.global_lr:g}, staleness-scaled "
-            f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec ({codec.entropy}) "
-            f"with{'' if codec.error_feedback else 'out'} error feedback{note}")
+    return (
+        f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.global_lr:g}, staleness-scaled "
+        f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec ({codec.entropy}) "
+        f"with{'' if codec.error_feedback else 'out'} error feedback{note}"
+    )
 
 
 BARRIER_S = 3600.0  # sync interval and straggler timeout far beyond any budget: H steps and the barrier bind
@@ -163,14 +165,26 @@ METHODS: dict[str, Method] = {
             {"aggregation": {"round_share": False}},
         ),
         Method(
+            "ours-bound-2",
+            "ours, norm bound ×2",
+            "federated",
+            "ours with aggregation.norm_bound_multiple 2 instead of 3: each delta at most 2 × the other sites' median "
+            "norm, and a site's round at most 2 deltas adding up to that; measures what the tighter bound costs "
+            "honest sites that push at different rates",
+            {"aggregation": {"norm_bound_multiple": 2.0}},
+        ),
+        Method(
             "ours-autotune",
             "ours + autotune",
             "federated",
             "ours with every live-measured setting on (issue 14): codec auto (int8/int16/bf16 from the link), each "
             "client's T and H from its link and step time, aggregation mode auto (sync until the spread of client "
             "round times passes autotune.async_above, then async), straggler timeout from round times",
-            {"codec": {"name": "auto"}, "aggregation": {"mode": "auto"},
-             "autotune": {"interval": True, "straggler_timeout": True}},
+            {
+                "codec": {"name": "auto"},
+                "aggregation": {"mode": "auto"},
+                "autotune": {"interval": True, "straggler_timeout": True},
+            },
         ),
         Method(
             "ours-auto",
@@ -239,12 +253,17 @@ METHODS: dict[str, Method] = {
     )
 }
 
+
 def _sparse(pct: int) -> Method:
     """Ours (today's defaults) with the sparse codec at `pct` % density: issue 16's table."""
-    return Method(f"ours-sparse{pct}", f"ours, sparse {pct}%", "federated",
-                  f"ours with codec sparse: top-{pct}% of every 4096 values, 2-bit, Rice indices, error feedback "
-                  "β = 1, sparse sum and sparse model stream at the PS",
-                  {"codec": {"name": "sparse", "sparse_density": pct / 100, "error_feedback": True}})
+    return Method(
+        f"ours-sparse{pct}",
+        f"ours, sparse {pct}%",
+        "federated",
+        f"ours with codec sparse: top-{pct}% of every 4096 values, 2-bit, Rice indices, error feedback "
+        "β = 1, sparse sum and sparse model stream at the PS",
+        {"codec": {"name": "sparse", "sparse_density": pct / 100, "error_feedback": True}},
+    )
 
 
 # The sparse mode's comparison (bench/sparse_bench.py): fp32 DiLoCo, today's default (int8 + Huffman), sparse.
@@ -295,4 +314,3 @@ def federation_for(scenario: Scenario, method: Method) -> FederationConfig:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ScenarioError(f"scenario {scenario.name!r}, method {method.name!r}: {problems}") from None
-
