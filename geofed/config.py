@@ -172,7 +172,7 @@ class AggregationConfig(_Section):
     trim_fraction: float = Field(0.1, ge=0, lt=0.5, description="trimmed_mean: fraction cut at each end.")
     clip_norm: float = Field(0.0, ge=0, description="Clip each client's delta to this L2 norm; 0 disables.")
     norm_bound_multiple: float = Field(
-        3.0,
+        2.0,
         ge=0,
         le=1000,
         description="Default-on bounds, counted per site (a site's client ids share them): each delta is scaled "
@@ -180,12 +180,12 @@ class AggregationConfig(_Section):
         "the median of its last 5), never beyond the most the inner AdamW can move the exchanged vector in one "
         "sync (training.lr × training.local_steps × (√numel + weight_decay·‖θ‖), +10%); a site alone is bounded "
         "by this multiple of its own norms, and a federation's first delta by the start bound 2 × that ceiling / "
-        "√local_steps. The same multiple bounds what a site's last 16 deltas add up to (× √16 × the reference "
-        "norm), the outer optimizer's input and step (× the median of recent rounds'), and FedNova deltas as the "
-        "round applies them. Beside them, under an outer optimizer without momentum (fedavg) and once two other "
-        "sites have pushed, a delta's component against the other sites' recent directions (the upper median of "
-        "its projections on them) is held to 0.1 × the norm its site's bound is a multiple of. 0 disables all of "
-        "them (not advised outside tests).",
+        "√local_steps. 1.5 × this multiple bounds what a site's last 16 deltas add up to (× √16 × the reference "
+        "norm, more where the other sites' deltas line up); this multiple bounds the outer optimizer's input and "
+        "step (× the median of recent rounds') and FedNova deltas as the round applies them. Beside them, under "
+        "an outer optimizer without momentum (fedavg) and once two other sites have pushed, a delta's component "
+        "against the other sites' recent directions (the upper median of its projections on them) is held to "
+        "0.1 × the norm its site's bound is a multiple of. 0 disables all of them (not advised outside tests).",
     )
     round_share: bool = Field(
         True,

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from client_agent.errors import DeferredDeltaError
 from client_agent.ps_client import PSClient
 from geofed.codec import decoder_for, make_codec
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
@@ -52,6 +53,7 @@ class LoadResult:
     ledger_ok: bool  # the PS's per-client push counts == our receipts
     lost: int  # acknowledged pushes missing from the model (from the version count)
     double_counted: int
+    deferred: int = 0  # pushes the round share put off (a site's round full until the other sites push)
     errors: list[str] = field(default_factory=list)
     per_second: list[int] = field(default_factory=list)  # receipts per wall-clock second
 
@@ -114,6 +116,7 @@ def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float
     latencies: list[list[float]] = [[] for _ in range(clients)]
     done_at: list[float] = []
     errors: list[str] = []
+    deferred = [0] * clients
     rss: list[int] = [ps.rss_bytes()]
     start = threading.Barrier(clients + 1)
     stop = threading.Event()
@@ -126,6 +129,10 @@ def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float
             t0 = time.perf_counter()
             try:
                 r = conns[i].push(base_version=base, codec_header=header, frames=frames, num_tokens=1)
+            except DeferredDeltaError:  # the site's round is full: push again once the other sites have
+                deferred[i] += 1
+                time.sleep(0.005)
+                continue
             except Exception as exc:  # recorded and reported: a load run must show every failure
                 errors.append(f"c{i}: {type(exc).__name__}: {exc}")
                 return
@@ -172,6 +179,6 @@ def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float
         version=version, exact=bool(np.array_equal(model, expected)),
         max_abs_error=float(np.abs(model.astype(np.float64) - expected).max()),
         ledger_ok=all(counted.get(f"load.c{i:03d}", 0) == n for i, n in enumerate(receipts)),
-        lost=max(0, total - applied), double_counted=max(0, applied - total), errors=errors,
+        lost=max(0, total - applied), double_counted=max(0, applied - total), deferred=sum(deferred), errors=errors,
         per_second=per_second,
     )

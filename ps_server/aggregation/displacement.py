@@ -4,7 +4,7 @@ The norm bound caps each delta, but a site that pushes deltas just under it in o
 model linearly in the number of rounds. So each site's latest `WINDOW` accepted deltas are summed and the
 sum's length, the site's cumulative contribution along its own mean direction, may not exceed
 
-    budget = multiple × reference × √(WINDOW × (1 + (WINDOW − 1) × c))
+    budget = multiple × reference × √(WINDOW × (1 + (WINDOW − 1) × c)),   multiple = OVER_NORM_BOUND × the norm bound's
 
 where `reference` is the norm the site's bound is scaled from (the median of the other sites' norms, see
 norm_bound) and c is the median over the other sites (those with at least `MIN_COHERENT` deltas in their
@@ -34,6 +34,10 @@ from collections import OrderedDict, deque
 import numpy as np
 
 WINDOW = 16  # accepted deltas per site whose sum is bounded
+# The budget's multiple over the norm bound's. A site that pushes often trains each delta on nearly the model of
+# its last, so its window lines up more than the other sites' windows do; at the norm bound's own multiple (2)
+# the budget zeroed a fast honest site's deltas on hetero-wan (docs/reliability.md).
+OVER_NORM_BOUND = 1.5
 MIN_COHERENT = 4  # deltas a site's window needs before its mean cosine counts for the other sites' budgets
 BUCKETS = 4096  # count-sketch width (a power of two)
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: position × 2⁶⁴/φ, top bits pick the bucket

@@ -24,12 +24,12 @@ client ids.
   have to increase, so a site could push again on the version its own delta made (through one client id or
   several) and land many bounded deltas while the other sites train one each. A site's deltas in its current
   round (those since which fewer deltas of other sites arrived than there are other sites active within the
-  default server.client_timeout_s), with the new one, are at most ⌈multiple⌉ (3) and their sum (its length
+  default server.client_timeout_s), with the new one, are at most ⌈multiple⌉ (2) and their sum (its length
   from the deltas' count sketches as folded) is within the site's bound; a delta that would go beyond is
   refused (`RoundShareSpent`, reason `round_share`), not scaled, so every delta that lands is whole (or
   bounded by the norm bound alone) and no near-empty version lets momentum step the model. An honest site
-  lands about one delta per round; one that pushes several times while the others train lands up to 3,
-  as long as they add up to its bound (honest deltas share part of their direction, so 3 of median size
+  lands about one delta per round; one that pushes several times while the others train lands up to 2,
+  as long as they add up to its bound (honest deltas share part of their direction, so 2 of median size
   usually do), and then waits for the others (its client drops the refused delta, as a stale one, and
   retrains on the next version). In sync mode the rule does not apply: a round is explicit there, and the
   site quota holds a site to one delta in it.
@@ -53,7 +53,7 @@ from geofed.config import FederationConfig, ServerConfig
 from ..errors import AlreadySent, RoundShareSpent
 from ..global_model import Snapshot
 from .consensus import ConsensusBound
-from .displacement import WINDOW, DisplacementBudget
+from .displacement import OVER_NORM_BOUND, WINDOW, DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
 from .outer import OUTER_OPTIMIZERS
 from .weighting import max_tokens_per_sync
@@ -81,8 +81,9 @@ class DeltaGuard:
         self.norms = NormBound(agg.norm_bound_multiple, agg.norm_bound_window)
         self.round_deltas = max(1, math.ceil(agg.norm_bound_multiple))  # a site's deltas in one round, at most
         # A paradigm whose rounds' updates lie along each round's own directions: their sum means nothing.
-        self.budget = DisplacementBudget(agg.norm_bound_multiple if fed.paradigm.cumulative else 0.0,
-                                         agg.norm_bound_window)
+        self.budget = DisplacementBudget(
+            OVER_NORM_BOUND * agg.norm_bound_multiple if fed.paradigm.cumulative else 0.0, agg.norm_bound_window
+        )
         # Off where the outer step carries momentum: honest deltas then point back against the overshoot.
         momentum = OUTER_OPTIMIZERS[agg.outer_optimizer].carries_momentum(agg)
         self.consensus = ConsensusBound(self.budget, enabled=not momentum)

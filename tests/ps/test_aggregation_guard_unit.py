@@ -362,18 +362,18 @@ def test_a_site_lands_deltas_adding_up_to_its_bound_per_round_and_waits_for_the_
     now = [0.0]
     fed = FederationConfig(training=TrainingConfig(lr=1e-3, batch_size=16, local_steps=50))
     guard = DeltaGuard(fed, lambda c: c.split(".", 1)[0], clock=lambda: now[0])  # AdamW ceiling 1.1 here
-    _land(guard, "a.t", 0.1, 1)  # two sites of norm 0.1: the bound of each is 3 × the other's median (0.3)
+    _land(guard, "a.t", 0.1, 1)  # two sites of norm 0.1: the bound of each is 2 × the other's median (0.2)
     _land(guard, "b.t", 0.1, 2)
-    _land(guard, "b.t", 0.1, 3)  # b pushes again before a: 2/3 of its bound landed in this round
-    _land(guard, "b.t", 0.1, 4)  # 3/3
+    _land(guard, "b.t", 0.1, 3)  # b pushes again before a: its bound, and the 2 deltas a round holds, landed
     with pytest.raises(RoundShareSpent) as refused:
-        _land(guard, "b.t", 0.05, 5)
+        _land(guard, "b.t", 0.05, 4)
     assert refused.value.reason == "round_share" and "round share" in refused.value.message
-    _land(guard, "a.t", 0.1, 5)  # the other site pushed: b's round starts again
-    _land(guard, "b.t", 3.0, 6)  # scaled to its bound, 0.3: the whole share
+    _land(guard, "a.t", 0.1, 4)  # the other site pushed: b's round starts again
+    _land(guard, "b.t", 3.0, 5)  # scaled to its bound, 0.2: the whole share
     with pytest.raises(RoundShareSpent):
-        _land(guard, "b.s", 0.01, 7)  # another id of b shares its round
+        _land(guard, "b.s", 0.01, 6)  # another id of b shares its round
     now[0] += guard.active_for_s + 1  # a has been silent longer than the client timeout: gone
+    _land(guard, "b.t", 3.0, 6)
     _land(guard, "b.t", 3.0, 7)
     _land(guard, "b.t", 3.0, 8)  # a site alone is held by nobody's round
 
@@ -388,16 +388,16 @@ def test_a_site_no_longer_present_holds_no_other_sites_round():
     fed = FederationConfig(training=TrainingConfig(lr=1e-3, batch_size=16, local_steps=50))
     guard = DeltaGuard(fed, lambda c: c.split(".", 1)[0], clock=lambda: 0.0, present=lambda s: present[s])
     _land(guard, "a.t", 0.1, 1)
-    for base in (2, 3, 4):
+    for base in (2, 3):
         _land(guard, "b.t", 0.1, base)
     with pytest.raises(RoundShareSpent):  # a is present and has not pushed since: b's round is full
-        _land(guard, "b.t", 0.05, 5)
+        _land(guard, "b.t", 0.05, 4)
     present["a"] = False  # a's clients finished (or lost their link): nobody holds b's round
-    for base in (5, 6, 7, 8):
+    for base in (4, 5, 6, 7):
         _land(guard, "b.t", 0.1, base)
     present["a"] = True  # a is back, still without a delta since b's last ones: b's round is full again
     with pytest.raises(RoundShareSpent):
-        _land(guard, "b.t", 0.05, 9)
+        _land(guard, "b.t", 0.05, 8)
 
 
 def test_in_sync_mode_a_site_that_pushes_last_in_one_round_and_first_in_the_next_is_not_held():
@@ -425,7 +425,7 @@ def test_in_sync_mode_a_site_that_pushes_last_in_one_round_and_first_in_the_next
     land("a.t", 0.1, 4, "sync")
     landed = land("b.t", 5.0, 4, "sync")  # b pushes last, at its bound
     guard.round_closed(applied=True)
-    assert landed == pytest.approx(0.3, rel=0.05)  # scaled to 3 × a's median
+    assert landed == pytest.approx(0.2, rel=0.05)  # scaled to 2 × a's median (the default multiple)
     assert land("b.t", 5.0, 5, "sync") == pytest.approx(landed, rel=0.05)  # first in the next round: not held
     guard.round_closed(applied=True)
     land("a.t", 0.1, 6, "async")  # the same pattern in async mode (every push a version) is the burst the rule
@@ -439,7 +439,7 @@ def test_in_sync_mode_a_site_that_pushes_last_in_one_round_and_first_in_the_next
 def test_a_site_held_by_its_displacement_budget_does_not_shrink_the_other_sites_bounds():
     # Two sites: the hostile one drifts at 0.95 × its bound in one direction, so its displacement budget
     # shrinks its deltas towards zero. Its norm history keeps their length within the norm bound, so the honest
-    # site's bound (3 × the other site's median) does not shrink with them: every honest delta lands whole.
+    # site's bound (2 × the other site's median) does not shrink with them: every honest delta lands whole.
     a = _aggregator(mode="async", buffer_size=1, outer_optimizer="fedavg", global_lr=0.5)
     direction = np.random.default_rng(99).standard_normal(N)
     direction /= np.linalg.norm(direction)
@@ -450,7 +450,7 @@ def test_a_site_held_by_its_displacement_budget_does_not_shrink_the_other_sites_
         a.submit(_Sketched("clinic.t", honest, tokens=16 * 128 * 50, base=base, steps=50))
         base = a.model.version
         np.testing.assert_allclose(_model(a) - before, 0.5 * honest, rtol=1e-4, atol=1e-7, err_msg=f"round {r}")
-        evil = (0.95 * 3 * float(np.linalg.norm(honest)) * direction).astype(np.float32)
+        evil = (0.95 * 2 * float(np.linalg.norm(honest)) * direction).astype(np.float32)
         before = _model(a)
         a.submit(_Sketched("evil.t", evil, tokens=16 * 128 * 50, base=base, steps=50))
         base = a.model.version
@@ -475,23 +475,23 @@ def _round_share_arena():
 
 
 def test_a_sites_deltas_in_one_round_whose_lengths_add_beyond_its_bound_land_while_their_sum_is_within_it():
-    # Three deltas of 1.2 × the reference at cosine 0.5 with each other: their lengths add up to 3.6 × (beyond
-    # the bound, 3 ×), their sum's length is 1.2 × √6 = 2.94 ×. The fourth is refused by count, whatever it adds.
+    # Two deltas of 1.1 × the reference at cosine 0.5: their lengths add up to 2.2 × (beyond the default bound,
+    # 2 ×), their sum's length is 1.1 × √3 = 1.91 ×. The third is refused by count, whatever it adds.
     a, reference = _round_share_arena()
     axis = np.random.default_rng(5).standard_normal(N)
     axis /= np.linalg.norm(axis)
     landed = []
-    for k in range(3):
-        delta = _correlated(10 + k, axis, 1.2 * reference, 0.5)
+    for k in range(2):
+        delta = _correlated(10 + k, axis, 1.1 * reference, 0.5)
         before = _model(a)
         a.submit(_Sketched("b.t", delta, tokens=FULL, base=a.model.version, steps=50))
         np.testing.assert_allclose(_model(a) - before, 0.5 * delta, rtol=1e-4, atol=1e-8)  # whole
         landed.append(delta.astype(np.float64))
-    assert sum(np.linalg.norm(d) for d in landed) > 3 * reference > np.linalg.norm(np.sum(landed, axis=0))
+    assert sum(np.linalg.norm(d) for d in landed) > 2 * reference > np.linalg.norm(np.sum(landed, axis=0))
     before = _model(a).tobytes()
     with pytest.raises(RoundShareSpent) as refused:
         a.submit(_Sketched("b.t", -0.1 * landed[0].astype(np.float32), tokens=FULL, base=a.model.version, steps=50))
-    assert refused.value.reason == "round_share" and "3 deltas" in refused.value.message
+    assert refused.value.reason == "round_share" and "2 deltas" in refused.value.message
     assert _model(a).tobytes() == before
     a.submit(_Sketched("a.t", _honest(2, rms=0.0025), tokens=FULL, base=a.model.version, steps=50))
     a.submit(_Sketched("b.t", _correlated(20, axis, reference, 0.5), tokens=FULL, base=a.model.version, steps=50))

@@ -159,7 +159,7 @@ def test_no_reported_throughput_means_no_compute_seconds_and_a_zero_delta_no_mas
 
 
 def test_the_norm_bound_caps_the_mass_it_credits():
-    """Three honest norms of 1 set the default bound to 3 × median = 3: a norm-30 delta is credited as 3."""
+    """Three honest norms of 1 set the default bound to 2 × median = 2: a norm-30 delta is credited as 2."""
     clock = _Clock()
     agg = AggregationConfig(mode="async", buffer_size=1, weighting="tokens", staleness_exponent=1.0)
     fed = FederationConfig(aggregation=agg, training=TrainingConfig(lr=1.0))  # AdamW ceiling far above 30
@@ -173,5 +173,5 @@ def test_the_norm_bound_caps_the_mass_it_credits():
     report = a.contributions.report()
 
     assert {c: r["mass"] for c, r in report.items()} == pytest.approx({"a": 100.0, "b": 100.0, "c": 100.0,
-                                                                       "d": 300.0})
-    assert report["d"]["share_run"] == pytest.approx(300 / 600)
+                                                                       "d": 200.0})
+    assert report["d"]["share_run"] == pytest.approx(200 / 500)
