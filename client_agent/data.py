@@ -601,8 +601,22 @@ class ExampleStream(_Epochs):
 Stream = TokenStream | ExampleStream
 
 
-def open_stream(data: TrainingData, block_size: int, seed: int = 0, *, eval_fraction: float = 0.05) -> Stream:
-    """The stream for loaded data: `ExampleStream` for prompt/completion examples, else `TokenStream`."""
+def open_stream(
+    data: TrainingData,
+    block_size: int,
+    seed: int = 0,
+    *,
+    eval_data: TrainingData | None = None,
+    eval_fraction: float = 0.05,
+) -> Stream:
+    """The stream for loaded data: `ExampleStream` for prompt/completion examples, else `TokenStream`.
+
+    Held out: `eval_data` when given (of the same kind), else the last `eval_fraction` of `data`.
+    """
     if isinstance(data, Examples):
-        return ExampleStream(data, block_size, seed, eval_fraction=eval_fraction)
-    return TokenStream(data, block_size, seed, eval_fraction=eval_fraction)
+        if eval_data is not None and not isinstance(eval_data, Examples):
+            raise DataError("training data are prompt/completion examples but the evaluation data are text")
+        return ExampleStream(data, block_size, seed, eval_examples=eval_data, eval_fraction=eval_fraction)
+    if isinstance(eval_data, Examples):
+        raise DataError("training data are text but the evaluation data are prompt/completion examples")
+    return TokenStream(data, block_size, seed, eval_tokens=eval_data, eval_fraction=eval_fraction)

@@ -244,6 +244,16 @@ def test_a_position_from_other_data_or_the_other_kind_is_refused():
         _stream().load_state_dict(text.state_dict())
 
 
+def test_open_stream_picks_the_stream_by_kind_and_holds_out_the_given_data():
+    examples, held = examples_of(pairs(10)), examples_of(pairs(3, seed=9))
+    stream = open_stream(examples, 32, eval_data=held)
+    assert isinstance(stream, ExampleStream) and len(stream.examples) == 10 and stream.eval_examples is held
+    with pytest.raises(DataError, match="evaluation data are text"):
+        open_stream(examples, 32, eval_data=np.arange(100))
+    with pytest.raises(DataError, match="evaluation data are prompt/completion examples"):
+        open_stream(np.arange(100), 32, eval_data=held)
+
+
 def test_too_few_examples_is_a_clear_error():
     with pytest.raises(DataError, match="1 examples are too few"):
         ExampleStream(examples_of(pairs(1)), 32)
