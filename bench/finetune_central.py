@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from client_agent.data import TokenStream, load_tokens
+    from client_agent.data import load_data, open_stream
     from client_agent.model import count_parameters
     from client_agent.paradigms import client_paradigm
     from client_agent.tokenizer import load_tokenizer
@@ -43,14 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         task = FinetuneTask.write(Path(tmp), args.clients, args.seed)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]
-        tokens, _ = load_tokens(files, load_tokenizer(None))
+        data, _ = load_data(files, load_tokenizer(None))
         before = task.score_base(fed)
         paradigm = client_paradigm(fed.paradigm)
         model = paradigm.prepare(paradigm.build(fed, initialise=True))
         trainer = LocalTrainer(
             model,
             fed.training,
-            TokenStream(tokens, fed.model.block_size, seed=args.seed),
+            open_stream(data, fed.model.block_size, seed=args.seed),
             "cpu",
             micro_batch_size=fed.training.batch_size,
         )

@@ -1,9 +1,14 @@
-"""A site's private training data: files tokenised once into one contiguous token array.
+"""A site's private training data: files tokenised once, as one token array or as prompt/completion examples.
 
-Accepted inputs: text files (`.txt`, `.text`, `.md`, `.py`), JSON Lines with a `text` field, and
-pre-tokenised `.bin` token files (nanoGPT layout; an optional sidecar `<stem>.json` such as
-`{"dtype": "uint32"}` overrides the default uint16). Unreadable or non-UTF-8 files are skipped and
-counted, never fatal; an empty or missing source is an error. Documents are joined with EOS.
+Accepted inputs: text files (`.txt`, `.text`, `.md`, `.py`), JSON Lines, and pre-tokenised `.bin` token
+files (nanoGPT layout; an optional sidecar `<stem>.json` such as `{"dtype": "uint32"}` overrides the
+default uint16). A JSONL record is text (a string `text` field) or a prompt/completion example (string
+`prompt` and `completion` fields, no `text`). Text documents are joined with EOS into one token array that
+`TokenStream` cuts into windows; examples (prompt ids, completion ids, EOS each) become `Examples`, which
+`ExampleStream` serves one per row with the loss on the completion only. A run trains on one kind: data
+holding both is refused. Unreadable or non-UTF-8 files and JSONL lines that are neither kind of record are
+skipped and counted, never fatal; a malformed prompt/completion record, an empty or missing source is an
+error.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from client_agent.batch import MaskedBatch
 from client_agent.tokenizer import Tokenizer, token_dtype
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".py")
@@ -31,13 +37,51 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What loading found: files used and skipped (with why), bad JSONL records, tokens produced."""
+    """What loading found: files used and skipped (with why), bad JSONL records, tokens (and examples) produced."""
 
     files: int
     tokens: int
     skipped: int = 0
     skipped_records: int = 0
     skipped_paths: tuple[str, ...] = field(default_factory=tuple)
+    examples: int = 0  # prompt/completion examples; 0 for text data
+
+
+@dataclass(frozen=True)
+class Examples:
+    """Tokenised prompt/completion examples: example i is `tokens[starts[i]:starts[i + 1]]`, its prompt ids,
+    completion ids and EOS, of which the first `prompt_lens[i]` are the prompt's. `origins[i]` is the
+    (index into `files`, 1-based line) it was read from."""
+
+    tokens: np.ndarray
+    starts: np.ndarray  # int64 [n + 1]
+    prompt_lens: np.ndarray  # int64 [n]
+    origins: np.ndarray  # int64 [n, 2]
+    files: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.prompt_lens.size)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per example (prompt, completion and EOS)."""
+        return np.diff(self.starts)
+
+    @property
+    def counted(self) -> np.ndarray:
+        """Targets per example the loss counts: its completion's tokens and the EOS."""
+        return self.lengths - self.prompt_lens
+
+    def part(self, lo: int, hi: int) -> Examples:
+        """Examples `lo` to `hi` (exclusive), sharing this token array."""
+        return Examples(self.tokens, self.starts[lo : hi + 1], self.prompt_lens[lo:hi], self.origins[lo:hi], self.files)
+
+    def where(self, i: int) -> str:
+        """`path:line` of example `i`."""
+        return f"{self.files[int(self.origins[i, 0])]}:{int(self.origins[i, 1])}"
+
+
+TrainingData = np.ndarray | Examples
 
 
 def _supported(path: Path) -> bool:
@@ -78,22 +122,55 @@ def _read_bin(path: Path) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def _jsonl_texts(raw: str) -> tuple[list[str], int]:
-    """The `text` of each JSONL record, and how many lines were not records with a string `text`."""
-    texts, bad = [], 0
-    for line in raw.splitlines():
+@dataclass
+class _JsonlRecords:
+    """One JSONL file's records: text documents, prompt/completion pairs with their lines, bad lines."""
+
+    texts: list[str] = field(default_factory=list)
+    first_text_line: int = 0
+    pairs: list[tuple[str, str, int]] = field(default_factory=list)
+    bad: int = 0
+
+
+def _jsonl_records(raw: str, path: Path) -> _JsonlRecords:
+    """The records of a JSONL file; lines that are not JSON objects of either kind are counted as bad.
+
+    A record with a `prompt` or `completion` field is a prompt/completion example and must have both, as
+    non-empty prompt and string completion, and no `text`; otherwise it is a DataError naming the line.
+    """
+    out = _JsonlRecords()
+    for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            bad += 1
+            out.bad += 1
             continue
-        if isinstance(record, dict) and isinstance(record.get("text"), str):
-            texts.append(record["text"])
+        if not isinstance(record, dict):
+            out.bad += 1
+        elif "prompt" in record or "completion" in record:
+            out.pairs.append((*_pair(record, f"{path}:{number}"), number))
+        elif isinstance(record.get("text"), str):
+            out.texts.append(record["text"])
+            out.first_text_line = out.first_text_line or number
         else:
-            bad += 1
-    return texts, bad
+            out.bad += 1
+    return out
+
+
+def _pair(record: dict, where: str) -> tuple[str, str]:
+    """(prompt, completion) of a prompt/completion record, or a DataError saying what is wrong with it."""
+    if "text" in record:
+        raise DataError(f"{where}: a record has both `text` and prompt/completion fields; give one kind")
+    for key in ("prompt", "completion"):
+        if key not in record:
+            raise DataError(f"{where}: a prompt/completion record has no {key!r} field")
+        if not isinstance(record[key], str):
+            raise DataError(f"{where}: {key!r} must be a string, got {type(record[key]).__name__}")
+    if not record["prompt"]:
+        raise DataError(f"{where}: the prompt is empty (the completion's first token needs one to follow)")
+    return record["prompt"], record["completion"]
 
 
 def _encode_docs(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype) -> list[np.ndarray]:
@@ -107,13 +184,46 @@ def _encode_docs(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype) -> lis
     return out
 
 
-def tokenize_files(files: Sequence[Path], tokenizer: Tokenizer) -> tuple[np.ndarray, LoadReport]:
-    """Tokenise `files` in order into one array (a zero-copy memmap when the source is a single `.bin`)."""
+class _ExampleBuilder:
+    """Collects tokenised examples into `Examples`."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.pieces: list[np.ndarray] = []
+        self.prompt_lens: list[int] = []
+        self.origins: list[tuple[int, int]] = []
+        self.files: list[str] = []
+
+    def add_file(self, path: Path, pairs: list[tuple[str, str, int]], tokenizer: Tokenizer) -> None:
+        self.files.append(str(path))
+        for prompt, completion, line in pairs:
+            ids = tokenizer.encode(prompt)
+            self.pieces.append(np.asarray([*ids, *tokenizer.encode(completion), tokenizer.eos_id], dtype=self.dtype))
+            self.prompt_lens.append(len(ids))
+            self.origins.append((len(self.files) - 1, line))
+
+    def build(self) -> Examples:
+        starts = np.zeros(len(self.pieces) + 1, dtype=np.int64)
+        np.cumsum([p.size for p in self.pieces], out=starts[1:])
+        return Examples(
+            tokens=np.concatenate(self.pieces),
+            starts=starts,
+            prompt_lens=np.asarray(self.prompt_lens, dtype=np.int64),
+            origins=np.asarray(self.origins, dtype=np.int64).reshape(-1, 2),
+            files=tuple(self.files),
+        )
+
+
+def tokenize_files(files: Sequence[Path], tokenizer: Tokenizer) -> tuple[TrainingData, LoadReport]:
+    """Tokenise `files` in order: text into one array (a zero-copy memmap when the source is a single
+    `.bin`), or prompt/completion records into `Examples`; data holding both kinds is a DataError."""
     if not files:
         raise DataError("no data files given")
     dtype = token_dtype(tokenizer.vocab_size)
     pieces: list[np.ndarray] = []
+    examples = _ExampleBuilder(dtype)
     used, skipped, bad_records = 0, [], 0
+    text_at = ""  # where the first text and the first example were read, for the mixed-data error
     for path in map(Path, files):
         suffix = path.suffix.lower()
         try:
@@ -131,12 +241,28 @@ def tokenize_files(files: Sequence[Path], tokenizer: Tokenizer) -> tuple[np.ndar
                     " it was tokenised with another tokenizer"
                 )
             pieces.append(arr)
+            text_at = text_at or str(path)
+        elif suffix in JSONL_SUFFIXES:
+            records = _jsonl_records(raw, path)
+            bad_records += records.bad
+            pieces.extend(_encode_docs(records.texts, tokenizer, dtype))
+            if any(records.texts) and not text_at:
+                text_at = f"{path}:{records.first_text_line}"
+            if records.pairs:
+                examples.add_file(path, records.pairs, tokenizer)
         else:
-            texts, bad = _jsonl_texts(raw) if suffix in JSONL_SUFFIXES else ([raw], 0)
-            bad_records += bad
-            pieces.extend(_encode_docs(texts, tokenizer, dtype))
+            pieces.extend(_encode_docs([raw], tokenizer, dtype))
+            text_at = text_at or (str(path) if raw else "")
         used += 1
     pieces = [p for p in pieces if p.size]
+    if examples.pieces:
+        if text_at:
+            first = examples.build().where(0)
+            raise DataError(f"the data mix text ({text_at}) and prompt/completion records ({first}); train on one kind")
+        built = examples.build()
+        report = LoadReport(files=used, tokens=int(built.tokens.size), skipped=len(skipped),
+                            skipped_records=bad_records, skipped_paths=tuple(skipped), examples=len(built))
+        return built, report
     if not pieces:
         raise DataError(f"no usable tokens in {len(files)} files ({len(skipped)} unreadable or not UTF-8)")
     tokens = pieces[0] if len(pieces) == 1 else np.concatenate([p.astype(dtype, copy=False) for p in pieces])
@@ -162,36 +288,60 @@ def _fingerprint(files: Sequence[Path], tokenizer: Tokenizer) -> dict:
     return {"tokenizer": tokenizer.name, "vocab_size": tokenizer.vocab_size, "files": entries}
 
 
-def load_tokens(
+def load_data(
     source: str | Path | Sequence[Path], tokenizer: Tokenizer, cache: str | Path | None = None
-) -> tuple[np.ndarray, LoadReport]:
-    """Tokens of a data directory or file list; with `cache` (a `.npy` path) tokenise once, then mmap."""
+) -> tuple[TrainingData, LoadReport]:
+    """Tokens or examples of a data directory or file list; with `cache` (a `.npy` path) tokenise once, then
+    load the cache (text: memory-mapped `cache`; examples: `<stem>.examples.npz` beside it)."""
     files = collect_files(source) if isinstance(source, str | Path) else [Path(p) for p in source]
     if cache is None:
         return tokenize_files(files, tokenizer)
     cache = Path(cache)
     meta_path = cache.with_suffix(".json")
+    examples_path = cache.with_suffix(".examples.npz")
     fingerprint = _fingerprint(files, tokenizer)
-    if cache.is_file() and meta_path.is_file():
+    if meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta.get("fingerprint") == fingerprint:
                 report = meta["report"]
                 report["skipped_paths"] = tuple(report["skipped_paths"])
-                return np.load(cache, mmap_mode="r", allow_pickle=False), LoadReport(**report)
+                if meta.get("kind", "tokens") == "examples":
+                    with np.load(examples_path, allow_pickle=False) as z:
+                        arrays = {k: z[k] for k in ("tokens", "starts", "prompt_lens", "origins")}
+                    return Examples(**arrays, files=tuple(meta["files"])), LoadReport(**report)
+                if cache.is_file():
+                    return np.load(cache, mmap_mode="r", allow_pickle=False), LoadReport(**report)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache is rebuilt below
-    tokens, report = tokenize_files(files, tokenizer)
+    loaded, report = tokenize_files(files, tokenizer)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        np.save(f, np.ascontiguousarray(tokens), allow_pickle=False)
-    os.replace(tmp, cache)
     meta = {"fingerprint": fingerprint, "report": asdict(report)}
+    if isinstance(loaded, Examples):
+        meta |= {"kind": "examples", "files": list(loaded.files)}
+        target, write = examples_path, lambda f: np.savez(
+            f, tokens=loaded.tokens, starts=loaded.starts, prompt_lens=loaded.prompt_lens, origins=loaded.origins
+        )
+    else:
+        target, write = cache, lambda f: np.save(f, np.ascontiguousarray(loaded), allow_pickle=False)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, target)
     tmp_meta = meta_path.with_name(f".{meta_path.name}.tmp-{os.getpid()}")
     tmp_meta.write_text(json.dumps(meta), encoding="utf-8")
     os.replace(tmp_meta, meta_path)
-    return tokens, report
+    return loaded, report
+
+
+def load_tokens(
+    source: str | Path | Sequence[Path], tokenizer: Tokenizer, cache: str | Path | None = None
+) -> tuple[np.ndarray, LoadReport]:
+    """Tokens of a data directory or file list of text (`load_data`); prompt/completion data is a DataError."""
+    loaded, report = load_data(source, tokenizer, cache)
+    if isinstance(loaded, Examples):
+        raise DataError(f"{loaded.where(0)} holds prompt/completion records; this use needs text data")
+    return loaded, report
 
 
 def shard_tokens(tokens: np.ndarray, index: int, n: int) -> np.ndarray:
@@ -218,7 +368,51 @@ def rank_rows(batch_size: int, rank: int, world: int) -> slice:
     return slice(batch_size * rank // world, batch_size * (rank + 1) // world)
 
 
-class TokenStream:
+class _Epochs:
+    """A seeded visiting order per epoch (of windows or examples) and the resumable position (epoch, index).
+
+    Under FSDP every rank draws the same global batch and keeps only its rows (`rank_rows`), so the
+    positions agree across ranks.
+    """
+
+    seed: int
+    epoch: int
+    index: int
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """What `epoch` visits, in order."""
+        raise NotImplementedError
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(epoch, index of the next entry within the epoch)."""
+        return self.epoch, self.index
+
+    def _take(self, need: int) -> np.ndarray:
+        """The next `need` entries of the visiting order, crossing into later epochs as they run out."""
+        chunks = []
+        while need:
+            order = self._order(self.epoch)
+            take = order[self.index : self.index + need]
+            chunks.append(take)
+            need -= take.size
+            self.index += take.size
+            if self.index == order.size:
+                self.epoch, self.index = self.epoch + 1, 0
+        return np.concatenate(chunks)
+
+    def _resume(self, state: dict[str, int], identity: dict[str, int]) -> None:
+        """Resume at a saved position; refuse one whose `identity` values (seed, sizes) differ from ours."""
+        for key, mine in identity.items():
+            if int(state[key]) != mine:
+                raise DataError(f"data position was saved with {key}={int(state[key])}; here it is {mine}")
+        epoch, index = int(state["epoch"]), int(state["index"])
+        if epoch < 0 or not 0 <= index < self._order(epoch).size:
+            raise DataError(f"data position ({epoch}, {index}) is outside the data")
+        self.epoch, self.index = epoch, index
+
+
+class TokenStream(_Epochs):
     """Seeded random windows of `block_size + 1` tokens with a resumable position (epoch, index).
 
     Each epoch lays a grid of windows over the tokens at a seeded offset and visits them in a seeded
@@ -265,10 +459,8 @@ class TokenStream:
         self._epoch_cache = (epoch, starts)
         return starts
 
-    @property
-    def position(self) -> tuple[int, int]:
-        """(epoch, index of the next window within the epoch)."""
-        return self.epoch, self.index
+    def _order(self, epoch: int) -> np.ndarray:
+        return self._epoch_starts(epoch)
 
     def _gather(self, tokens: np.ndarray, starts: np.ndarray) -> torch.Tensor:
         """LongTensor [len(starts), T+1] of the windows at `starts`, one vectorised gather."""
@@ -279,16 +471,7 @@ class TokenStream:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         rows = rank_rows(batch_size, rank, world)
-        chunks, need = [], batch_size
-        while need:
-            starts = self._epoch_starts(self.epoch)
-            take = starts[self.index : self.index + need]
-            chunks.append(take)
-            need -= take.size
-            self.index += take.size
-            if self.index == starts.size:
-                self.epoch, self.index = self.epoch + 1, 0
-        return self._gather(self.tokens, np.concatenate(chunks)[rows])
+        return self._gather(self.tokens, self._take(batch_size)[rows])
 
     def eval_batches(self, n: int, batch_size: int, rank: int = 0, world: int = 1) -> list[torch.Tensor]:
         """`n` fixed batches of evenly spaced held-out windows, the same every call (comparable losses)."""
@@ -311,11 +494,129 @@ class TokenStream:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume at a saved position; refuse one taken on other data, seed or window size."""
-        for key in ("seed", "block_size", "num_tokens"):
-            mine = int(self.tokens.size) if key == "num_tokens" else getattr(self, key)
-            if int(state[key]) != mine:
-                raise DataError(f"data position was saved with {key}={int(state[key])}; here it is {mine}")
-        epoch, index = int(state["epoch"]), int(state["index"])
-        if epoch < 0 or not 0 <= index < self._epoch_starts(epoch).size:
-            raise DataError(f"data position ({epoch}, {index}) is outside the data")
-        self.epoch, self.index = epoch, index
+        if state.get("kind", "tokens") != "tokens":
+            raise DataError("data position was saved on prompt/completion examples; here the data are text")
+        self._resume(state, {"seed": self.seed, "block_size": self.block_size, "num_tokens": int(self.tokens.size)})
+
+
+class ExampleStream(_Epochs):
+    """Seeded prompt/completion examples, one per row of `block_size + 1` tokens, with their loss mask.
+
+    A row is the example's ids (prompt, completion, EOS) padded after the EOS with EOS; an example longer
+    than the row loses the start of its prompt (at least one prompt token stays), and one whose completion
+    and EOS alone do not fit after that token is refused with its file and line. The counted targets are
+    the completion's tokens and the EOS. The last `eval_fraction` of the examples (at least one) is held
+    out unless `eval_examples` are given. Each epoch visits every training example once in a seeded
+    permutation; position, resumption, FSDP rows and fixed held-out batches work as `TokenStream`'s.
+    """
+
+    def __init__(
+        self,
+        examples: Examples,
+        block_size: int,
+        seed: int = 0,
+        *,
+        eval_examples: Examples | None = None,
+        eval_fraction: float = 0.05,
+    ) -> None:
+        if block_size < 1:
+            raise DataError(f"block_size must be >= 1, got {block_size}")
+        if eval_examples is None:
+            if not 0 < eval_fraction < 1:
+                raise DataError(f"eval fraction must be in (0, 1), got {eval_fraction}")
+            n = len(examples)
+            n_eval = max(int(n * eval_fraction), 1)
+            if n - n_eval < 1:
+                raise DataError(f"{n} examples are too few to hold out {n_eval} for evaluation and train")
+            examples, eval_examples = examples.part(0, n - n_eval), examples.part(n - n_eval, n)
+        for what, ex in (("training", examples), ("evaluation", eval_examples)):
+            if not len(ex):
+                raise DataError(f"no {what} examples")
+            too_long = np.flatnonzero(ex.counted > block_size)
+            if too_long.size:
+                i = int(too_long[0])
+                raise DataError(
+                    f"{ex.where(i)}: the completion and EOS are {int(ex.counted[i])} tokens; a row of"
+                    f" {block_size + 1} holds at most {block_size} after the prompt's last token"
+                )
+        self.examples, self.eval_examples = examples, eval_examples
+        self.block_size, self.seed = block_size, seed
+        self.epoch, self.index = 0, 0
+        self._row = np.arange(block_size + 1, dtype=np.int64)
+        self._epoch_cache: tuple[int, np.ndarray] | None = None
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """Example indices of `epoch`, in visiting order."""
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples)).astype(np.int64)
+            self._epoch_cache = (epoch, order)
+        return self._epoch_cache[1]
+
+    def _rows(self, ex: Examples, picked: np.ndarray, rows: slice) -> MaskedBatch:
+        """The batch of examples `picked` (a global batch), this rank's `rows` of it."""
+        total = int(ex.counted[picked].sum())
+        picked = picked[rows]
+        start, length, prompt = ex.starts[picked], ex.lengths[picked], ex.prompt_lens[picked]
+        cut = np.maximum(length - (self.block_size + 1), 0)  # prompt tokens dropped from the left
+        kept = length - cut
+        source = (start + cut)[:, None] + np.minimum(self._row[None, :], (kept - 1)[:, None])  # pad: the EOS again
+        target = self._row[None, 1:]  # target j is row token j + 1
+        mask = (target >= (prompt - cut)[:, None]) & (target < kept[:, None])
+        return MaskedBatch(torch.from_numpy(ex.tokens[source].astype(np.int64)), torch.from_numpy(mask), total)
+
+    def next_batch(self, batch_size: int, rank: int = 0, world: int = 1) -> MaskedBatch:
+        """The next global batch of `batch_size` examples; this rank's rows of it ([b, T+1] and mask [b, T])."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        rows = rank_rows(batch_size, rank, world)
+        return self._rows(self.examples, self._take(batch_size), rows)
+
+    def eval_batches(self, n: int, batch_size: int, rank: int = 0, world: int = 1) -> list[MaskedBatch]:
+        """`n` fixed batches of evenly spaced held-out examples, the same every call (comparable losses)."""
+        if n < 1 or batch_size < 1:
+            raise ValueError(f"need n >= 1 and batch_size >= 1, got n={n}, batch_size={batch_size}")
+        last = len(self.eval_examples) - 1
+        picks = np.linspace(0, last, n * batch_size).round().astype(np.int64).reshape(n, batch_size)
+        rows = rank_rows(batch_size, rank, world)
+        return [self._rows(self.eval_examples, p, rows) for p in picks]
+
+    def state_dict(self) -> dict[str, int | str]:
+        """The position plus what it is only valid for (seed, row size, number of examples)."""
+        return {
+            "kind": "examples",
+            "epoch": self.epoch,
+            "index": self.index,
+            "seed": self.seed,
+            "block_size": self.block_size,
+            "num_examples": len(self.examples),
+        }
+
+    def load_state_dict(self, state: dict[str, int | str]) -> None:
+        """Resume at a saved position; refuse one taken on other data, seed or row size."""
+        if state.get("kind") != "examples":
+            raise DataError("data position was saved on text data; here the data are prompt/completion examples")
+        self._resume(state, {"seed": self.seed, "block_size": self.block_size, "num_examples": len(self.examples)})
+
+
+Stream = TokenStream | ExampleStream
+
+
+def open_stream(
+    data: TrainingData,
+    block_size: int,
+    seed: int = 0,
+    *,
+    eval_data: TrainingData | None = None,
+    eval_fraction: float = 0.05,
+) -> Stream:
+    """The stream for loaded data: `ExampleStream` for prompt/completion examples, else `TokenStream`.
+
+    Held out: `eval_data` when given (of the same kind), else the last `eval_fraction` of `data`.
+    """
+    if isinstance(data, Examples):
+        if eval_data is not None and not isinstance(eval_data, Examples):
+            raise DataError("training data are prompt/completion examples but the evaluation data are text")
+        return ExampleStream(data, block_size, seed, eval_examples=eval_data, eval_fraction=eval_fraction)
+    if isinstance(eval_data, Examples):
+        raise DataError("training data are text but the evaluation data are prompt/completion examples")
+    return TokenStream(data, block_size, seed, eval_tokens=eval_data, eval_fraction=eval_fraction)

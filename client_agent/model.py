@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from geofed.config import ModelConfig
 
+from .batch import Batch, batch_tokens, next_token_loss
 from .gpt2 import GPT2Config, GPT2LMHeadModel
 
 if TYPE_CHECKING:
@@ -164,13 +164,16 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def lm_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy of `batch` [B, T+1]: inputs are [:, :-1], targets [:, 1:]."""
-    if batch.dim() != 2 or batch.shape[1] < 2:
-        raise ValueError(f"batch must be [B, T+1] with T >= 1, got shape {tuple(batch.shape)}")
-    inputs, targets = batch[:, :-1], batch[:, 1:]
-    logits = model(input_ids=inputs, use_cache=False).logits  # (B, T, V)
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+def lm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Mean next-token cross-entropy of `batch` [B, T+1]: inputs are [:, :-1], targets [:, 1:].
+
+    A `MaskedBatch` (prompt/completion data) averages over its counted targets only (`next_token_loss`).
+    """
+    tokens = batch_tokens(batch)
+    if tokens.dim() != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"batch must be [B, T+1] with T >= 1, got shape {tuple(tokens.shape)}")
+    logits = model(input_ids=tokens[:, :-1], use_cache=False).logits  # (B, T, V)
+    return next_token_loss(logits, batch)
 
 
 def build_model_shell(cfg: ModelConfig, *, transformers_model: bool = False) -> nn.Module:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from geofed.config import ClientConfig, FederationConfig
 
-from .data import TokenStream
+from .data import Stream, TrainingData, open_stream
 from .errors import SiteError
 from .model import check_model_source
 from .paradigms import ClientParadigm, ParadigmError, client_paradigm
@@ -33,7 +32,7 @@ class Checked:
 
     paradigm: ClientParadigm
     precision: Precision
-    stream: TokenStream
+    stream: Stream
 
 
 def check_device(device: torch.device) -> None:
@@ -47,7 +46,7 @@ def check_device(device: torch.device) -> None:
 
 
 def check_before_join(
-    cfg: ClientConfig, fed: FederationConfig, tokenizer: Tokenizer, tokens: np.ndarray, device: torch.device
+    cfg: ClientConfig, fed: FederationConfig, tokenizer: Tokenizer, data: TrainingData, device: torch.device
 ) -> Checked:
     """Every check of this site against `fed` that needs no model; raises the first failure's one-line error."""
     check_vocab(tokenizer, fed.model.vocab_size)
@@ -58,5 +57,5 @@ def check_before_join(
     check_model_source(fed.model)
     check_device(device)
     precision = pick_precision(fed.training.precision, device)
-    stream = TokenStream(tokens, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
+    stream = open_stream(data, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
     return Checked(paradigm, precision, stream)

@@ -25,7 +25,7 @@ from geofed.manifest import TensorEntry
 
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
-from .data import load_tokens
+from .data import load_data
 from .errors import JoinError
 from .flat import ManifestMismatch, check_manifest
 from .fsdp import build_on_meta, shard_model
@@ -79,7 +79,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     """Everything before the first round (see the module docstring), on every rank."""
     # Data first: a bad data directory must fail before the one-time token is spent.
     tokenizer = load_tokenizer(cfg.tokenizer)
-    tokens, report = load_tokens(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
+    data, report = load_data(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
     if report.skipped:
         log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
     # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
@@ -107,7 +107,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
     master = ranks.bcast_flag(master)
     device = ranks.device(pick_device(cfg.device))
-    checked = check_before_join(cfg, fed, tokenizer, tokens, device)
+    checked = check_before_join(cfg, fed, tokenizer, data, device)
     log.info("event=settings_checked client=%s paradigm=%s device=%s", cfg.client_id, fed.paradigm.name, device)
     paradigm = checked.paradigm
     codecs = CODEC_POLICIES.get(fed.codec.name, FixedCodec)(fed.codec.name).candidates

@@ -22,7 +22,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from client_agent.data import TokenStream, rank_rows
+from client_agent.batch import Batch, batch_weight, global_weight, stand_in
+from client_agent.data import Stream, rank_rows
 from client_agent.fsdp import full_optimizer_state, load_full_optimizer_state, reshard
 from client_agent.model import lm_loss
 from client_agent.precision import Precision, autocast, grad_scaler, pick_micro_batch, pick_precision
@@ -139,7 +140,7 @@ class LocalTrainer:
         self,
         model: nn.Module,
         cfg: TrainingConfig,
-        stream: TokenStream,
+        stream: Stream,
         device: torch.device | str,
         *,
         micro_batch_size: int | None = None,
@@ -195,32 +196,37 @@ class LocalTrainer:
             group["lr"] = lr
         return lr
 
-    def _micro_steps(self, batch: torch.Tensor) -> Iterator[tuple[torch.Tensor, int]]:
-        """(rows on the device, their count) per micro-step of `self.plan`; an empty micro-step yields one
-        stand-in row with count 0, so this rank still runs the pass (and its collectives) at zero weight."""
+    def _micro_steps(self, batch: Batch) -> Iterator[tuple[Batch, int]]:
+        """(rows on the device, their weight) per micro-step of `self.plan`: the weight is the rows (text) or
+        the counted targets (prompt/completion, `batch_weight`). An empty micro-step yields one stand-in row
+        with weight 0, so this rank still runs the pass (and its collectives) at zero weight."""
         start = 0
         for size in self.plan:
             if size:
                 chunk = batch[start : start + size]
             else:
-                chunk = batch[:1] if batch.shape[0] else torch.zeros(1, batch.shape[1], dtype=batch.dtype)
+                chunk = batch[:1] if batch.shape[0] else stand_in(batch)
             start += size
-            yield chunk.to(self.device, non_blocking=True), size
+            yield chunk.to(self.device, non_blocking=True), batch_weight(chunk) if size else 0
 
-    def _train_step(self) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """One optimizer step over a full batch: (sum of per-row loss on this rank, grad norm, applied).
+    def _train_step(self) -> tuple[torch.Tensor, int, torch.Tensor, bool]:
+        """One optimizer step over a full batch: (weighted loss sum on this rank, its weight, grad norm, applied).
 
-        A step whose gradient norm is not finite leaves the parameters and AdamW's moments untouched
-        (the norm is global under FSDP, so every rank skips together); GradScaler also lowers its scale.
+        The step's loss is the mean over the global batch: over its rows for text, over its counted targets
+        (every completion token and EOS of every row) for prompt/completion data. A step whose gradient norm
+        is not finite leaves the parameters and AdamW's moments untouched (the norm is global under FSDP, so
+        every rank skips together); GradScaler also lowers its scale.
         """
         batch = self.stream.next_batch(self.cfg.batch_size, self.rank, self.world)  # (rows, T+1)
-        loss_sum = torch.zeros((), device=self.device)
-        for chunk, rows in self._micro_steps(batch):
+        whole = global_weight(batch, self.cfg.batch_size)
+        loss_sum, weight_sum = torch.zeros((), device=self.device), 0
+        for chunk, weight in self._micro_steps(batch):
             with autocast(self.precision, self.device):
                 loss = lm_loss(self.model, chunk)
             # Weight each micro-batch by its share of the global batch; FSDP averages ranks, hence × world.
-            self.scaler.scale(loss * (rows * self.world / self.cfg.batch_size)).backward()
-            loss_sum += loss.detach() * rows
+            self.scaler.scale(loss * (weight * self.world / whole)).backward()
+            loss_sum += loss.detach() * weight
+            weight_sum += weight
         self.scaler.unscale_(self.optimizer)
         clip = self.cfg.grad_clip or math.inf  # 0 disables clipping; the norm is still measured
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
@@ -231,7 +237,7 @@ class LocalTrainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return loss_sum, norm, applied
+        return loss_sum, weight_sum, norm, applied
 
     def _all_reduce(self, values: torch.Tensor, op: str = "SUM") -> torch.Tensor:
         if self.world > 1:
@@ -262,6 +268,7 @@ class LocalTrainer:
         self.model.train()
         start, steps, skipped, stopped_by = self.clock(), 0, 0, limit
         loss_sum = torch.zeros((), device=self.device)
+        weight_sum = 0  # rows (text) or counted targets (prompt/completion) of the applied steps
         grad_norm = torch.zeros((), device=self.device)
         lr = self._set_lr()
         while steps < max_steps:
@@ -270,9 +277,10 @@ class LocalTrainer:
                 break
             t0 = self.clock()
             lr = self._set_lr()
-            step_loss, norm, applied = self._train_step()
+            step_loss, step_weight, norm, applied = self._train_step()
             if applied:
                 loss_sum += step_loss
+                weight_sum += step_weight
                 grad_norm = norm
             else:
                 skipped += 1
@@ -290,8 +298,7 @@ class LocalTrainer:
             raise NonFiniteLossError(
                 f"all {steps} steps up to step {self.step} had a non-finite loss or gradient; reload the global model"
             )
-        rows_seen = torch.tensor(float(applied * self.rows), device=self.device)
-        totals = self._all_reduce(torch.stack([loss_sum, rows_seen]))
+        totals = self._all_reduce(torch.stack([loss_sum, torch.tensor(float(weight_sum), device=self.device)]))
         mean_loss = float(totals[0] / totals[1]) if applied else math.nan
         samples = applied * self.cfg.batch_size  # what the delta holds: a skipped step changed nothing
         tokens = samples * self.stream.block_size
@@ -310,18 +317,19 @@ class LocalTrainer:
 
     @torch.no_grad()
     def evaluate(self, n_batches: int) -> float:
-        """Mean loss on the stream's fixed held-out batches (feeds the top-k checkpoint manager, §III-B4)."""
+        """Mean loss on the stream's fixed held-out batches (feeds the top-k checkpoint manager, §III-B4):
+        per row for text, per counted target for prompt/completion data."""
         was_training = self.model.training
         self.model.eval()
         totals = torch.zeros(2, device=self.device)
         try:
             # Global eval batches of `batch_size` rows: the same held-out set whatever the GPU count.
             for batch in self.stream.eval_batches(n_batches, self.cfg.batch_size, self.rank, self.world):
-                for chunk, rows in self._micro_steps(batch):  # the training plan: same passes on every rank
+                for chunk, weight in self._micro_steps(batch):  # the training plan: same passes on every rank
                     with autocast(self.precision, self.device):
                         loss = lm_loss(self.model, chunk)
-                    totals[0] += loss.float() * rows
-                    totals[1] += rows
+                    totals[0] += loss.float() * weight
+                    totals[1] += weight
         finally:
             self.model.train(was_training)
         if self.world > 1:

@@ -626,7 +626,12 @@ class ClientConfig(_Section):
     token_file: str | None = Field(
         None, description="File holding the one-time join token; else the GEOFED_TOKEN environment variable."
     )
-    data: str = Field(..., description="Private data: a directory of .txt/.jsonl/.bin files, or a .list file.")
+    data: str = Field(
+        ...,
+        description="Private data: a directory of .txt/.jsonl/.bin files, or a .list file. JSONL records are"
+        " text ('text') or prompt/completion examples ('prompt', 'completion': one example per sequence, the"
+        " loss on the completion only); a run trains on one kind.",
+    )
     tokenizer: str | None = Field(None, description="Local Hugging Face tokenizer directory; default byte-level.")
     work_dir: str = Field("./geofed-client", description="Checkpoints, metrics.jsonl and the rejoin token.")
     insecure: bool = Field(False, description="Plaintext gRPC; for local use only.")

@@ -26,13 +26,13 @@ class GlobalEvaluator:
     def __init__(self, fed: FederationConfig, eval_files: list[Path], cache: Path) -> None:
         import torch
 
-        from client_agent.data import TokenStream, load_tokens
+        from client_agent.data import load_data, open_stream
         from client_agent.paradigms import client_paradigm
         from client_agent.tokenizer import load_tokenizer
 
         torch.set_num_threads(1)
-        tokens, _ = load_tokens(eval_files, load_tokenizer(None), cache=cache)
-        self.stream = TokenStream(tokens, fed.model.block_size, seed=1234, eval_tokens=tokens)
+        data, _ = load_data(eval_files, load_tokenizer(None), cache=cache)  # text or prompt/completion examples
+        self.stream = open_stream(data, fed.model.block_size, seed=1234, eval_data=data)
         self.batches = self.stream.eval_batches(EVAL_BATCHES, EVAL_BATCH_SIZE)
         # The paradigm builds and reparametrises the model as every client does (seeded init or `model.path`:
         # this is Θ0), and says which parameters the PS's flat vector holds.

@@ -18,7 +18,6 @@ import queue
 
 import grpc
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from geofed.config import FederationConfig
@@ -28,6 +27,7 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import bearer
 from geofed.protocol.channel import open_channel
 
+from ..batch import Batch, batch_tokens, next_token_loss
 from ..model import build_model
 from ..split.parts import aux_prefix, client_model, decode_tensor, encode_tensor, training_state_bytes
 from ..split.peak import peak_bytes
@@ -41,15 +41,15 @@ MAX_EXCHANGE_BATCHES = 64  # the trainer's bound on batches per exchange
 
 
 class BatchRecorder:
-    """The trainer's token stream, keeping a copy of every training batch it hands out (token ids only)."""
+    """The trainer's token stream, keeping a copy of every training batch it hands out (token ids and mask)."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
-        self.batches: list[torch.Tensor] = []
+        self.batches: list[Batch] = []
 
-    def next_batch(self, batch_size: int, rank: int = 0, world: int = 1) -> torch.Tensor:
+    def next_batch(self, batch_size: int, rank: int = 0, world: int = 1) -> Batch:
         batch = self.stream.next_batch(batch_size, rank, world)
-        self.batches.append(batch.detach().to("cpu", copy=True))
+        self.batches.append(batch.to("cpu", copy=True))
         return batch
 
     def __getattr__(self, name: str):
@@ -66,7 +66,7 @@ class FslSage(ClientParadigm):
         self.ps = None  # the PSClient whose session authenticates us at the trainer
         self.exchanges = 0
         self.full_numel = 0
-        self.trained: list[torch.Tensor] = []  # token batches trained on since the last exchange
+        self.trained: list[Batch] = []  # token batches trained on since the last exchange
 
     def build(self, fed: FederationConfig, *, initialise: bool) -> nn.Module:
         self.fed = fed
@@ -140,17 +140,17 @@ class FslSage(ClientParadigm):
                                     tensors=[self._tensor(n, v) for n, v in state.items()])
             requests.put(start)
             sent += start.ByteSize()
-            for batch in batches:
-                inputs, targets = batch[:, :-1].to(trainer.device), batch[:, 1:].to(trainer.device)
-                with torch.no_grad():
-                    model(input_ids=inputs, use_cache=False)  # fills cut_in["a"]: the smashed activations
+            for recorded in batches:
+                batch = recorded.to(trainer.device)
+                with torch.no_grad():  # fills cut_in["a"]: the smashed activations
+                    model(input_ids=batch_tokens(batch)[:, :-1], use_cache=False)
                 acts = pb.SplitMessage(kind="activations", tensors=[self._tensor("a", cut_in["a"])])
                 requests.put(acts)
                 reply = next(call)
                 sent, received = sent + acts.ByteSize(), received + reply.ByteSize()
                 h = self._decode(reply).requires_grad_(True)
                 logits = model.lm_head(model.transformer.ln_f(h))
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+                loss = next_token_loss(logits, batch)
                 (g_h,) = torch.autograd.grad(loss, h)
                 grad = pb.SplitMessage(kind="grad", tensors=[self._tensor("g", g_h)])
                 requests.put(grad)

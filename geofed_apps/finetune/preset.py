@@ -28,9 +28,9 @@ _COMMON: dict = {
                     "outer_optimizer": "fedavg"},
 }
 PRESETS: dict[str, dict] = {
-    "pretrain": {"paradigm": {"name": "pretrain"}, "training": {"lr": 2e-3}},
+    "pretrain": {"paradigm": {"name": "pretrain"}, "training": {"lr": 5e-4}},
     "bitfit": {"paradigm": {"name": "bitfit"}, "training": {"lr": 1e-2}},
-    "lora": {"paradigm": {"name": "lora", **_ADAPTER}, "training": {"lr": 1e-2}},
+    "lora": {"paradigm": {"name": "lora", **_ADAPTER}, "training": {"lr": 2e-3}},
     "hybrid-lora": {"paradigm": {"name": "hybrid-lora", **_ADAPTER, "lora_steps": 10, "base_steps": 10},
                     "training": {"lr": 2e-3}},
     "ravan": {"paradigm": {"name": "ravan", **_ADAPTER, "heads": 4}, "training": {"lr": 1e-2}},

@@ -45,9 +45,14 @@ class QAPair:
         return f"{self.doc}\n# parameters: "
 
     @property
+    def completion(self) -> str:
+        """What the model learns to continue the prompt with: the answer and the newline greedy decoding stops at."""
+        return f"{self.answer}\n"
+
+    @property
     def text(self) -> str:
-        """The training document: prompt, answer, newline."""
-        return f"{self.prompt}{self.answer}\n"
+        """Prompt and completion as one document."""
+        return self.prompt + self.completion
 
 
 @dataclass(frozen=True)
@@ -151,11 +156,13 @@ def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED) -> QASplit:
 
 
 def write_pairs(path: Path, pairs: Sequence[QAPair]) -> Path:
-    """JSONL with `text` (what clients train on; `client_agent.data` reads it) plus `doc` and `answer`."""
+    """JSONL prompt/completion records (what clients train on, the loss on the completion only;
+    `client_agent.data` reads them) plus `doc` and `answer` (what `read_pairs` scores with)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for p in pairs:
-            f.write(json.dumps({"text": p.text, "doc": p.doc, "answer": p.answer}) + "\n")
+            record = {"prompt": p.prompt, "completion": p.completion, "doc": p.doc, "answer": p.answer}
+            f.write(json.dumps(record) + "\n")
     return path
 
 

@@ -3,6 +3,7 @@ the client sends recorded. Fast variant of test_fsl_sage_e2e.py."""
 
 from __future__ import annotations
 
+import json
 from concurrent import futures
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent.data import TokenStream, load_tokens
+from client_agent.data import ExampleStream, TokenStream, load_data, load_tokens
 from client_agent.paradigms import client_paradigm
 from client_agent.split.trainer import SplitTrainerServicer
 from client_agent.tokenizer import ByteTokenizer
@@ -107,3 +108,31 @@ def test_by_default_the_server_blocks_learn_from_every_batch_the_client_trained_
     assert len(exchanged) == 3 and all(torch.equal(a, b) for a, b in zip(exchanged, expected, strict=True))
     assert len(server_steps) == 3  # one server step per batch the client trained on
     assert paradigm.trained == [] and servicer.exchanges == 1
+
+
+def test_on_prompt_completion_data_the_gradient_sent_is_the_completions_only(exchange, tmp_path, monkeypatch):
+    """The client's loss counts the completion and EOS: the gradient it returns is zero exactly at the
+    positions whose next token is prompt or padding."""
+    fed, *_ = exchange
+    records = [{"prompt": f"question {i}: what is {i}?", "completion": f" {i * 7}"} for i in range(40)]
+    (tmp_path / "qa").mkdir()
+    (tmp_path / "qa" / "qa.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    examples, _ = load_data(tmp_path / "qa", ByteTokenizer())
+    paradigm = client_paradigm(fed.paradigm)
+    model = paradigm.prepare(paradigm.build(fed, initialise=True))
+    paradigm.bind_ps(SimpleNamespace(session="live-session", channel_options={"insecure": True}))
+    trainer = LocalTrainer(model, fed.training, ExampleStream(examples, 32, seed=0), "cpu", micro_batch_size=1)
+    trainer.train(1)
+    same_order = ExampleStream(examples, 32, seed=0)
+    same_order.next_batch(fed.training.batch_size)
+    aligned = [same_order.next_batch(fed.training.batch_size) for _ in range(fed.paradigm.align_batches)]
+    sent: list[torch.Tensor] = []
+    tensor = paradigm._tensor
+    monkeypatch.setattr(paradigm, "_tensor", lambda name, t: (name == "g" and sent.append(t)) or tensor(name, t))
+
+    paradigm.align(trainer)
+
+    assert len(sent) == len(aligned) == 2
+    for g, batch in zip(sent, aligned, strict=True):
+        nonzero = g.abs().sum(-1) > 0  # [B, T]: positions whose hidden state the loss depends on
+        assert torch.equal(nonzero, batch.mask)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from client_agent.data import TokenStream
+from client_agent.data import Examples, ExampleStream, TokenStream
 from client_agent.flat import flatten
 from client_agent.model import lm_loss
 from client_agent.paradigms import client_paradigm
@@ -99,14 +99,32 @@ def test_a_stale_scalar_is_not_folded_it_belongs_to_another_versions_directions(
     assert acc.count == 0
 
 
-def test_a_client_round_returns_the_directional_derivatives_and_leaves_the_model_at_the_global_version():
+def _examples(tokens: np.ndarray) -> Examples:
+    """Prompt/completion examples cut from `tokens`: 20-token prompts, 1 to 8-token completions, EOS."""
+    lengths = 21 + np.arange(200) % 8 + 1
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    ids = tokens[: starts[-1]].copy()
+    ids[starts[1:] - 1] = 256
+    return Examples(ids, starts, np.full(200, 20, np.int64), np.zeros((200, 2), np.int64), ("made.jsonl",))
+
+
+def _token_stream(tokens: np.ndarray) -> TokenStream:
+    return TokenStream(tokens, 32, seed=0)
+
+
+def _example_stream(tokens: np.ndarray) -> ExampleStream:
+    return ExampleStream(_examples(tokens), 32, seed=0)
+
+
+@pytest.mark.parametrize("stream", [_token_stream, _example_stream])
+def test_a_client_round_returns_the_directional_derivatives_and_leaves_the_model_at_the_global_version(stream):
     fed = _fed(eps=1e-3, params="bias")
     paradigm = client_paradigm(fed.paradigm)
     model = paradigm.prepare(paradigm.build(fed, initialise=True))
     tokens = np.random.default_rng(0).integers(0, 256, 8192).astype(np.uint16)
-    trainer = LocalTrainer(model, fed.training, TokenStream(tokens, 32, seed=0), "cpu", micro_batch_size=8)
+    trainer = LocalTrainer(model, fed.training, stream(tokens), "cpu", micro_batch_size=8)
     theta = flatten(model, paradigm.exchanged)
-    batches = TokenStream(tokens, 32, seed=0)  # the same batches, in the same order, for the reference
+    batches = stream(tokens)  # the same batches, in the same order, for the reference
 
     stats = paradigm.local_update(trainer, 0, None, 9)
     out = torch.empty(paradigm.payload_numel(theta.numel()))
