@@ -39,7 +39,7 @@ def test_a_drift_in_one_direction_is_bounded_by_the_displacement_budget_as_on_on
     for r in range(24):
         honest = (rng.standard_normal(NUMEL) * 1e-3).astype(np.float32)
         honest_norms.append(float(np.linalg.norm(honest.astype(np.float64))))
-        evil = (0.95 * 3 * float(np.median(honest_norms[-5:])) * direction).astype(np.float32)
+        evil = (0.95 * 2 * float(np.median(honest_norms[-5:])) * direction).astype(np.float32)
         for target in (front, single):
             assert target.push("honest", honest, base=version, codec="fp32").status == "APPLIED"
             assert target.push("evil", evil, base=version + 1, codec="fp32").status == "APPLIED"
