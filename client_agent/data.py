@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -368,7 +369,7 @@ def rank_rows(batch_size: int, rank: int, world: int) -> slice:
     return slice(batch_size * rank // world, batch_size * (rank + 1) // world)
 
 
-class _Epochs:
+class _Epochs(ABC):
     """A seeded visiting order per epoch (of windows or examples) and the resumable position (epoch, index).
 
     Under FSDP every rank draws the same global batch and keeps only its rows (`rank_rows`), so the
@@ -379,9 +380,9 @@ class _Epochs:
     epoch: int
     index: int
 
+    @abstractmethod
     def _order(self, epoch: int) -> np.ndarray:
         """What `epoch` visits, in order."""
-        raise NotImplementedError
 
     @property
     def position(self) -> tuple[int, int]:

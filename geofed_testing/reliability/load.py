@@ -5,6 +5,10 @@ no staleness discount and K = 1 every acknowledged push adds its decoded delta o
 delta holds multiples of 2^-10 (symbols of a centred binomial, so Huffman has work to do), whose float32
 sums are exact in any order. So the final model must equal Σ_clients receipts_c · decoded(δ_c) bit for bit,
 and the version must be 1 + the number of receipts.
+
+What a real client does that these pushers do not: a push the round share puts off (DEFERRED) is dropped and
+the client retrains on the next version; here the pusher sends the same delta again 5 ms later, on the same
+base, until the other sites' pushes open its round (the audit counts only acknowledged pushes, so it stays exact).
 """
 
 from __future__ import annotations
