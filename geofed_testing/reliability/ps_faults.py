@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from client_agent.errors import DeferredDeltaError
 from client_agent.ps_client import JoinError, PSClient, PushError, StaleDeltaError
 from geofed.wan import LinkProfile, WanProxy
 from geofed_apps.launch import wait_until
@@ -36,6 +37,7 @@ class Pusher:
     receipts: list[tuple[str, str, float, int]] = field(default_factory=list)  # tag, status, mono, attempts
     errors: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # refused as based on a version the PS lost
+    deferred: list[str] = field(default_factory=list)  # refused: the site's round share was spent
     busy: bool = False
 
     def start(self) -> Pusher:
@@ -58,6 +60,9 @@ class Pusher:
                 r = push(self.client, model.version, delta_for(tag, self.numel))
             except StaleDeltaError:  # refused, and the client knows: like the agent, take the new model and go on
                 self.stale.append(tag)
+                continue
+            except DeferredDeltaError:  # the site's round is full: like the agent, drop it and train again
+                self.deferred.append(tag)
                 continue
             except (PushError, JoinError) as exc:
                 self.errors.append(f"{tag}: {type(exc).__name__}: {exc}")
@@ -105,7 +110,8 @@ def ps_killed_mid_push(workdir: Path, reaper: Reaper, downtime_s: float = 0.0, n
     res.details.update(errors=errors, acked_before_kill=acked_before,
                        duplicates=sum(s == "DUPLICATE" for p in pushers for _, s, _, _ in p.receipts),
                        retried=sum(a > 1 for p in pushers for *_, a in p.receipts),
-                       resync=sum(len(p.stale) for p in pushers))
+                       resync=sum(len(p.stale) for p in pushers),
+                       deferred=sum(len(p.deferred) for p in pushers))
     res.check(not errors, "every client rode out the outage (no push given up)", errors)
     after = [m for p in pushers for _, _, m, _ in p.receipts if m > t_kill]
     res.resume_s = min(after) - t_kill if after else None

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import urllib.request
+from pathlib import Path
 
 from client_agent.corpus import stdlib_split, write_file_list
 from geofed_apps.launch import start_client, stop, wait_until
@@ -38,6 +39,11 @@ def _pushes(ps: PSNode) -> dict[str, int]:
         return {c["client_id"]: int(c["pushes"]) for c in admin.list_clients()}
 
 
+def _deferred(log: Path) -> int:
+    """How many of a client's pushes its site's round share put off (the agent logs each one)."""
+    return log.read_text(errors="replace").count("event=delta_deferred")
+
+
 def test_auto_mode_switches_to_async_when_client_speeds_spread(tmp_path):
     # Prepare
     ps = PSNode(tmp_path / "ps", FED, metrics=True).start()
@@ -60,6 +66,7 @@ def test_auto_mode_switches_to_async_when_client_speeds_spread(tmp_path):
                    dead=dead)
         value, running, reason = SWITCH.search(ps.logs()).groups()
         at_switch, version = _pushes(ps), ps.status()["version"]
+        deferred_at_switch = _deferred(tmp_path / "client-0.log")
         # Training goes on in async: several more versions, from both clients
         wait_until(lambda: ps.status()["version"] >= version + 6 and _pushes(ps)["t.c1"] > at_switch["t.c1"], 300,
                    "training going on after the switch", period=1.0, dead=dead)
@@ -71,10 +78,17 @@ def test_auto_mode_switches_to_async_when_client_speeds_spread(tmp_path):
         assert status["mode"] == "async"
         assert _mode_gauge(ps, "async") == 1.0 and _mode_gauge(ps, "sync") == 0.0
         assert ps.metric("geofed_aggregation_mode_advice") == 1  # the advice is still exported
-        # The clients follow the live mode: the fast one no longer waits for the slow one's rounds.
+        # The clients follow the live mode: the fast one no longer waits for the slow one's rounds, it pushes on
+        # the versions its own deltas make (in sync both push once a round: their counts differ by at most one).
+        # Its site's round share still holds what lands to 2 deltas for each of the other site's pushes (counted
+        # from before the switch, when up to 2 may already have landed); a push beyond that comes back DEFERRED,
+        # and the client drops it and retrains on the latest version.
         now = _pushes(ps)
         fast, slow = now["t.c0"] - at_switch["t.c0"], now["t.c1"] - at_switch["t.c1"]
-        assert fast >= 2 * slow >= 2, (fast, slow)
+        put_off = _deferred(tmp_path / "client-0.log") - deferred_at_switch
+        assert slow >= 1 and fast + put_off >= slow + 2, (fast, put_off, slow)
+        assert fast <= 2 * (slow + 1), (fast, slow)
+        assert _deferred(tmp_path / "client-1.log") == 0  # the slow site never outruns the fast one
         # It started sync (auto's start): the round whose close switched it waited for both clients (both were
         # timed, so both active: a sync quorum of 2; before the slow one joined a round may hold one); after the
         # switch each delta is an outer step of its own (buffer_size 1).

@@ -119,6 +119,6 @@ class Reads(Store):
                         await asyncio.wait_for(self._changed.wait(), timeout=min(left, 1.0))
                     except TimeoutError:
                         pass
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:  # the client went away mid-write; a cancellation propagates
             pass
         return response
