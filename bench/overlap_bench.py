@@ -1,12 +1,14 @@
-"""Overlapped synchronisation against the round-by-round defaults: `ours` and `ours-overlap` interleaved,
-run after run, then one single-process run on the union of the data (deterministic: seeded model and data
-order) as the equal-token reference.
+"""Overlapped synchronisation against the round-by-round defaults: `ours` and `ours-overlap` (and any other
+methods asked for, such as sync `fedavg`) interleaved, run after run, then one single-process run on the union
+of the data (deterministic: seeded model and data order) as the equal-token reference.
 
     python bench/overlap_bench.py run --scenario hetero-wan --repeats 3
     python bench/overlap_bench.py summary --scenario hetero-wan
 
-Results go to bench/results/overlap/<scenario>/ (the main tables' results are left alone), with the
-1-minute load average before each run in load.log. The machine is shared: compare at equal tokens.
+Results go to bench/results/overlap/<scenario>/ (the main tables' results are left alone; `--root` names
+another folder), with the 1-minute load average before each run in load.log. The machine is shared: compare
+at equal tokens. With sync FedAvg among the runs, the summary adds each method's time to the lowest loss sync
+FedAvg reached (the median over its runs) and how many times sooner than sync FedAvg that is.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from pathlib import Path
 
 from bench.federation.accounting import idle_fraction
 from bench.federation.analysis import loss_at_tokens
-from bench.federation.results import load_all
+from bench.federation.results import RunResult, load_all
 from bench.federation.scenario import load_scenario
 from bench.federation.suite import run_suite
 from bench.federation.tables import single_run, vs_single
 
 ROOT = Path(__file__).resolve().parent / "results" / "overlap"
 METHODS = ("ours", "ours-overlap")
+ORDER = ("fedavg", "ours", "ours-overlap")  # the summary's rows first, then any other method, then single
 
 
 def run(
@@ -36,11 +39,12 @@ def run(
     methods: Sequence[str] = METHODS,
     first: int = 1,
     single: bool = True,
+    root: Path = ROOT,
 ) -> None:
     """Runs `first` .. `first + repeats - 1` of every method in `methods`, interleaved, then (`single`) the
-    single-process reference."""
+    single-process reference; results under `root`/<scenario>/."""
     scenario = load_scenario(scenario_name)
-    load_log = ROOT / scenario_name / "load.log"
+    load_log = root / scenario_name / "load.log"
     load_log.parent.mkdir(parents=True, exist_ok=True)
     plan = [(r, m) for r in range(first, first + repeats) for m in methods] + ([(1, "single")] if single else [])
     for repeat, method in plan:
@@ -49,7 +53,7 @@ def run(
                 f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {method} r{repeat} start "
                 f"load1={os.getloadavg()[0]:.2f}\n"
             )
-        run_suite(scenario, [method], repeat=repeat, work_root=work_root, results_root=ROOT)
+        run_suite(scenario, [method], repeat=repeat, work_root=work_root, results_root=root)
         with load_log.open("a") as f:
             f.write(
                 f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {method} r{repeat} end "
@@ -63,23 +67,46 @@ def _spread(values: Sequence[float], spec: str) -> str:
     return f"{statistics.median(values):{spec}} ({min(values):{spec}}–{max(values):{spec}})"
 
 
-def summary(scenario_name: str) -> str:
+def first_at(run: RunResult, target: float) -> float | None:
+    """Seconds until the run's global model first reached `target` or lower; None if it never did."""
+    return next((p.t for p in run.curve if p.loss <= target), None)
+
+
+def _sooner(times: Sequence[float | None], reference: Sequence[float | None]) -> str:
+    """Median (range over every pair of runs) of how many times sooner than the reference runs."""
+    ratios = [ref / t for t in times for ref in reference if t and ref]
+    pairs = len(times) * len(reference)
+    if not ratios:
+        return "—"
+    if len(ratios) < pairs:
+        return _spread(ratios, ".2f") + f" × ({len(ratios)} of {pairs} pairs: in the others a run never reached it)"
+    return _spread(ratios, ".2f") + " ×"
+
+
+def summary(scenario_name: str, root: Path = ROOT) -> str:
     """Per method: final loss, tokens, loss over single process at equal tokens, every client's idle share
     (waiting for a model) and not-training share (pushing or waiting: the round loop's time outside local
-    steps), encoded bytes per push; median (range) over the runs, then each run."""
-    runs = load_all(scenario_name, ROOT)
+    steps), encoded bytes per push; median (range) over the runs, then each run. With sync FedAvg runs, the
+    time to the lowest loss sync FedAvg reached (median over its runs) and how many times sooner."""
+    runs = load_all(scenario_name, root)
     single = single_run(runs)
     common = min((r.curve[-1].tokens for r in runs if r.kind != "single" and r.curve), default=0)
+    fedavg = [r for r in runs if r.method == "fedavg" and r.curve]
+    target = statistics.median(min(p.loss for p in r.curve) for r in fedavg) if fedavg else None
+    methods = sorted({r.method for r in runs if r.kind != "single"}, key=lambda m: (m not in ORDER, ORDER.index(m)
+                                                                                   if m in ORDER else 0, m))
+    to_target = "" if target is None else f"| s to {target:.3f} | × sooner than sync FedAvg "
     lines = [
-        f"### {scenario_name}: round-by-round (`ours`) against overlapped (`ours-overlap`)",
+        f"### {scenario_name}: " + ", ".join(f"`{m}`" for m in methods),
         "",
         f"| method | runs | final loss | M tokens | loss at {common / 1e6:.2f} M tokens | vs single at equal tokens "
-        "| idle share per client (%) "
+        f"{to_target}| idle share per client (%) "
         "| not training per client (%) | kB per push per client | load (1 min) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|" + ("---|---|" if target is not None else "") + "---|---|---|---|",
     ]
     per_run = []
-    for method in (*METHODS, "single"):
+    reference = [first_at(r, target) for r in fedavg] if target is not None else []
+    for method in (*methods, "single"):
         mine = sorted((r for r in runs if r.method == method), key=lambda r: r.repeat)
         if not mine:
             continue
@@ -95,10 +122,18 @@ def summary(scenario_name: str) -> str:
         busy_cols = " / ".join(_spread([x[i] for x in busy if len(x) > i], ".0f") for i in range(n_clients))
         kb_cols = " / ".join(_spread([x[i] for x in kb if len(x) > i], ".0f") for i in range(n_clients))
         loads = [r.load_avg_1m for r in mine if r.load_avg_1m is not None]
+        timing = ""
+        if target is not None and method == "single":
+            timing = "— | — | "
+        elif target is not None:
+            times = [first_at(r, target) for r in mine]
+            reached = [t for t in times if t is not None]
+            never = f", {len(times) - len(reached)} of {len(times)} never" if len(reached) < len(times) else ""
+            timing = f"{_spread(reached, '.1f')}{never} | {_sooner(times, reference)} | "
         lines.append(
             f"| {method} | {len(mine)} | {_spread(finals, '.3f')} | {_spread(tokens, '.2f')} | "
             f"{_spread(at_common, '.3f')} | "
-            f"{_spread(gaps, '+.1f') + ' %' if gaps else '—'} | {idle_cols or '—'} | {busy_cols or '—'} | "
+            f"{_spread(gaps, '+.1f') + ' %' if gaps else '—'} | {timing}{idle_cols or '—'} | {busy_cols or '—'} | "
             f"{kb_cols or '—'} | "
             f"{_spread(loads, '.1f')} |"
         )
@@ -132,12 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--no-single", action="store_true", help="skip the single-process reference")
     s = sub.add_parser("summary")
     s.add_argument("--scenario", default="hetero-wan")
+    for p in (r, s):
+        p.add_argument("--root", type=Path, default=ROOT, help="results folder (default bench/results/overlap)")
     args = ap.parse_args(argv)
     if args.cmd == "run":
-        run(args.scenario, args.repeats, args.work_dir, args.methods.split(","), args.first, not args.no_single)
+        run(args.scenario, args.repeats, args.work_dir, args.methods.split(","), args.first, not args.no_single,
+            args.root)
     else:
-        text = summary(args.scenario)
-        (ROOT / args.scenario / "summary.md").write_text(text, encoding="utf-8")
+        text = summary(args.scenario, args.root)
+        (args.root / args.scenario / "summary.md").write_text(text, encoding="utf-8")
         print(text)
     return 0
 
