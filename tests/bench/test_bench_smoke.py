@@ -6,11 +6,14 @@ a blackhole), the single-process baseline at the same token budget, then the doc
 
 from __future__ import annotations
 
+import pytest
+
 from bench.federation.report import write_report
 from bench.federation.scenario import load_scenario
 from bench.federation.suite import run_suite
 
 
+@pytest.mark.long
 def test_smoke_run_produces_curves_accounting_and_report(tmp_path):
     scenario = load_scenario("smoke")
     results = tmp_path / "results"

@@ -15,6 +15,7 @@ def test_single_process_runs_the_work_directly():
     assert leader_wait(lambda: 7, leader=True, bcast=None) == 7
 
 
+@pytest.mark.long
 def test_a_wait_three_times_the_process_group_timeout_is_survived(tmp_path):
     # Execute: two gloo ranks, timeout 2 s, rank 0 busy 6 s (twice: once succeeding, once failing).
     proc = torchrun(worker.__file__, str(tmp_path / "seen"), cwd=tmp_path, timeout=120)

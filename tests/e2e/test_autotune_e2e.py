@@ -11,6 +11,8 @@ import re
 import signal
 import subprocess
 
+import pytest
+
 from client_agent.corpus import stdlib_split, write_file_list
 from geofed_apps.launch import start_client, stop, wait_until
 from geofed_testing.procs import PSNode
@@ -34,6 +36,7 @@ def _tuned(log: str) -> list[tuple[float, int, str]]:
     return [(float(m[2]), int(m[3]), m[4]) for m in TUNED.finditer(log) if "communication ~" in m[4]]
 
 
+@pytest.mark.long
 def test_interval_and_straggler_timeout_are_tuned_from_live_measurements(tmp_path):
     # Prepare
     ps = PSNode(tmp_path / "ps", FED, metrics=True, extra=["--chunk-bytes", "65536"]).start()

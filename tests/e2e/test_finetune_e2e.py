@@ -60,6 +60,7 @@ def _records(work: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.long
 def test_geofed_local_preset_fine_tunes_the_cached_base_and_ends_with_the_summary_lines(tmp_path):
     cache = tmp_path / "cache"
     base = build_model(FederationConfig.model_validate({"model": TINY}).model)  # stands in for the pretrained base
@@ -133,6 +134,7 @@ def _rejoin(paradigm: str, tmp_path: Path, qa_lists: list[Path], reaper: Reaper)
         stop(p, signal.SIGTERM)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("paradigm", ["hybrid-lora", "zo"])
 def test_a_preempted_client_rejoins_with_its_private_state_and_the_federation_goes_on(paradigm, tmp_path, qa_lists,
                                                                                       reaper):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from client_agent.corpus import read_file_list
 from client_agent.data import load_tokens
@@ -23,6 +24,7 @@ def _unigram_entropy_nats(files: list[Path]) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+@pytest.mark.long
 def test_local_federation_two_clients_learns_beyond_byte_frequencies(tmp_path):
     out = subprocess.run(
         [GEOFED, "local", "--clients", "2", "--duration", "60", "--run-dir", str(tmp_path), "--slow-client", "1.5"],
@@ -49,6 +51,7 @@ def test_local_federation_two_clients_learns_beyond_byte_frequencies(tmp_path):
     assert clients == {"local.client-0", "local.client-1"}
 
 
+@pytest.mark.long
 def test_local_federation_on_a_users_own_directory(tmp_path):
     data = tmp_path / "corpus"
     data.mkdir()

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from client_agent.corpus import stdlib_split, write_file_list
 from geofed_apps.launch import child_env, wait_until, write_token
 from geofed_testing.procs import PSNode
@@ -70,6 +72,7 @@ def _stall(ps: PSNode, seconds: float) -> None:
         os.killpg(ps.pid, signal.SIGCONT)
 
 
+@pytest.mark.long
 def test_a_ps_stalled_longer_than_the_process_group_timeout_is_survived(tmp_path):
     """Rank 0 waits on a frozen PS at Join and again at its second push; rank 1 must outlast both waits."""
     ps = PSNode(tmp_path / "ps", FED).start()

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
@@ -51,6 +52,7 @@ def _records(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.long
 def test_a_site_syncs_shard_wise_and_restores_on_other_rank_counts(tmp_path):
     ps = PSNode(tmp_path / "ps", FED).start()
     try:
@@ -97,6 +99,7 @@ def test_a_site_syncs_shard_wise_and_restores_on_other_rank_counts(tmp_path):
         ps.kill()
 
 
+@pytest.mark.long
 def test_a_shard_wise_site_pushes_to_a_sharded_ps(tmp_path):
     """Two ranks against a PS of two shards: every rank's frames must also end at the PS's shard bound (the
     front refuses a frame that crosses one), learnt by rank 0 at Join and passed to every rank."""
@@ -119,6 +122,7 @@ def test_a_shard_wise_site_pushes_to_a_sharded_ps(tmp_path):
             p.kill()
 
 
+@pytest.mark.long
 def test_an_empty_ps_is_reseeded_from_the_sites_sharded_checkpoint(tmp_path):
     """Total PS loss (paper §III-B4): the master site, relaunched against a new empty PS, streams the model of
     its sharded checkpoint slice by slice, at that checkpoint's base version. The reference is read from the

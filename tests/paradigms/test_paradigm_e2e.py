@@ -29,6 +29,7 @@ def reaper():
         yield r
 
 
+@pytest.mark.long
 def test_bitfit_trains_end_to_end_through_geofed_local_exchanging_only_biases_and_norms(tmp_path):
     out = subprocess.run(
         [GEOFED, "local", "--clients", "2", "--duration", "30", "--run-dir", str(tmp_path),

@@ -103,6 +103,7 @@ def push_all(clients, version_of, scale=0.01, seed=0):
     return threads, deltas, errors
 
 
+@pytest.mark.long
 def test_a_ps_killed_mid_ring_leaves_the_others_identical_and_rejoins_from_their_model(tmp_path, reaper):
     """g2 is SIGKILLed mid-ring: g0 and g1 exclude it and end at one version with the same bits; restarted,
     g2 takes their model, is added back by the next ring, and all three end identical again."""

@@ -3,6 +3,8 @@ its checkpoint disk full (issue 5, item 1)."""
 
 from __future__ import annotations
 
+import pytest
+
 from geofed_testing.reliability.ps_faults import (
     disk_full_while_checkpointing,
     ps_crash_strands_new_clients,
@@ -38,6 +40,7 @@ def test_client_that_joined_after_the_last_checkpoint_gets_back_in(tmp_path, rea
     assert result.outcome == "client rejoined"
 
 
+@pytest.mark.long
 def test_clients_ride_out_a_27_s_ps_outage_and_resume_promptly(tmp_path, reaper):
     """A PS rescheduled elsewhere is down for tens of seconds: no push may be given up or lost, and clients
     must be pushing again within their own retry cadence once it is back."""

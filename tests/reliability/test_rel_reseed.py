@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from geofed_testing.reliability.reseed import total_ps_loss_reseed
 
 
+@pytest.mark.long
 def test_total_ps_loss_is_reseeded_from_the_master_checkpoint(tmp_path, reaper):
     result = total_ps_loss_reseed(tmp_path, reaper)
 
