@@ -29,7 +29,8 @@ from bench.federation.tables import single_run, vs_single
 
 ROOT = Path(__file__).resolve().parent / "results" / "overlap"
 METHODS = ("ours", "ours-overlap")
-ORDER = ("fedavg", "ours", "ours-overlap")  # the summary's rows first, then any other method, then single
+# The summary's rows first, then any other method, then single.
+ORDER = ("fedavg", "ours", "ours-round-by-round", "ours-overlap")
 
 
 def run(

@@ -268,10 +268,11 @@ class TrainingConfig(_Section):
         "time the client adopts a new global model (FedAvg-style local optimisation).",
     )
     overlap_sync: bool = Field(
-        False,
+        True,
         description="Keep training while a round's delta uploads and the next global model downloads; the model "
         "is folded in when it arrives, keeping the progress made meanwhile (one-rank sites of paradigms that "
-        "exchange parameters element by element; other sites sync round by round, and say why in their log).",
+        "exchange parameters element by element; other sites sync round by round, and say why in their log). "
+        "false: every site syncs round by round, waiting for its push and the next model before training on.",
     )
     overlap_eager: Literal["outer", "full"] = Field(
         "outer",

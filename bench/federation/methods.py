@@ -33,7 +33,8 @@ def _defaults_text() -> str:
     return (
         f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.global_lr:g}, staleness-scaled "
         f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec ({codec.entropy}) "
-        f"with{'' if codec.error_feedback else 'out'} error feedback{note}"
+        f"with{'' if codec.error_feedback else 'out'} error feedback{note}, "
+        f"{'overlapped' if fed.training.overlap_sync else 'round-by-round'} sync"
     )
 
 
@@ -210,6 +211,14 @@ METHODS: dict[str, Method] = {
             "downloads (from base + η·δ, its own delta at the outer rate), and folds the newer model in with the "
             "progress made meanwhile",
             {"training": {"overlap_sync": True}},
+        ),
+        Method(
+            "ours-round-by-round",
+            "ours, round by round",
+            "federated",
+            "ours with training.overlap_sync false: each client waits for its push and the next model before "
+            "it trains on (geofed's default until 2026-12-04)",
+            {"training": {"overlap_sync": False}},
         ),
         Method(
             "ours-overlap-full",

@@ -82,8 +82,10 @@ def sync_route(
     route = _round_by_round(world, paradigm, codecs, sharded_checkpoint)
     if not overlap:
         return route
-    if route.path is not WholeVectorSync or world > 1:
+    if world > 1:
         return Route(route.path, f"overlap_sync not taken: the overlapped path runs on one rank; {route.reason}")
+    if route.path is not WholeVectorSync:
+        return Route(route.path, f"overlap_sync not taken: the overlapped path holds the whole vector; {route.reason}")
     if not paradigm.elementwise:
         return Route(
             route.path,

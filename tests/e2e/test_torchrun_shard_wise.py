@@ -87,9 +87,11 @@ def test_a_site_syncs_shard_wise_and_restores_on_other_rank_counts(tmp_path):
         assert third["status"] == "APPLIED" and third["step"] == first[-1]["step"] + FED["training"]["local_steps"]
         assert json.loads((tmp_path / "work" / "checkpoints-sharded" / "latest.json").read_text())["world"] == 3
 
-        # One rank: the sharded checkpoint keeps it on the shard-wise path, the whole vector in one slice.
+        # One rank: the sharded checkpoint keeps it on the shard-wise path, the whole vector in one slice (and off
+        # the overlapped path, which the defaults ask for).
         out = _site(ps, tmp_path, 1, rounds=1)
-        assert "shard_wise=True ranks=1 reason='one rank resuming a sharded checkpoint" in out.stderr
+        assert ("shard_wise=True ranks=1 reason='overlap_sync not taken: the overlapped path holds the whole vector; "
+                "one rank resuming a sharded checkpoint") in out.stderr
         assert f"event=sharded_checkpoint_restored rank=0 world=1 step={third['step']}" in out.stderr
         last = _records(tmp_path)[-1]
         assert last["status"] == "APPLIED" and last["step"] == third["step"] + FED["training"]["local_steps"]
