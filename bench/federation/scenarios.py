@@ -29,20 +29,6 @@ HETERO_WAN: dict[str, Any] = {
     ],
 }
 
-# hetero-wan's links with every client's compute paced 3× slower (3×/3×/6×/12×): the four clients then need
-# about 0.9 of a core together, so on a 2-core machine a client's idle time is its own and not another client's
-# compute. What hiding the transfers saves in wall-clock time shows here; on hetero-wan the clients share
-# oversubscribed cores and one client's wait is another's compute. A real site has its own accelerator.
-HETERO_WAN_PACED: dict[str, Any] = {
-    **HETERO_WAN,
-    "name": "hetero-wan-paced",
-    "description": (
-        "hetero-wan's 4 clients and links with compute paced 3×/3×/6×/12× slower, so that together they need "
-        "less than the machine's cores (a client's idle time is its own)."
-    ),
-    "clients": [{**c, "slowdown": 3 * c["slowdown"]} for c in HETERO_WAN["clients"]],
-}
-
 # Issue 3's comparison: what `geofed local` runs (3 equal clients, loopback, no WAN) against one process
 # trained on the union of their data for the same number of tokens.
 LOCAL3: dict[str, Any] = {
@@ -70,4 +56,4 @@ SMOKE: dict[str, Any] = {
     "max_evals": 20,
 }
 
-BUILTIN: dict[str, dict[str, Any]] = {s["name"]: s for s in (HETERO_WAN, HETERO_WAN_PACED, LOCAL3, SMOKE)}
+BUILTIN: dict[str, dict[str, Any]] = {s["name"]: s for s in (HETERO_WAN, LOCAL3, SMOKE)}

@@ -42,14 +42,6 @@ def test_hetero_wan_matches_the_issue():
     assert s.checkpoints == (30, 60, 90, 120)
 
 
-def test_hetero_wan_paced_is_hetero_wan_at_a_third_of_the_compute():
-    """The same links, outage, budget and micro-batches; every client 3x slower (3/3/6/12)."""
-    wan, paced = load_scenario("hetero-wan"), load_scenario("hetero-wan-paced")
-    assert [c.slowdown for c in paced.clients] == [3, 3, 6, 12]
-    assert [(c.link, c.micro_batch) for c in paced.clients] == [(c.link, c.micro_batch) for c in wan.clients]
-    assert (paced.budget_s, paced.checkpoints) == (120, (30, 60, 90, 120))
-
-
 def test_profile_drops_outages_which_the_harness_times_from_theta0():
     s = parse_scenario(_scenario(clients=[{"link": "5ms/1ms/1MBps/2MBps,blackhole@10s+5s,reset@20s"}]))
     spec = s.clients[0]
