@@ -117,6 +117,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         codecs,
         ranks.bcast_flag(shard_meta is not None if ranks.leader else None),
         overlap=fed.training.overlap_sync,
+        outer_momentum=fed.aggregation.outer_momentum,
     )
     if fed.training.torch_threads:
         torch.set_num_threads(fed.training.torch_threads)

@@ -138,6 +138,14 @@ class AggregationConfig(_Section):
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam β1 of the outer optimizer.")
     beta2: float = Field(0.99, ge=0, lt=1, description="Adam β2 of the outer optimizer.")
     adam_eps: float = Field(1e-3, gt=0, description="Adam ε (FedOpt's τ); larger than usual for stability.")
+
+    @property
+    def outer_momentum(self) -> bool:
+        """Whether the outer step carries earlier rounds' updates forward: Nesterov with momentum > 0, Adam with
+        beta1 > 0 (what the PS's outer optimizers answer in `carries_momentum`)."""
+        return (self.outer_optimizer == "nesterov" and self.momentum > 0) or (
+            self.outer_optimizer == "adam" and self.beta1 > 0
+        )
     weighting: Literal["tokens", "uniform"] = Field(
         "tokens", description="Weight each delta by the tokens behind it, or equally."
     )
@@ -271,7 +279,9 @@ class TrainingConfig(_Section):
         True,
         description="Keep training while a round's delta uploads and the next global model downloads; the model "
         "is folded in when it arrives, keeping the progress made meanwhile (one-rank sites of paradigms that "
-        "exchange parameters element by element; other sites sync round by round, and say why in their log). "
+        "exchange parameters element by element, under an outer step without momentum: with momentum, a round "
+        "trained one transfer behind adds to it and the model overshoots; other sites sync round by round, and "
+        "say why in their log). "
         "false: every site syncs round by round, waiting for its push and the next model before training on.",
     )
     overlap_eager: Literal["outer", "full"] = Field(

@@ -72,16 +72,24 @@ def sync_route(
     codecs: Sequence[str],
     sharded_checkpoint: bool = False,
     overlap: bool = False,
+    outer_momentum: bool = False,
 ) -> Route:
     """The path for a site of `world` ranks running `paradigm`, whose rounds choose among `codecs`
     (`LinkTuner.codec_policy.candidates`).
 
     `sharded_checkpoint`: the site's newest checkpoint was written shard-wise (it ran on several ranks); a
     single rank then keeps the shard-wise path too, which on one rank is the whole vector and reads it.
-    `overlap`: `training.overlap_sync` asks for the overlapped path."""
+    `overlap`: `training.overlap_sync` asks for the overlapped path; `outer_momentum`: the federation's outer
+    step carries momentum (`AggregationConfig.outer_momentum`), which keeps a site off it."""
     route = _round_by_round(world, paradigm, codecs, sharded_checkpoint)
     if not overlap:
         return route
+    if outer_momentum:
+        return Route(
+            route.path,
+            "overlap_sync not taken: the outer step carries momentum, and a round trained one transfer behind "
+            f"adds to it (the model overshoots); {route.reason}",
+        )
     if world > 1:
         return Route(route.path, f"overlap_sync not taken: the overlapped path runs on one rank; {route.reason}")
     if route.path is not WholeVectorSync:

@@ -307,3 +307,7 @@ def test_route_takes_the_overlapped_path_only_where_it_fits():
     assert several.path is not OverlapSync and "overlap_sync not taken" in several.reason
     small = sync_route(1, lora, ["int8"], overlap=True)
     assert small.path is WholeVectorSync and "overlap_sync not taken" in small.reason and "'lora'" in small.reason
+    # Under an outer step with momentum a round trained one transfer behind adds to the momentum: round by round.
+    momentum = sync_route(1, pretrain, ["int8"], overlap=True, outer_momentum=True)
+    assert momentum.path is WholeVectorSync
+    assert "overlap_sync not taken: the outer step carries momentum" in momentum.reason
