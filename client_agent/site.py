@@ -37,7 +37,7 @@ from .ps_client import GlobalVersion, PSClient
 from .ranks import Ranks
 from .run_clock import RunClock
 from .slices.state import sharded_meta
-from .sync import SyncContext, SyncPath, start_restore, sync_route
+from .sync import SyncContext, SyncPath, overlap_kept_off, start_restore, sync_route
 from .threads import in_thread
 from .tokenizer import load_tokenizer
 from .trainer import LocalTrainer
@@ -117,7 +117,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         codecs,
         ranks.bcast_flag(shard_meta is not None if ranks.leader else None),
         overlap=fed.training.overlap_sync,
-        outer_momentum=fed.aggregation.outer_momentum,
+        kept_off=overlap_kept_off(fed.aggregation),
     )
     if fed.training.torch_threads:
         torch.set_num_threads(fed.training.torch_threads)

@@ -279,8 +279,9 @@ class TrainingConfig(_Section):
         True,
         description="Keep training while a round's delta uploads and the next global model downloads; the model "
         "is folded in when it arrives, keeping the progress made meanwhile (one-rank sites of paradigms that "
-        "exchange parameters element by element, under an outer step without momentum: with momentum, a round "
-        "trained one transfer behind adds to it and the model overshoots; other sites sync round by round, and "
+        "exchange parameters element by element, in a federation whose outer step carries no momentum (a round "
+        "trained one transfer behind adds to momentum and the model overshoots) and whose aggregation.mode is "
+        "not auto (it times rounds as a round-by-round client runs them); other sites sync round by round, and "
         "say why in their log). "
         "false: every site syncs round by round, waiting for its push and the next model before training on.",
     )

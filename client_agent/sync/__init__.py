@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..upload import TAKEN
 from .base import PushOutcome, RoundResult, SyncContext, SyncPath
 from .overlap import OverlapSync, Settled
-from .route import Route, sync_route
+from .route import Route, overlap_kept_off, sync_route
 from .sliced import SliceWiseSync
 from .whole import WholeVectorSync, start_restore
 
@@ -21,5 +21,6 @@ __all__ = [
     "SyncPath",
     "WholeVectorSync",
     "start_restore",
+    "overlap_kept_off",
     "sync_route",
 ]

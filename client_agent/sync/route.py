@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from geofed.codec import make_codec
 from geofed.codec.errors import CodecError
 from geofed.codec.sharded import SliceCodec
-from geofed.config import CodecConfig
+from geofed.config import AggregationConfig, CodecConfig
 
 from ..paradigms import ClientParadigm
 from .base import SyncPath
@@ -66,30 +66,35 @@ def _shard_wise_codec(names: Sequence[str]) -> str | None:
     return None
 
 
+def overlap_kept_off(agg: AggregationConfig) -> str | None:
+    """Why the federation's aggregation settings keep every site off the overlapped path, or None."""
+    if agg.outer_momentum:
+        return "the outer step carries momentum, and a round trained one transfer behind adds to it (it overshoots)"
+    if agg.mode == "auto":
+        return "aggregation.mode auto times each client's rounds at the PS as a round-by-round client runs them"
+    return None
+
+
 def sync_route(
     world: int,
     paradigm: ClientParadigm,
     codecs: Sequence[str],
     sharded_checkpoint: bool = False,
     overlap: bool = False,
-    outer_momentum: bool = False,
+    kept_off: str | None = None,
 ) -> Route:
     """The path for a site of `world` ranks running `paradigm`, whose rounds choose among `codecs`
     (`LinkTuner.codec_policy.candidates`).
 
     `sharded_checkpoint`: the site's newest checkpoint was written shard-wise (it ran on several ranks); a
     single rank then keeps the shard-wise path too, which on one rank is the whole vector and reads it.
-    `overlap`: `training.overlap_sync` asks for the overlapped path; `outer_momentum`: the federation's outer
-    step carries momentum (`AggregationConfig.outer_momentum`), which keeps a site off it."""
+    `overlap`: `training.overlap_sync` asks for the overlapped path; `kept_off`: why the federation's settings
+    keep every site off it (`overlap_kept_off`), or None."""
     route = _round_by_round(world, paradigm, codecs, sharded_checkpoint)
     if not overlap:
         return route
-    if outer_momentum:
-        return Route(
-            route.path,
-            "overlap_sync not taken: the outer step carries momentum, and a round trained one transfer behind "
-            f"adds to it (the model overshoots); {route.reason}",
-        )
+    if kept_off is not None:
+        return Route(route.path, f"overlap_sync not taken: {kept_off}; {route.reason}")
     if world > 1:
         return Route(route.path, f"overlap_sync not taken: the overlapped path runs on one rank; {route.reason}")
     if route.path is not WholeVectorSync:

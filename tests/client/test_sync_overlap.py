@@ -20,10 +20,10 @@ from client_agent.link_tuner import LinkMeter, LinkTuner
 from client_agent.paradigms import client_paradigm
 from client_agent.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
 from client_agent.ranks import Ranks
-from client_agent.sync import OverlapSync, RoundResult, SyncContext, WholeVectorSync, sync_route
+from client_agent.sync import OverlapSync, RoundResult, SyncContext, WholeVectorSync, overlap_kept_off, sync_route
 from client_agent.trainer import TrainStats
 from geofed.codec import decoder_for
-from geofed.config import FederationConfig
+from geofed.config import AggregationConfig, FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 
 N = 4096
@@ -307,7 +307,12 @@ def test_route_takes_the_overlapped_path_only_where_it_fits():
     assert several.path is not OverlapSync and "overlap_sync not taken" in several.reason
     small = sync_route(1, lora, ["int8"], overlap=True)
     assert small.path is WholeVectorSync and "overlap_sync not taken" in small.reason and "'lora'" in small.reason
-    # Under an outer step with momentum a round trained one transfer behind adds to the momentum: round by round.
-    momentum = sync_route(1, pretrain, ["int8"], overlap=True, outer_momentum=True)
-    assert momentum.path is WholeVectorSync
-    assert "overlap_sync not taken: the outer step carries momentum" in momentum.reason
+    # Under an outer step with momentum a round trained one transfer behind adds to the momentum, and auto mode
+    # times rounds as a round-by-round client runs them: every site syncs round by round.
+    for agg, why in (({"outer_optimizer": "nesterov"}, "the outer step carries momentum"),
+                     ({"outer_optimizer": "adam"}, "the outer step carries momentum"),
+                     ({"mode": "auto"}, "aggregation.mode auto times")):
+        kept_off = overlap_kept_off(AggregationConfig(**agg))
+        route = sync_route(1, pretrain, ["int8"], overlap=True, kept_off=kept_off)
+        assert route.path is WholeVectorSync and f"overlap_sync not taken: {why}" in route.reason
+    assert overlap_kept_off(AggregationConfig()) is None  # the defaults: FedAvg's outer step, async
