@@ -94,8 +94,8 @@ def summary(scenario_name: str, root: Path = ROOT) -> str:
     common = min((r.curve[-1].tokens for r in runs if r.kind != "single" and r.curve), default=0)
     fedavg = [r for r in runs if r.method == "fedavg" and r.curve]
     target = statistics.median(min(p.loss for p in r.curve) for r in fedavg) if fedavg else None
-    methods = sorted({r.method for r in runs if r.kind != "single"}, key=lambda m: (m not in ORDER, ORDER.index(m)
-                                                                                   if m in ORDER else 0, m))
+    rank = {m: i for i, m in enumerate(ORDER)}
+    methods = sorted({r.method for r in runs if r.kind != "single"}, key=lambda m: (rank.get(m, len(ORDER)), m))
     to_target = "" if target is None else f"| s to {target:.3f} | × sooner than sync FedAvg "
     lines = [
         f"### {scenario_name}: " + ", ".join(f"`{m}`" for m in methods),
