@@ -37,13 +37,16 @@ def next_model(ps: PSClient, fed: FederationConfig, current: GlobalVersion, stat
     """sync: wait for the round to close; async: adopt the newest version (ours, if it was applied).
 
     The mode is the one the PS said it runs in its last push response (aggregation.mode 'auto' switches it
-    between rounds), else the FederationConfig's, as for a PS that predates the field.
+    between rounds), else the FederationConfig's, as for a PS that predates the field. Once `ps` is closed no
+    model will come: the wait ends with `current`.
     """
     if status in ("STALE", "DEFERRED"):  # resync: any model the PS streams next (older after a PS restart)
         while True:
             got = ps.wait_for_fresh(current, timeout=DEFERRED_WAIT_S)
             if got is not None:
                 return got
+            if ps.closed:
+                return current
             if status == "DEFERRED":  # the model is current: the sites holding the round may have left
                 log.info("event=retrain_on_model after=deferred version=%d", current.version)
                 return current
@@ -53,6 +56,8 @@ def next_model(ps: PSClient, fed: FederationConfig, current: GlobalVersion, stat
             got = ps.wait_for_version(current.version, timeout=5.0)
             if got is not None:
                 return got
+            if ps.closed:
+                return current
             fresh = ps.latest()
             if fresh is not None and fresh is not current and fresh.version < current.version:
                 return fresh  # the PS restarted behind us: its round will never reach our version

@@ -406,6 +406,11 @@ class PSClient:
             offset += len(data)
         yield pb.DeltaChunk(trailer=pb.DeltaTrailer(sha256=digest))
 
+    @property
+    def closed(self) -> bool:
+        """`close()` was called: the model stream is stopped and a wait for a model returns at once."""
+        return self._stop.is_set()
+
     def close(self) -> None:
         self._set_pending(None)
         self._stop.set()

@@ -242,6 +242,8 @@ def run_local_federation(opts: LocalOptions) -> int:
         _write_outputs(run, records, evaluator, ckpt.flat)
         if failed:
             _say(f"warning: client(s) {failed} exited with an error; see {logs}")
+            for i in failed:
+                _say(_exit_report(i, clients[i].returncode, logs / f"client-{i}.log"))
         _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed")
         if task is not None:
             from .finetune.preset import summary_lines
@@ -262,6 +264,23 @@ def run_local_federation(opts: LocalOptions) -> int:
         return 130
     finally:
         stop_all([p for p in (*ps_set.procs, *clients, split.proc if split else None) if p is not None])
+
+
+def _exit_report(i: int, code: int, log: Path, lines: int = 5) -> str:
+    """`client-i exited with code N` (or the signal that ended it) and the last lines of its log."""
+    import signal
+
+    how = f"code {code}"
+    if code < 0:
+        try:
+            how = f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"signal {-code}"
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        tail = [f"(its log cannot be read: {exc})"]
+    return f"client-{i} exited with {how}; its log ends:\n" + "\n".join(f"    {line}" for line in tail)
 
 
 def _traffic(admin) -> str:

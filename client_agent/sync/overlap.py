@@ -46,6 +46,8 @@ from .whole import WholeVectorSync
 
 log = logging.getLogger("geofed.client")
 
+CLOSE_JOIN_S = 5.0  # how long `close` waits for the last push's thread to return
+
 
 @dataclass(frozen=True)
 class Settled:
@@ -71,6 +73,9 @@ class OverlapSync(WholeVectorSync):
         self._sent: Future | None = None  # PushOutcome of the push in flight
         self._next: Future | None = None  # the GlobalVersion it leads to
         self.fold_due = False  # a settled push's model is to be folded in by the next `adopt`
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # orders the thread's "send done" against `settle`'s "last push"
+        self._last = False  # the push in flight is the run's last: its thread waits for no model
 
     # ---- every round ------------------------------------------------------------------------------------
 
@@ -104,6 +109,9 @@ class OverlapSync(WholeVectorSync):
         if self._sent is None:
             return None
         t0 = time.monotonic()
+        if not await_model:
+            with self._lock:
+                self._last = True
         outcome = self._sent.result()
         model = self._next.result() if await_model else None
         self._sent = self._next = None
@@ -129,9 +137,10 @@ class OverlapSync(WholeVectorSync):
             ctx.paradigm.adopt(ctx.ranks, trainer.model, pushed.numpy())
         self.pushed = pushed
         self._sent, self._next = Future(), Future()
-        threading.Thread(
+        self._thread = threading.Thread(
             target=self._send_and_wait, args=(upload, result.base, codec), name="geofed-overlap", daemon=True
-        ).start()
+        )
+        self._thread.start()
         return None
 
     def eager_weight(self) -> float:
@@ -141,7 +150,11 @@ class OverlapSync(WholeVectorSync):
         return 1.0 if fed.training.overlap_eager == "full" else min(1.0, fed.aggregation.global_lr)
 
     def close(self) -> None:
-        """A push still in flight at the end is left to its daemon thread (its checkpoint resends it)."""
+        """Wait briefly for the thread of the last push, which waits for no model once `settle` said so; a
+        push still in flight at the end (an error unwinding the loop) is left to its daemon thread (its
+        checkpoint resends it)."""
+        if self._thread is not None and self._last:
+            self._thread.join(timeout=CLOSE_JOIN_S)
         self._sent = self._next = None
 
     # ---- the thread ---------------------------------------------------------------------------------------
@@ -154,7 +167,12 @@ class OverlapSync(WholeVectorSync):
             sent.set_exception(exc)
             nxt.set_exception(exc)
             return
-        sent.set_result(outcome)
+        with self._lock:
+            last = self._last
+            sent.set_result(outcome)
+        if last:  # the run ends with this push: no thread is left waiting on the PS as the process exits
+            nxt.set_result(None)
+            return
         try:
             nxt.set_result(next_model(self.ctx.ps, self.ctx.fed, base, outcome.status, outcome.version))
         except BaseException as exc:

@@ -29,6 +29,7 @@ class FakePS:
     closes the round only at quorum or the straggler timeout, and streams the model over the network."""
 
     aggregation_mode = "sync"
+    closed = False
 
     def __init__(self, events: list) -> None:
         self.events = events

@@ -51,7 +51,7 @@ class WaitPS:
     """Records how the agent waits for its next model."""
 
     def __init__(self, mode: str, current: GlobalVersion) -> None:
-        self.aggregation_mode, self.calls = mode, []
+        self.aggregation_mode, self.calls, self.closed = mode, [], False
         self.newer = GlobalVersion(current.version + 1, current.flat, current.manifest)
         self.current = current
 
@@ -87,7 +87,7 @@ class QuietPS:
     """A PS that streams nothing newer for `quiet` waits, then a fresh model."""
 
     def __init__(self, current: GlobalVersion, quiet: int) -> None:
-        self.aggregation_mode, self.quiet, self.waits = "async", quiet, []
+        self.aggregation_mode, self.quiet, self.waits, self.closed = "async", quiet, [], False
         self.fresh = GlobalVersion(current.version + 1, current.flat, current.manifest)
 
     def wait_for_fresh(self, than, timeout: float):

@@ -82,6 +82,7 @@ class FakePS:
     A real PS weighs by staleness, may buffer (ACCEPTED) or refuse, and streams the model over gRPC."""
 
     aggregation_mode = "async"
+    closed = False
     shard_cuts = ()
     bytes_sent = 0
 
@@ -187,6 +188,35 @@ def test_training_goes_on_while_the_push_is_in_flight(tmp_path):
     assert settled.outcome.status == "APPLIED" and settled.model.version == 2
     assert settled.waited_s > 0.1  # the round loop waited for the held push: that is the idle time
     assert base.version == 1
+
+
+class CountingPS(FakePS):
+    """FakePS that counts the waits for a model."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.waits = 0
+
+    def wait_for_version(self, newer_than: int, timeout: float | None = None) -> GlobalVersion | None:
+        self.waits += 1
+        return super().wait_for_version(newer_than, timeout)
+
+
+def test_the_last_push_waits_for_no_model_and_leaves_no_thread_behind(tmp_path):
+    """The run's last push: its outcome is recorded, no model is awaited, and once closed no thread of the
+    sync path is left talking to the PS while the process exits."""
+    ps = CountingPS(hold=True)
+    sync, trainer = make_sync(tmp_path, ps), FakeTrainer()
+    one_round(sync, trainer, ps.latest(), 3)
+    assert ps.in_flight.wait(5)
+    threading.Timer(0.2, ps.released.set).start()
+
+    settled = sync.settle(await_model=False)
+    sync.close()
+
+    assert settled.outcome.status == "APPLIED" and settled.model is None
+    assert ps.waits == 0
+    assert not [t for t in threading.enumerate() if t.name == "geofed-overlap" and t.is_alive()]
 
 
 @pytest.mark.parametrize(("eager", "weight"), [("outer", 0.5), ("full", 1.0)])
