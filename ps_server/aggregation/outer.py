@@ -33,6 +33,14 @@ class OuterOptimizer(ABC):
         """Whether a step carries earlier rounds' updates forward (so the model overshoots along them)."""
         return False
 
+    @classmethod
+    def deltas_agree(cls, cfg: AggregationConfig) -> bool:
+        """Whether honest deltas point along what the other sites' recent deltas add up to, so that one
+        pointing clearly against them is an attack (the consensus bound applies). Not where the step carries
+        momentum at full length: the model then overshoots along the recent deltas and honest deltas point
+        back against them."""
+        return not cls.carries_momentum(cfg)
+
     @abstractmethod
     def increment_(self, delta: np.ndarray) -> None:
         """Overwrite the averaged delta Δ with the increment u, so that θ_new = θ + u."""
@@ -127,6 +135,12 @@ class Adam(OuterOptimizer):
     @classmethod
     def carries_momentum(cls, cfg: AggregationConfig) -> bool:
         return cfg.beta1 > 0
+
+    @classmethod
+    def deltas_agree(cls, cfg: AggregationConfig) -> bool:
+        """Adam's momentum is normalised per coordinate: each step moves a coordinate by about η at most, and
+        honest deltas keep pointing along the other sites' recent deltas (docs/reliability.md)."""
+        return True
 
     def __init__(self, lr: float, beta1: float, beta2: float, eps: float, numel: int) -> None:
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
