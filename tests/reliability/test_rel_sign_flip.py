@@ -12,7 +12,8 @@ honest deltas as pushed (not with the PS's helpers):
   projection may not be below −η × 0.1 × the reference (the median over the honest sites of the median of
   their last 5 norms).
 
-Honest deltas are never scaled down; every codec and the sharded PS get the same bound. Under Adam (β₁ = 0.9: its
+Honest deltas are never scaled down; every codec, the sharded PS and a LoRA federation (its exchanged vector:
+one layer's adapters) get the same bound. Under Adam (β₁ = 0.9: its
 momentum is normalised per coordinate) the bound applies too: every hostile delta is scaled by it, no honest one
 (a version's step is Adam's normalised increment there, so the projection floor above is FedAvg's alone).
 """
@@ -31,9 +32,9 @@ from geofed.config import CodecConfig, ModelConfig, TrainingConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed_apps.shards import ShardedPS
 from geofed_testing.procs import PSNode, Reaper
-from geofed_testing.wire import NUMEL, Observer, init_model, join, raw_push
+from geofed_testing.wire import NUMEL, Observer, init_model, join, push, raw_push, theta0
 from tests.reliability.test_rel_attacks import attack_messages
-from tests.reliability.test_rel_sybil import counter, site_session
+from tests.reliability.test_rel_sybil import LORA_MANIFEST, counter, site_session
 from tests.reliability.test_rel_sybil_shards import Front, Sybil
 
 T = TrainingConfig()
@@ -50,13 +51,17 @@ def unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
+LORA_NUMEL = sum(math.prod(shape) for _, shape, _ in LORA_MANIFEST)
+
+
 class HonestSite:
     def __init__(self, seed: int, common: np.ndarray) -> None:
         self.rng, self.common = np.random.default_rng(seed), common
         self.pushed: list[np.ndarray] = []
 
     def delta(self) -> np.ndarray:
-        mixed = math.sqrt(SHARED) * self.common + math.sqrt(1 - SHARED) * unit(self.rng.standard_normal(NUMEL))
+        noise = unit(self.rng.standard_normal(self.common.size))
+        mixed = math.sqrt(SHARED) * self.common + math.sqrt(1 - SHARED) * noise
         return NORM * unit(mixed)
 
 
@@ -66,11 +71,14 @@ def reaper():
         yield r
 
 
-def start_ps(tmp_path, reaper, codec: str, shards: bool, outer: str = "fedavg"):
-    """A default PS (a front and two shards when `shards`), with Θ0 of the test model."""
+def start_ps(tmp_path, reaper, codec: str, shards: bool, outer: str = "fedavg", lora: bool = False):
+    """A default PS (a front and two shards when `shards`), with Θ0 of the test model (of one layer's LoRA
+    adapters, the exchanged vector of a LoRA federation, when `lora`)."""
     federation = {"codec": SPARSE} if codec == "sparse" else {}
     if outer != "fedavg":
         federation["aggregation"] = {"outer_optimizer": outer}
+    if lora:
+        federation["paradigm"] = {"name": "lora"}
     if shards:
         fed_file = tmp_path / "federation.yaml"
         fed_file.write_text(yaml.safe_dump({**federation, "ps_shards": 2}))
@@ -83,25 +91,32 @@ def start_ps(tmp_path, reaper, codec: str, shards: bool, outer: str = "fedavg"):
         ps = PSNode(tmp_path / "ps", federation, metrics=True)
         reaper.add(ps.kill)
         ps.start()
-    init_model(join(ps, "boot.master", master=True, start=False, reaper=reaper))
+    master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
+    if lora:
+        push(master, 0, theta0(LORA_NUMEL), init=True, manifest=LORA_MANIFEST)
+    else:
+        init_model(master)
     return ps
 
 
-CASES = [("fp32", False, "fedavg"), ("int8", False, "fedavg"), ("sparse", False, "fedavg"), ("fp32", True, "fedavg"),
-         ("fp32", False, "adam")]  # fmt: skip
+CASES = [("fp32", False, "fedavg", "pretrain"), ("int8", False, "fedavg", "pretrain"),
+         ("sparse", False, "fedavg", "pretrain"), ("fp32", True, "fedavg", "pretrain"),
+         ("fp32", False, "adam", "pretrain"), ("int8", False, "fedavg", "lora")]  # fmt: skip
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    ("codec", "shards", "outer"), CASES, ids=[f"{c}{'-shards' if s else ''}-{o}" for c, s, o in CASES]
-)
+    ("codec", "shards", "outer", "paradigm"), CASES,
+    ids=[f"{c}{'-shards' if s else ''}-{o}-{p}" for c, s, o, p in CASES],
+)  # fmt: skip
 def test_a_sign_flip_at_the_norm_bound_is_held_to_the_allowance_along_the_honest_directions(
-    tmp_path, reaper, codec, shards, outer
+    tmp_path, reaper, codec, shards, outer, paradigm
 ):
     encoder = make_codec("sparse", sparse=sparse_params(CodecConfig(**SPARSE))) if codec == "sparse" else None
     encoder = encoder or make_codec(codec)
-    ps = start_ps(tmp_path, reaper, codec, shards, outer)
-    common = unit(np.random.default_rng(7).standard_normal(NUMEL))
+    lora = paradigm == "lora"
+    ps = start_ps(tmp_path, reaper, codec, shards, outer, lora)
+    common = unit(np.random.default_rng(7).standard_normal(LORA_NUMEL if lora else NUMEL))
     sites = {f"site{i}": HonestSite(i, common) for i in range(3)}
     clients = {name: join(ps, f"{name}.trainer", site=name, start=False, reaper=reaper) for name in sites}
     with ps.admin() as admin:
@@ -134,7 +149,7 @@ def test_a_sign_flip_at_the_norm_bound_is_held_to_the_allowance_along_the_honest
             version, model = new_version, new
         flip = -3 * evil.delta()
         if r % 2:
-            flip = flip + 3 * NORM * unit(noise.standard_normal(NUMEL))
+            flip = flip + 3 * NORM * unit(noise.standard_normal(common.size))
         directions = [unit(np.sum(s.pushed, axis=0)) for s in sites.values()]
         raw.append(sorted(float(flip @ u) for u in directions)[1])
         assert send_flip(flip.astype(np.float32), version, f"flip/{r}").status == pb.APPLIED
