@@ -141,8 +141,8 @@ class AggregationConfig(_Section):
 
     @property
     def outer_momentum(self) -> bool:
-        """Whether the outer step carries earlier rounds' updates forward: Nesterov with momentum > 0, Adam with
-        beta1 > 0 (what the PS's outer optimizers answer in `carries_momentum`)."""
+        """Whether the outer step carries earlier rounds' updates forward (so the model overshoots along them):
+        Nesterov with momentum > 0, Adam with beta1 > 0."""
         return (self.outer_optimizer == "nesterov" and self.momentum > 0) or (
             self.outer_optimizer == "adam" and self.beta1 > 0
         )

@@ -29,17 +29,12 @@ class OuterOptimizer(ABC):
     name: str = ""
 
     @classmethod
-    def carries_momentum(cls, cfg: AggregationConfig) -> bool:
-        """Whether a step carries earlier rounds' updates forward (so the model overshoots along them)."""
-        return False
-
-    @classmethod
     def deltas_agree(cls, cfg: AggregationConfig) -> bool:
         """Whether honest deltas point along what the other sites' recent deltas add up to, so that one
         pointing clearly against them is an attack (the consensus bound applies). Not where the step carries
         momentum at full length: the model then overshoots along the recent deltas and honest deltas point
         back against them."""
-        return not cls.carries_momentum(cfg)
+        return True
 
     @abstractmethod
     def increment_(self, delta: np.ndarray) -> None:
@@ -100,8 +95,9 @@ class Nesterov(OuterOptimizer):
     name = "nesterov"
 
     @classmethod
-    def carries_momentum(cls, cfg: AggregationConfig) -> bool:
-        return cfg.momentum > 0
+    def deltas_agree(cls, cfg: AggregationConfig) -> bool:
+        """Its momentum steps at full length (docs/reliability.md: honest deltas then point back)."""
+        return cfg.momentum == 0
 
     def __init__(self, lr: float, momentum: float, numel: int) -> None:
         self.lr, self.momentum = lr, momentum
@@ -131,10 +127,6 @@ class Adam(OuterOptimizer):
     """FedAdam (Reddi et al., FedOpt) with bias correction; ε plays FedOpt's τ."""
 
     name = "adam"
-
-    @classmethod
-    def carries_momentum(cls, cfg: AggregationConfig) -> bool:
-        return cfg.beta1 > 0
 
     @classmethod
     def deltas_agree(cls, cfg: AggregationConfig) -> bool:
