@@ -138,14 +138,6 @@ class AggregationConfig(_Section):
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam β1 of the outer optimizer.")
     beta2: float = Field(0.99, ge=0, lt=1, description="Adam β2 of the outer optimizer.")
     adam_eps: float = Field(1e-3, gt=0, description="Adam ε (FedOpt's τ); larger than usual for stability.")
-
-    @property
-    def outer_momentum(self) -> bool:
-        """Whether the outer step carries earlier rounds' updates forward (so the model overshoots along them):
-        Nesterov with momentum > 0, Adam with beta1 > 0."""
-        return (self.outer_optimizer == "nesterov" and self.momentum > 0) or (
-            self.outer_optimizer == "adam" and self.beta1 > 0
-        )
     weighting: Literal["tokens", "uniform"] = Field(
         "tokens", description="Weight each delta by the tokens behind it, or equally."
     )
@@ -219,6 +211,14 @@ class AggregationConfig(_Section):
         "distinct clients (kept on disk; entries older than max_staleness versions drop out), so median and "
         "trimmed mean work at buffer size 1. sync mode uses the round's deltas only.",
     )
+
+    @property
+    def outer_momentum(self) -> bool:
+        """Whether the outer step carries earlier rounds' updates forward (so the model overshoots along them):
+        Nesterov with momentum > 0, Adam with beta1 > 0."""
+        return (self.outer_optimizer == "nesterov" and self.momentum > 0) or (
+            self.outer_optimizer == "adam" and self.beta1 > 0
+        )
 
 
 class DownlinkConfig(_Section):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -268,8 +269,6 @@ def run_local_federation(opts: LocalOptions) -> int:
 
 def _exit_report(i: int, code: int, log: Path, lines: int = 5) -> str:
     """`client-i exited with code N` (or the signal that ended it) and the last lines of its log."""
-    import signal
-
     how = f"code {code}"
     if code < 0:
         try:

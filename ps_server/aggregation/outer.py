@@ -31,9 +31,10 @@ class OuterOptimizer(ABC):
     @classmethod
     def deltas_agree(cls, cfg: AggregationConfig) -> bool:
         """Whether honest deltas point along what the other sites' recent deltas add up to, so that one
-        pointing clearly against them is an attack (the consensus bound applies). Not where the step carries
-        momentum at full length: the model then overshoots along the recent deltas and honest deltas point
-        back against them."""
+        pointing clearly against them is an attack (the consensus bound applies). They do under FedAvg and
+        under Adam, whose momentum is normalised per coordinate (each step moves a coordinate by about η at
+        most; docs/reliability.md); not where the step carries momentum at full length (Nesterov): the model
+        then overshoots along the recent deltas and honest deltas point back against them."""
         return True
 
     @abstractmethod
@@ -127,12 +128,6 @@ class Adam(OuterOptimizer):
     """FedAdam (Reddi et al., FedOpt) with bias correction; ε plays FedOpt's τ."""
 
     name = "adam"
-
-    @classmethod
-    def deltas_agree(cls, cfg: AggregationConfig) -> bool:
-        """Adam's momentum is normalised per coordinate: each step moves a coordinate by about η at most, and
-        honest deltas keep pointing along the other sites' recent deltas (docs/reliability.md)."""
-        return True
 
     def __init__(self, lr: float, beta1: float, beta2: float, eps: float, numel: int) -> None:
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
