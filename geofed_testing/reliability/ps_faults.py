@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from client_agent.errors import DeferredDeltaError
+from client_agent.model_waits import DEFERRED_WAIT_S
 from client_agent.ps_client import JoinError, PSClient, PushError, StaleDeltaError
 from geofed.wan import LinkProfile, WanProxy
 from geofed_apps.launch import wait_until
@@ -28,11 +29,15 @@ from .scenario import Federation, ScenarioResult
 
 @dataclass
 class Pusher:
-    """A thread pushing `rounds` deltas, each named by (client, round, base version) and logged."""
+    """A thread pushing deltas, each named by (client, round, base version) and logged, until every pusher of
+    its `crew` has `rounds` receipts. Like a federation's sites, which train for the run rather than for a count,
+    none stops while another still needs rounds: a site that pushed twice since the others last did waits for
+    them (the PS's round share), and they are still pushing."""
 
     client: PSClient
     numel: int
     rounds: int
+    crew: list[Pusher] = field(default_factory=list)  # every pusher of the scenario, this one included
     attempted: set[str] = field(default_factory=set)
     receipts: list[tuple[str, str, float, int]] = field(default_factory=list)  # tag, status, mono, attempts
     errors: list[str] = field(default_factory=list)
@@ -45,24 +50,46 @@ class Pusher:
         self.thread.start()
         return self
 
+    def finished(self) -> bool:
+        return all(len(p.receipts) >= p.rounds for p in self.crew or [self])
+
+    def _wait(self, what: str, get, timeout: float = 60.0, required: bool = True):
+        """`get(slice_s)` until it returns a model, the crew is finished (None) or `timeout` passes (None; an
+        error when the model was `required`)."""
+        deadline = time.monotonic() + timeout
+        while not self.finished():
+            got = get(1.0)
+            if got is not None:
+                return got
+            if time.monotonic() > deadline:
+                if required:
+                    self.errors.append(f"{self.client.client_id}: no {what} within {timeout:.0f} s (receipts "
+                                       f"{[(t, s) for t, s, *_ in self.receipts]}, stale {self.stale}, "
+                                       f"deferred {self.deferred})")
+                return None
+        return None
+
     def _run(self) -> None:
-        pushed_on = 0  # the PS takes one delta per client and base version: each round needs a newer model
-        for seq in range(self.rounds):
-            model = self.client.wait_for_version(pushed_on, timeout=60)
-            if model is None:
-                self.errors.append(f"no global model newer than v{pushed_on} within 60 s")
-                return
-            pushed_on = model.version
+        # The PS takes one delta per site and base version: after a landed delta the next one needs a newer model.
+        model = self._wait("global model", lambda s: self.client.wait_for_version(0, timeout=s))
+        seq = 0
+        while model is not None and not self.finished():
             tag = f"{self.client.client_id}/r{seq}/b{model.version}"
+            seq += 1
             self.attempted.add(tag)
             self.busy = True
             try:
                 r = push(self.client, model.version, delta_for(tag, self.numel))
-            except StaleDeltaError:  # refused, and the client knows: like the agent, take the new model and go on
-                self.stale.append(tag)
+            except StaleDeltaError as exc:  # refused, and the client knows: like the agent, take the next model
+                self.stale.append(f"{tag}: {exc}")
+                model = self._wait("model after a stale push",
+                                   lambda s, held=model: self.client.wait_for_fresh(held, timeout=s))
                 continue
-            except DeferredDeltaError:  # the site's round is full: like the agent, drop it and train again
+            except DeferredDeltaError:  # the site's round is full: like the agent, train again on what comes next
                 self.deferred.append(tag)
+                model = self._wait("model after a deferred push",
+                                   lambda s, held=model: self.client.wait_for_fresh(held, timeout=s),
+                                   timeout=DEFERRED_WAIT_S, required=False) or model
                 continue
             except (PushError, JoinError) as exc:
                 self.errors.append(f"{tag}: {type(exc).__name__}: {exc}")
@@ -70,6 +97,9 @@ class Pusher:
             finally:
                 self.busy = False
             self.receipts.append((tag, r.status, time.monotonic(), r.attempts))
+            base = model.version
+            model = self._wait(f"global model newer than v{base}",
+                               lambda s, base=base: self.client.wait_for_version(base, timeout=s))
 
     @property
     def receipted(self) -> set[str]:
@@ -90,7 +120,10 @@ def ps_killed_mid_push(workdir: Path, reaper: Reaper, downtime_s: float = 0.0, n
     proxy.start()
     reaper.add(proxy.stop)
     clients = [join(fed.ps, f"psk.c{i}", address=f"127.0.0.1:{proxy.port}", reaper=reaper) for i in range(n_clients)]
-    pushers = [Pusher(c, numel, rounds).start() for c in clients]
+    pushers = [Pusher(c, numel, rounds) for c in clients]
+    for p in pushers:
+        p.crew = pushers
+        p.start()
     wait_until(lambda: sum(len(p.receipts) for p in pushers) >= n_clients, 60, "first pushes acknowledged")
 
     wait_until(lambda: any(p.busy for p in pushers), 30, "a push in flight", period=0.002)
