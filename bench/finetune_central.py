@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True, help="batches to train (the federation's total)")
     parser.add_argument("--clients", type=int, default=2, help="clients whose data to pool (the split's)")
     parser.add_argument("--seed", type=int, default=0, help="data order and client split seed (as geofed local's)")
+    parser.add_argument("--eval-at", default="", help="comma-separated step counts below --steps at which to also "
+                        "score the held-out answers (a `curve:` JSON line each; training goes on unchanged)")
     args = parser.parse_args(argv)
 
     import torch
@@ -54,10 +56,16 @@ def main(argv: list[str] | None = None) -> int:
             "cpu",
             micro_batch_size=fed.training.batch_size,
         )
-        t0 = time.monotonic()
-        stats = trainer.train(args.steps)
-        seconds = time.monotonic() - t0
-        after = evaluate_answers(model, task.pairs)
+        seconds, tokens = 0.0, 0
+        for stop in [*sorted({int(s) for s in args.eval_at.split(",") if s and 0 < int(s) < args.steps}), args.steps]:
+            t0 = time.monotonic()
+            stats = trainer.train(stop - trainer.step)
+            seconds, tokens = seconds + time.monotonic() - t0, tokens + stats.tokens
+            t_eval = time.monotonic()
+            after = evaluate_answers(model, task.pairs)
+            point = {"step": trainer.step, "train_s": round(seconds, 1), "em": after.exact_match, "f1": after.f1,
+                     "eval_loss": after.eval_loss, "eval_s": round(time.monotonic() - t_eval, 1)}
+            print("curve: " + json.dumps(point), flush=True)
     for line in summary_lines(before, after, fed):
         print(line)
     print(
@@ -65,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         + json.dumps(
             {
                 "trainable": count_parameters(model, trainable_only=True),
-                "steps": stats.steps,
-                "tokens": stats.tokens,
+                "steps": trainer.step,
+                "tokens": tokens,
                 "train_s": seconds,
                 "em": [before.exact_match, after.exact_match],
                 "f1": [before.f1, after.f1],
