@@ -113,7 +113,7 @@ def run_once(
     overrides: dict | None = None,
 ) -> dict:
     """One federation; per-version steps, the model after each round, the final held-out loss. `overrides`:
-    PS settings over the defaults (nested dicts, as `--set` builds them), the outer optimizer's on top."""
+    PS settings over the defaults and the outer optimizer's (nested dicts, as `--set` builds them)."""
     fed = FederationConfig()
     t = fed.training
     full = t.batch_size * fed.model.block_size * t.local_steps
@@ -123,7 +123,7 @@ def run_once(
     shutil.rmtree(work, ignore_errors=True)  # a PS state left by an earlier run would be resumed, not started
     with Reaper() as reaper:
         outer_settings = {"aggregation": {"outer_optimizer": outer, "global_lr": OUTERS[outer]}}
-        settings = merge_settings(overrides or {}, outer_settings)
+        settings = merge_settings(outer_settings, overrides or {})
         ps = PSNode(work / "ps", settings, metrics=True)
         reaper.add(ps.kill)
         ps.start()
@@ -293,7 +293,8 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a PS setting over the defaults, e.g. aggregation.norm_bound_multiple=2 (repeatable)",
+        help="a PS setting over the defaults and the outer optimizer's learning rate above, e.g. "
+        "aggregation.norm_bound_multiple=2 or aggregation.global_lr=0.05 (repeatable)",
     )
     args = p.parse_args()
     overrides = apply_overrides({}, args.set)
