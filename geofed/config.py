@@ -134,7 +134,15 @@ class AggregationConfig(_Section):
         description="Global (outer) learning rate η; 0.5 suits the default asynchronous K = 1 (FedAsync-style "
         "mixing; measured in docs/benchmarks.md), 1 is plain FedAvg.",
     )
-    momentum: float = Field(0.9, ge=0, lt=1, description="Nesterov momentum μ of the outer optimizer.")
+    momentum: float = Field(
+        0.9,
+        ge=0,
+        lt=1,
+        description="Nesterov momentum μ of the outer optimizer. Momentum gives each delta a total weight of "
+        "η/(1 − μ) over the steps that follow (5 at η 0.5, μ 0.9), against η under FedAvg; in async mode, where "
+        "each version is one site's delta, a hostile site's bounded delta is carried as far, so η about 0.05 "
+        "gives a delta FedAvg's weight (docs/reliability.md measures both).",
+    )
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam β1 of the outer optimizer.")
     beta2: float = Field(0.99, ge=0, lt=1, description="Adam β2 of the outer optimizer.")
     adam_eps: float = Field(1e-3, gt=0, description="Adam ε (FedOpt's τ); larger than usual for stability.")
