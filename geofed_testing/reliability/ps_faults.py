@@ -32,7 +32,14 @@ class Pusher:
     """A thread pushing deltas, each named by (client, round, base version) and logged, until every pusher of
     its `crew` has `rounds` receipts. Like a federation's sites, which train for the run rather than for a count,
     none stops while another still needs rounds: a site that pushed twice since the others last did waits for
-    them (the PS's round share), and they are still pushing."""
+    them (the PS's round share), and they are still pushing.
+
+    It stands in for the client agent and is kinder than it in these ways: it pushes a ready-made delta at once
+    instead of training between pushes; its waits after a stale or deferred push mirror
+    `client_agent.model_waits.next_model` but end as soon as the crew is finished (the agent's stale wait has no
+    end but the run's); it never leaves (an agent whose run ends closes its session, and after 45 s its site
+    no longer holds the others' round share); and it keeps no checkpoint of its upload, so it cannot show the
+    agent's exactly-once resend after its own relaunch (tests/e2e/test_client_relaunch.py does)."""
 
     client: PSClient
     numel: int
