@@ -114,11 +114,14 @@ class Reads(Store):
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0 or raw.transport is None or raw.transport.is_closing():
                     break  # the timeout ran out, or the client went away
-                async with self._changed:
-                    try:
-                        await asyncio.wait_for(self._changed.wait(), timeout=min(left, 1.0))
-                    except TimeoutError:
-                        pass
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for returns normally when it is cancelled
+                # in the same loop pass as the change it waits for, and this loop would then outlive its
+                # cancellation (a shut-down server waits on it for the watch's whole timeout).
+                try:
+                    async with self._changed, asyncio.timeout(min(left, 1.0)):
+                        await self._changed.wait()
+                except TimeoutError:
+                    pass
         except ConnectionResetError:  # the client went away mid-write; a cancellation propagates
             pass
         return response
