@@ -251,7 +251,11 @@ class Aggregator:
             except StaleDelta as exc:  # the version moved on while the payload was arriving
                 self.engine.discard(push)
                 return PushOutcome("STALE", self.model.version, message=exc.message)
-            except (AlreadySent, RoundShareSpent):
+            except RoundShareSpent:
+                self.engine.discard(push)
+                self.round_times.put_off(push.client_id, header.base_version)
+                raise
+            except AlreadySent:
                 self.engine.discard(push)
                 raise
             if bounded.scale < 1.0:

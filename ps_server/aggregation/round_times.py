@@ -2,10 +2,12 @@
 
 A client's round time is measured at the PS, from the later of the publication of the version its delta was
 trained on and the arrival of its previous delta, to the arrival of this one: download + local training +
-upload, without the time it waited for a sync round to close. From these the PS sets the sync straggler
-timeout (autotune.straggler_timeout) and advises sync or async. With aggregation.mode 'auto' the advice is
-the live mode: `retune` runs only right after a round closed (sync) or an outer step (async), when nothing is
-buffered, so a switch there loses no delta and counts none twice; the aggregator then runs the new mode.
+upload, without the time it waited for a sync round to close, or for the other sites after its site's round
+share put a delta off (its round ends when the delta first arrives; a retry of that delta is not timed). From
+these the PS sets the sync straggler timeout (autotune.straggler_timeout) and advises sync or async. With
+aggregation.mode 'auto' the advice is the live mode: `retune` runs only right after a round closed (sync) or an
+outer step (async), when nothing is buffered, so a switch there loses no delta and counts none twice; the
+aggregator then runs the new mode.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class RoundTimes:
         self.gone_after_s = gone_after_s
         self._published: OrderedDict[int, float] = OrderedDict()
         self._last: dict[str, float] = {}  # client -> arrival of its last delta
+        self._held: dict[str, int] = {}  # client -> base version of its delta the round share put off
         self._rounds: dict[str, deque[float]] = {}
         self.straggler_timeout_s = fed.aggregation.straggler_timeout_s
         self.straggler_reason = "configured aggregation.straggler_timeout_s"
@@ -53,11 +56,21 @@ class RoundTimes:
     def arrived(self, client_id: str, base_version: int) -> None:
         """A delta trained on `base_version` arrived: time the client's round when its start is known."""
         now = self.clock()
+        if self._held.pop(client_id, None) == base_version:  # the delta put off, sent again: timed when put off
+            self._last[client_id] = now
+            return
         starts = [t for t in (self._published.get(base_version), self._last.get(client_id)) if t is not None]
         self._last[client_id] = now
         if starts:
             window = self._rounds.setdefault(client_id, deque(maxlen=self.cfg.round_window))
             window.append(now - max(starts))
+
+    def put_off(self, client_id: str, base_version: int) -> None:
+        """The round share put off a delta trained on `base_version`: the client's round ends here, as if it had
+        landed. What follows is waiting for other sites (it pushes the same delta again, timed from now, or
+        trains on a newer version), so the wait never counts as its round time."""
+        self.arrived(client_id, base_version)
+        self._held[client_id] = base_version
 
     def per_client(self) -> dict[str, float]:
         """Each client's median round time; a client with no delta for `gone_after_s` is gone and left out.

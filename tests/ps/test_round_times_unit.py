@@ -122,3 +122,38 @@ def test_should_close_uses_the_tuned_timeout():
     assert not should_close(cfg, **args)  # the configured 120 s
     assert should_close(cfg, **args, straggler_timeout_s=28.0)
     assert not should_close(cfg, **{**args, "now": 27.9}, straggler_timeout_s=28.0)
+
+
+def test_a_delta_the_round_share_put_off_is_timed_when_it_first_arrived_and_its_wait_is_not():
+    # Async, a fast site (1 s rounds) and a slow one (5 s): the fast one's third delta is put off until the slow
+    # one pushes; it waits 3 s for that, then pushes the same delta again (or trains on the newer version).
+    clock = Clock()
+    times = RoundTimes(FederationConfig.model_validate({"aggregation": {"mode": "auto"},
+                                                        "autotune": {"round_window": 4}}), clock)
+    times.published(1)
+    for v in (2, 3):  # t = 1, 2: the fast site lands two deltas, each its own version
+        clock.t += 1.0
+        times.arrived("fast", v - 1)
+        times.published(v)
+    clock.t = 3.0
+    times.put_off("fast", 3)  # its round ran 1 s (from version 3, published at t = 2)
+    clock.t = 5.0
+    times.arrived("slow", 1)  # 5 s
+    times.published(4)
+    clock.t = 6.0
+    times.arrived("fast", 3)  # the same delta again, 3 s after it was put off: not a round of 3 s (or 4 s)
+    times.published(5)
+    clock.t = 7.0
+    times.arrived("fast", 5)  # trained on version 5, published at t = 6: 1 s
+    times.published(6)
+    assert times.per_client() == {"fast": 1.0, "slow": 5.0}
+    clock.t = 8.0
+    times.put_off("fast", 6)  # put off again, and this time it trains on the next version instead
+    clock.t = 10.0
+    times.arrived("slow", 4)  # 5 s
+    times.published(7)
+    clock.t = 11.0
+    times.arrived("fast", 7)  # from version 7's publication (t = 10): 1 s, not the 3 s since it was put off
+    assert times.per_client() == {"fast": 1.0, "slow": 5.0}
+    times.retune()
+    assert times.mode == "async" and times.spread == 5.0
