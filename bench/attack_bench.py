@@ -64,9 +64,9 @@ from geofed_testing.procs import PSNode, Reaper  # noqa: E402
 from geofed_testing.wire import Observer, join, push  # noqa: E402
 
 ATTACKS = ("none", "honest", "scaled", "sign_flip", "noise", "sybil", "drift", "ratchet")
-# Outer learning rates: the default η = 0.5 for FedAvg and Nesterov (μ = 0.9, the default); Adam moves every
-# parameter by about η per step, so it gets 0.01, about one honest delta's per-parameter size.
-OUTERS = {"fedavg": 0.5, "nesterov": 0.5, "adam": 0.01}
+# The outer optimizers, each at its default η (aggregation.global_lr unset): FedAvg 0.5, Nesterov 0.5 × (1 − μ)
+# = 0.05 at the default μ 0.9, Adam 0.01. `--set aggregation.global_lr=...` runs another.
+OUTERS = ("fedavg", "nesterov", "adam")
 HONEST = 3
 SYBIL_IDS = 4
 SCALE = 10.0
@@ -122,7 +122,7 @@ def run_once(
     t0 = time.monotonic()
     shutil.rmtree(work, ignore_errors=True)  # a PS state left by an earlier run would be resumed, not started
     with Reaper() as reaper:
-        outer_settings = {"aggregation": {"outer_optimizer": outer, "global_lr": OUTERS[outer]}}
+        outer_settings = {"aggregation": {"outer_optimizer": outer}}
         settings = merge_settings(outer_settings, overrides or {})
         ps = PSNode(work / "ps", settings, metrics=True)
         reaper.add(ps.kill)
@@ -293,8 +293,8 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a PS setting over the defaults and the outer optimizer's learning rate above, e.g. "
-        "aggregation.norm_bound_multiple=2 or aggregation.global_lr=0.05 (repeatable)",
+        help="a PS setting over the defaults, e.g. "
+        "aggregation.norm_bound_multiple=2 or aggregation.global_lr=0.5 (repeatable)",
     )
     args = p.parse_args()
     overrides = apply_overrides({}, args.set)

@@ -114,6 +114,11 @@ class CodecConfig(_Section):
         return self
 
 
+# The outer learning rates global_lr leaves to the outer optimizer (its description says why).
+FEDAVG_LR = 0.5
+ADAM_LR = 0.01
+
+
 class AggregationConfig(_Section):
     """How the PS folds deltas into the global model (Algorithm 1, step 13, and better)."""
 
@@ -127,21 +132,23 @@ class AggregationConfig(_Section):
     outer_optimizer: Literal["fedavg", "nesterov", "adam"] = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
     )
-    global_lr: float = Field(
-        0.5,
+    global_lr: float | None = Field(
+        None,
         gt=0,
         le=10,
-        description="Global (outer) learning rate η; 0.5 suits the default asynchronous K = 1 (FedAsync-style "
-        "mixing; measured in docs/benchmarks.md), 1 is plain FedAvg.",
+        description="Global (outer) learning rate η. Unset: the outer optimizer's own. FedAvg 0.5, which suits "
+        "the default asynchronous K = 1 (FedAsync-style mixing; measured in docs/benchmarks.md; 1 is plain "
+        "FedAvg). Nesterov 0.5 × (1 − momentum), so that a delta's total weight over the steps momentum carries "
+        "it, η/(1 − μ), is FedAvg's 0.5, a hostile site's delta's too; a larger η (DiLoCo's synchronous recipe "
+        "sets 0.7) carries every delta further, a sign-flipped one included (docs/reliability.md measures what "
+        "that costs). Adam 0.01 (it moves every parameter by about η a step).",
     )
     momentum: float = Field(
         0.9,
         ge=0,
         lt=1,
         description="Nesterov momentum μ of the outer optimizer. Momentum gives each delta a total weight of "
-        "η/(1 − μ) over the steps that follow (5 at η 0.5, μ 0.9), against η under FedAvg; in async mode, where "
-        "each version is one site's delta, a hostile site's bounded delta is carried as far, so η about 0.05 "
-        "gives a delta FedAvg's weight (docs/reliability.md measures both).",
+        "η/(1 − μ) over the steps that follow, against η under FedAvg; global_lr unset keeps it at 0.5.",
     )
     beta1: float = Field(0.9, ge=0, lt=1, description="Adam β1 of the outer optimizer.")
     beta2: float = Field(0.99, ge=0, lt=1, description="Adam β2 of the outer optimizer.")
@@ -227,6 +234,14 @@ class AggregationConfig(_Section):
         return (self.outer_optimizer == "nesterov" and self.momentum > 0) or (
             self.outer_optimizer == "adam" and self.beta1 > 0
         )
+
+    @property
+    def outer_lr(self) -> float:
+        """The global (outer) learning rate η in use: global_lr, or the outer optimizer's own when unset."""
+        if self.global_lr is not None:
+            return self.global_lr
+        return {"fedavg": FEDAVG_LR, "nesterov": FEDAVG_LR * (1.0 - self.momentum), "adam": ADAM_LR}[
+            self.outer_optimizer]
 
 
 class DownlinkConfig(_Section):

@@ -31,7 +31,7 @@ def _defaults_text() -> str:
     agg, codec, shipped = fed.aggregation, fed.codec, CodecConfig().name
     note = "" if codec.name == shipped else f" (the harness's; geofed's default codec is {shipped})"
     return (
-        f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.global_lr:g}, staleness-scaled "
+        f"geofed's defaults: {agg.mode}, buffer {agg.buffer_size}, η = {agg.outer_lr:g}, staleness-scaled "
         f"deltas, max staleness {agg.max_staleness}, H steps or T seconds, {codec.name} codec ({codec.entropy}) "
         f"with{'' if codec.error_feedback else 'out'} error feedback{note}, "
         f"{'overlapped' if fed.training.overlap_sync else 'round-by-round'} sync"

@@ -147,7 +147,7 @@ class OverlapSync(WholeVectorSync):
         """How much of its own delta the client applies at once (`training.overlap_eager`): the outer
         learning rate (at most 1), or all of it."""
         fed = self.ctx.fed
-        return 1.0 if fed.training.overlap_eager == "full" else min(1.0, fed.aggregation.global_lr)
+        return 1.0 if fed.training.overlap_eager == "full" else min(1.0, fed.aggregation.outer_lr)
 
     def close(self) -> None:
         """Wait briefly for the thread of the last push, which waits for no model once `settle` said so; a

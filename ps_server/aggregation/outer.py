@@ -171,9 +171,9 @@ OUTER_OPTIMIZERS: dict[str, type[OuterOptimizer]] = {c.name: c for c in (FedAvg,
 def build_outer_optimizer(cfg: AggregationConfig, numel: int) -> OuterOptimizer:
     """The outer optimizer named in the federation's aggregation settings."""
     if cfg.outer_optimizer == "fedavg":
-        return FedAvg(cfg.global_lr)
+        return FedAvg(cfg.outer_lr)
     if cfg.outer_optimizer == "nesterov":
-        return Nesterov(cfg.global_lr, cfg.momentum, numel)
+        return Nesterov(cfg.outer_lr, cfg.momentum, numel)
     if cfg.outer_optimizer == "adam":
-        return Adam(cfg.global_lr, cfg.beta1, cfg.beta2, cfg.adam_eps, numel)
+        return Adam(cfg.outer_lr, cfg.beta1, cfg.beta2, cfg.adam_eps, numel)
     raise ValueError(f"unknown outer optimizer {cfg.outer_optimizer!r}")

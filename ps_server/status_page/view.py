@@ -27,7 +27,7 @@ def federation_settings(core: ParameterServerCore) -> dict:
     return {
         "name": fed.name, "paradigm": fed.paradigm.name, "model": f"{m.family} {m.n_layer}x{m.n_embd}",
         "mode": f"auto ({core.aggregator.mode} now)" if agg.mode == "auto" else agg.mode,
-        "outer_optimizer": agg.outer_optimizer, "global_lr": agg.global_lr,
+        "outer_optimizer": agg.outer_optimizer, "global_lr": agg.outer_lr,
         "weighting": agg.weighting, "quorum": agg.quorum, "buffer_size": agg.buffer_size,
         "max_staleness": agg.max_staleness, "staleness_exponent": agg.staleness_exponent,
         "clip_norm": agg.clip_norm, "norm_bound_multiple": agg.norm_bound_multiple, "robust": agg.robust,
