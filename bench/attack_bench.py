@@ -258,7 +258,7 @@ def summarise(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted(
-        {(r["outer"], r["attack"]) for r in rows}, key=lambda k: (list(OUTERS).index(k[0]), ATTACKS.index(k[1]))
+        {(r["outer"], r["attack"]) for r in rows}, key=lambda k: (OUTERS.index(k[0]), ATTACKS.index(k[1]))
     )
     for outer, attack in keys:
         rs = [r for r in rows if r["outer"] == outer and r["attack"] == attack]
