@@ -13,7 +13,6 @@ import logging
 
 import numpy as np
 
-from geofed.privacy.accountant import solve_noise_multiplier
 from geofed.privacy.noise import clip_and_noise
 from geofed.privacy.settings import PrivacyConfig
 
@@ -28,6 +27,8 @@ def local_noise(privacy: PrivacyConfig, delta: np.ndarray, rng: np.random.Genera
         return delta
     key = privacy.model_dump_json()
     if key not in _SOLVED:
+        from geofed.privacy.accountant import solve_noise_multiplier  # dp-accounting: only under local DP
+
         _SOLVED[key] = solve_noise_multiplier(privacy)
     log.info(
         "event=local_noise clip=%.4g noise_multiplier=%.4g norm=%.4g",

@@ -25,6 +25,7 @@ from torch import nn
 from client_agent.batch import Batch, batch_weight, global_weight, stand_in
 from client_agent.data import Stream, rank_rows
 from client_agent.fsdp import full_optimizer_state, load_full_optimizer_state, reshard
+from client_agent.lazy_dynamo import adamw
 from client_agent.model import lm_loss
 from client_agent.precision import Precision, autocast, grad_scaler, pick_micro_batch, pick_precision
 from geofed.config import TrainingConfig
@@ -170,7 +171,7 @@ class LocalTrainer:
         # shorter of memory, or configured differently) sets it for all.
         self.micro_batch_size = int(self._all_reduce(torch.tensor(micro, device=self.device), "MIN").item())
         self.plan = micro_plan(cfg.batch_size, self.micro_batch_size, rank, world)
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = adamw(
             _param_groups(model, cfg.weight_decay, cfg.weight_decay_groups), lr=cfg.lr,
             betas=(cfg.adam_beta1, cfg.adam_beta2), eps=1e-8,
         )

@@ -1,6 +1,8 @@
 """What each process imports before it needs it: the PS and the launcher no model code at all, the client
 no transformers, peft or accelerate until it builds its model (those imports take seconds), and none of them
-for the default model (`client_agent.gpt2`) through its first training step."""
+for the default model (`client_agent.gpt2`) through its first training step; nor, on that path, torch's
+compiler (`torch._dynamo`, which torch's optimizers import on first use), nor on the PS's or the client's
+path without differential privacy the privacy accountant (dp-accounting, which imports scipy)."""
 
 from __future__ import annotations
 
@@ -42,10 +44,11 @@ stream = TokenStream(list(b"the quick brown fox jumps over the lazy dog. " * 100
 stats = LocalTrainer(model, fed.training, stream, "cpu", micro_batch_size=2).train(1)
 assert stats.steps == 1, stats
 """
+DEFERRED = ("torch._dynamo", "dp_accounting")
 
 
-def _imported(code: str) -> list[str]:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+def _imported(code: str, names: tuple[str, ...] = HEAVY) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {names!r} if m in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -57,6 +60,18 @@ def _imported(code: str) -> list[str]:
 )
 def test_no_heavy_import_before_it_is_needed(code, allowed):
     assert [m for m in _imported(code) if m not in allowed] == []
+
+
+@pytest.mark.parametrize(
+    "code", [PS_MODULES, CLIENT_MODULES, DEFAULT_MODEL_STEP], ids=["ps-every-module", "client-modules", "first-step"]
+)
+def test_no_compiler_or_accountant_where_the_defaults_do_not_use_them(code):
+    assert _imported(code, DEFERRED) == []
+
+
+def test_the_probe_sees_a_deferred_import():
+    step = "import torch\nm = torch.nn.Linear(2, 2)\nm(torch.ones(1, 2)).sum().backward()\n"
+    assert _imported(step + "torch.optim.AdamW(m.parameters()).step()", DEFERRED) == ["torch._dynamo"]
 
 
 def test_the_probe_sees_a_heavy_import():

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from geofed.config import FederationConfig
-from geofed.privacy.accountant import Accountant
 from geofed.privacy.noise import add_gaussian_
 
 from ..aggregation.norm_bound import BoundedPayload
@@ -31,6 +31,9 @@ from ..aggregation.strategy import RoundSum
 from ..aggregation.weighting import clip_scale
 from ..errors import NotPermitted
 from .adaptive import AdaptiveClip
+
+if TYPE_CHECKING:
+    from geofed.privacy.accountant import Accountant
 
 log = logging.getLogger("geofed.ps")
 
@@ -43,7 +46,11 @@ class SitePrivacy:
         self.enabled = cfg.enabled
         self.central = cfg.enabled and cfg.mode == "central"
         self.rng = rng or np.random.default_rng()  # seeded from the OS's entropy
-        self.accountant = Accountant(cfg) if cfg.enabled else None
+        self.accountant: Accountant | None = None
+        if cfg.enabled:  # dp-accounting (with scipy) is imported only by a federation that uses it
+            from geofed.privacy.accountant import Accountant
+
+            self.accountant = Accountant(cfg)
         self.adaptive = (
             AdaptiveClip(cfg.clip_norm, cfg.target_quantile, cfg.clip_lr, cfg.count_noise_multiplier, self.rng)
             if self.central and cfg.adaptive_clipping
