@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from geofed_apps.finetune.base_model import add_recipe_flags, ensure_base_model, recipe_from
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -23,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="data order and client split seed (as geofed local's)")
     parser.add_argument("--eval-at", default="", help="comma-separated step counts below --steps at which to also "
                         "score the held-out answers (a `curve:` JSON line each; training goes on unchanged)")
+    add_recipe_flags(parser, "base-")
     args = parser.parse_args(argv)
 
     import torch
@@ -34,14 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     from client_agent.trainer import LocalTrainer
     from geofed.config import FederationConfig
     from geofed_apps.finetune.answers import evaluate_answers
-    from geofed_apps.finetune.base_model import ensure_base_model
     from geofed_apps.finetune.preset import FinetuneTask, preset_settings, summary_lines
     from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
     torch.set_num_threads(1)
-    fed = FederationConfig.model_validate(
-        merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, ensure_base_model()))
-    )
+    base = ensure_base_model(recipe=recipe_from(args, "base-"))
+    fed = FederationConfig.model_validate(merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, base)))
     with tempfile.TemporaryDirectory() as tmp:
         task = FinetuneTask.write(Path(tmp), args.clients, args.seed)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]

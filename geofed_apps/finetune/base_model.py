@@ -7,7 +7,8 @@ the same software; later calls return the cached copy. The directory is named
 `base-<recipe key>-<content hash>`: the recipe key says what it was trained from (shape, steps, seed,
 batch, learning rate, Python version), the content hash is the sha256 of its state dict (`content_hash`),
 checked again when the cached copy is used. Nothing is fetched from a hub.
-One command: `python -m geofed_apps.finetune.base_model [--cache DIR] [--steps N] [--seed S]`.
+One command: `python -m geofed_apps.finetune.base_model [--cache DIR] [--steps N] [--seed S] [--layers L --heads H
+--embd E]` (the defaults are the recipe every preset uses).
 """
 
 from __future__ import annotations
@@ -186,17 +187,33 @@ def describe(model_cfg: ModelConfig) -> str:
     return f"base model: sha256 {digest} ({shape}, {r['steps']} steps, seed {r['seed']}; {path})"
 
 
+def add_recipe_flags(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The recipe's flags (`--steps`, `--seed`, `--layers`, `--heads`, `--embd`), each `prefix`ed."""
+    parser.add_argument(f"--{prefix}steps", type=int, default=BaseRecipe.steps, help="pretraining steps")
+    parser.add_argument(f"--{prefix}seed", type=int, default=BaseRecipe.seed,
+                        help="initialisation and data-order seed")
+    for name, key in (("layers", "n_layer"), ("heads", "n_head"), ("embd", "n_embd")):
+        parser.add_argument(f"--{prefix}{name}", type=int, default=BASE_MODEL[key], help=f"the base model's {key}")
+
+
+def recipe_from(args: argparse.Namespace, prefix: str = "") -> BaseRecipe:
+    """The recipe the flags of `add_recipe_flags(parser, prefix)` name."""
+    got = {k: getattr(args, prefix.replace("-", "_") + k) for k in ("steps", "seed", "layers", "heads", "embd")}
+    shape = {"n_layer": got["layers"], "n_head": got["heads"], "n_embd": got["embd"]}
+    return BaseRecipe(steps=got["steps"], seed=got["seed"], model={**BASE_MODEL, **shape})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Pretrain (once) and print the cached fine-tuning base model.")
     parser.add_argument("--cache", type=Path, help="cache directory (default $GEOFED_CACHE or ~/.cache/geofed)")
-    parser.add_argument("--steps", type=int, default=BaseRecipe.steps, help="pretraining steps")
-    parser.add_argument("--seed", type=int, default=BaseRecipe.seed, help="initialisation and data-order seed")
+    add_recipe_flags(parser)
     args = parser.parse_args(argv)
     try:
-        path = ensure_base_model(args.cache, BaseRecipe(steps=args.steps, seed=args.seed))
+        recipe = recipe_from(args)
+        path = ensure_base_model(args.cache, recipe)
         from geofed.config import ModelConfig
 
-        print(describe(ModelConfig.model_validate({**BaseRecipe().model, "path": str(path)})))
+        print(describe(ModelConfig.model_validate({**recipe.model, "path": str(path)})))
     except BaseModelError as exc:
         print(f"base model: {exc}", file=sys.stderr)
         return 2

@@ -94,3 +94,16 @@ def test_a_cached_base_whose_weights_changed_is_refused_by_name(tmp_path):
 def test_a_recipe_with_no_steps_is_refused(tmp_path):
     with pytest.raises(BaseModelError, match="at least 1 pretraining step"):
         ensure_base_model(tmp_path, BaseRecipe(steps=0, model=TINY), files=FILES, say=lambda m: None)
+
+
+def test_the_recipe_flags_name_the_default_recipe_or_another_shape():
+    import argparse
+
+    from geofed_apps.finetune.base_model import BASE_MODEL, add_recipe_flags, recipe_from
+
+    parser = argparse.ArgumentParser()
+    add_recipe_flags(parser, "base-")
+    assert recipe_from(parser.parse_args([]), "base-") == BaseRecipe()
+    larger = recipe_from(parser.parse_args(["--base-layers", "4", "--base-heads", "8", "--base-embd", "256"]), "base-")
+    assert larger.model == {**BASE_MODEL, "n_layer": 4, "n_head": 8, "n_embd": 256}
+    assert larger.key() != BaseRecipe().key()  # another cache entry: the default base is never replaced
