@@ -103,7 +103,7 @@ class FslSage(ClientParadigm):
             # Computed training state beside the measured peak (activations, temporaries and runtime included).
             log.info("event=split_memory state_bytes=%d full_model_bytes=%d measured_peak_bytes=%d measured_by=%s",
                      training_state_bytes(trainer.model, trainer.optimizer), full, peak_bytes(trainer.device),
-                     "cuda_allocator" if trainer.device.type == "cuda" else "process_max_rss")
+                     "cuda_allocator" if trainer.device.type == "cuda" else "process_vm_hwm")
         if self.settings.trainer and self.rounds % self.settings.align_every == 0 and self.ps is not None:
             try:
                 self.align(trainer)

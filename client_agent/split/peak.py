@@ -10,11 +10,27 @@ import torch
 
 def peak_bytes(device: torch.device) -> int:
     """The peak memory of this process on `device` since it started or since `reset_peak`:
-    `torch.cuda.max_memory_allocated` on CUDA, else `getrusage(RUSAGE_SELF).ru_maxrss` (Linux reports KiB):
-    everything the process touched, activations and temporaries included."""
+    `torch.cuda.max_memory_allocated` on CUDA, else the peak resident set size (`VmHWM` in /proc/self/status):
+    everything the process touched, activations and temporaries included.
+
+    Not `getrusage(RUSAGE_SELF).ru_maxrss`: Linux carries the high-water mark of the image a process replaced
+    at exec into it (for a freshly started process, its parent's resident set at the fork) and clear_refs does
+    not reset that, so a client started by a large launcher would report the launcher's memory as its peak.
+    Where /proc is missing, `ru_maxrss` is what there is."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+MEASURED_BY = "VmHWM (peak resident set size)"
+"""How `peak_bytes` measures on CPU, as reports name it."""
 
 
 def resident_bytes(device: torch.device) -> int:

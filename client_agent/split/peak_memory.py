@@ -1,7 +1,7 @@
 """Measured peak memory of local training: the split client part against the whole model, activations included.
 
 On CUDA the figure is the caching allocator's peak (`torch.cuda.max_memory_allocated`); on CPU it is the
-process's peak resident set size (`resource.getrusage(RUSAGE_SELF).ru_maxrss`, Linux: KiB), a high-water mark
+process's peak resident set size (`VmHWM` in /proc/self/status, see `peak.peak_bytes`), a high-water mark
 of everything the process touched: parameters, gradients, optimizer state, activations and temporaries.
 
     python -m client_agent.split.peak_memory --federation JSON --part client|full --steps N
@@ -27,7 +27,7 @@ from ..data import TokenStream
 from ..paradigms import client_paradigm
 from ..trainer import LocalTrainer
 from .parts import training_state_bytes
-from .peak import peak_bytes, reset_peak, resident_bytes
+from .peak import MEASURED_BY, peak_bytes, reset_peak, resident_bytes
 
 
 def measure(fed: FederationConfig, part: str, steps: int, device: str = "cpu") -> dict:
@@ -59,7 +59,7 @@ def measure(fed: FederationConfig, part: str, steps: int, device: str = "cpu") -
         "state_bytes": training_state_bytes(trainer.model, trainer.optimizer),
         "loss": stats.mean_loss,
         "device": dev.type,
-        "measured_by": "torch.cuda.max_memory_allocated" if dev.type == "cuda" else "getrusage ru_maxrss",
+        "measured_by": "torch.cuda.max_memory_allocated" if dev.type == "cuda" else MEASURED_BY,
     }
 
 
