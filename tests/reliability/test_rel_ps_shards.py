@@ -16,7 +16,7 @@ from client_agent.ps_client import PSClient, StaleDeltaError
 from geofed.codec import make_codec
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.channel import open_channel
-from geofed_apps.launch import write_token
+from geofed_apps.launch import wait_until, write_token
 from geofed_apps.shards import ShardedPS
 from geofed_testing.wire import delta_messages, encoded, fetch_model, raw_push, rpc_code
 
@@ -111,6 +111,8 @@ def test_bad_input_crossing_frames_and_stale_shard_map_are_refused(tmp_path, rea
     master.push(base_version=0, codec_header=header, frames=frames, init=True, manifest=MANIFEST)
     stub = front_stub(ps)
     sess = stub.Join(pb.JoinRequest(token=_token(ps, "b.raw"), client_id="b.raw"), timeout=10)
+    # The master joined before the model (and so the shard bounds) existed: it learns the map from the stream.
+    wait_until(lambda: master.shard_map, 30, "the master's shard map from the model stream")
     assert list(sess.shard_bounds) == [0, 1000, NUMEL] and sess.shard_map == master.shard_map
 
     # A frame crossing the boundary at 1000 (encoded for a single PS: frames of 1024 from 0).
