@@ -30,7 +30,7 @@ from geofed.protocol.channel import open_channel
 from ..batch import Batch, batch_tokens, next_token_loss
 from ..model import build_model
 from ..split.parts import aux_prefix, client_model, decode_tensor, encode_tensor, training_state_bytes
-from ..split.peak import peak_bytes
+from ..split.peak import measured_by, peak_bytes
 from ..trainer import LocalTrainer, TrainStats
 from .base import ClientParadigm
 
@@ -103,7 +103,7 @@ class FslSage(ClientParadigm):
             # Computed training state beside the measured peak (activations, temporaries and runtime included).
             log.info("event=split_memory state_bytes=%d full_model_bytes=%d measured_peak_bytes=%d measured_by=%s",
                      training_state_bytes(trainer.model, trainer.optimizer), full, peak_bytes(trainer.device),
-                     "cuda_allocator" if trainer.device.type == "cuda" else "process_vm_hwm")
+                     measured_by(trainer.device))
         if self.settings.trainer and self.rounds % self.settings.align_every == 0 and self.ps is not None:
             try:
                 self.align(trainer)

@@ -29,8 +29,13 @@ def peak_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-MEASURED_BY = "VmHWM (peak resident set size)"
-"""How `peak_bytes` measures on CPU, as reports name it."""
+MEASURED_BY = "process_vm_hwm"
+"""How `peak_bytes` measures on CPU, as logs and reports name it."""
+
+
+def measured_by(device: torch.device) -> str:
+    """How `peak_bytes` measures on `device`: `cuda_max_memory_allocated` or `MEASURED_BY`."""
+    return "cuda_max_memory_allocated" if device.type == "cuda" else MEASURED_BY
 
 
 def resident_bytes(device: torch.device) -> int:

@@ -27,7 +27,7 @@ from ..data import TokenStream
 from ..paradigms import client_paradigm
 from ..trainer import LocalTrainer
 from .parts import training_state_bytes
-from .peak import MEASURED_BY, peak_bytes, reset_peak, resident_bytes
+from .peak import measured_by, peak_bytes, reset_peak, resident_bytes
 
 
 def measure(fed: FederationConfig, part: str, steps: int, device: str = "cpu") -> dict:
@@ -59,7 +59,7 @@ def measure(fed: FederationConfig, part: str, steps: int, device: str = "cpu") -
         "state_bytes": training_state_bytes(trainer.model, trainer.optimizer),
         "loss": stats.mean_loss,
         "device": dev.type,
-        "measured_by": "torch.cuda.max_memory_allocated" if dev.type == "cuda" else MEASURED_BY,
+        "measured_by": measured_by(dev),
     }
 
 
