@@ -46,7 +46,7 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "zo": ("fed", "zo", ()),
     "zo-wallclock": ("fed-wallclock", "zo", ()),
 }
-_LINE = re.compile(r"^(exact match|F1|eval loss): ([0-9.]+) -> ([0-9.]+)$", re.M)
+_LINE = re.compile(r"^(exact match|F1|eval loss|own-domain F1): ([0-9.]+) -> ([0-9.]+)$", re.M)
 _BASE = re.compile(r"^base model: sha256 ([0-9a-f]{64})", re.M)
 _RECEIVED = re.compile(r"event=model_received version=(\d+) encoding=(\S+) bytes=(\d+)")
 
@@ -54,9 +54,10 @@ _RECEIVED = re.compile(r"event=model_received version=(\d+) encoding=(\S+) bytes
 def _summary(stdout: str) -> dict:
     found = {m.group(1): [float(m.group(2)), float(m.group(3))] for m in _LINE.finditer(stdout)}
     base = _BASE.search(stdout)
-    if len(found) != 3 or base is None:
+    if len(found) != 4 or base is None:
         raise RuntimeError(f"the run did not end with its summary lines:\n{stdout[-2000:]}")
-    return {"em": found["exact match"], "f1": found["F1"], "eval_loss": found["eval loss"], "base_sha256": base[1]}
+    return {"em": found["exact match"], "f1": found["F1"], "eval_loss": found["eval loss"],
+            "own_f1": found["own-domain F1"], "base_sha256": base[1]}
 
 
 def _commit(paths: tuple[str, ...] = ()) -> str:
@@ -94,13 +95,24 @@ def _traffic(run: Path) -> dict:
         rounds += len(recs)
         log = (run / "logs" / f"{work.name}.log").read_text()
         downs += [int(m.group(3)) for m in _RECEIVED.finditer(log)][1:]
+    per_client: dict[str, list[dict]] = {}
     for line in (run / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if "client" in rec:
             train_s = max(train_s, rec["elapsed_s"])
+            per_client.setdefault(rec["client"], []).append(rec)
+    # At the socket (`geofed local --link`): each client's bytes between its first and last record, per round.
+    linked = [r for r in per_client.values() if len(r) > 1 and "link_up_bytes" in r[0]]
+    socket = {
+        f"socket_{way}_bytes": statistics.mean(
+            (r[-1][f"link_{way}_bytes"] - r[0][f"link_{way}_bytes"]) / (len(r) - 1) for r in linked
+        )
+        for way in ("up", "down")
+    } if linked else {}
     return {
         "up_bytes": statistics.mean(ups),
         "down_bytes": statistics.mean(downs) if downs else 0.0,
+        **socket,
         "rounds": rounds,
         "train_s": train_s,
     }
@@ -133,6 +145,8 @@ def run_fed(row: str, kind: str, paradigm: str, overrides: tuple[str, ...], i: i
             "--quiet",
             "--seed",
             str(i),
+            "--link",
+            "0ms",  # shapes nothing; counts each client's bytes at the socket
             *budget,
             *[a for o in overrides for a in ("--set", o)],
         ]
@@ -187,11 +201,24 @@ def run_rules(args) -> dict:
     split = stdlib_qa_split(args.clients)
     train = [p for c in split.clients for p in c]
     scores = rule_scores(train, split.eval)
+    own = [rule_scores(train, pairs) for pairs in split.own_eval]  # each client's own held-out pairs
     return {
-        "rules": {name: {"em": em, "f1": f1} for name, (em, f1) in scores.items()},
+        "rules": {
+            name: {"em": em, "f1": f1, "own_f1": statistics.mean(o[name][1] for o in own)}
+            for name, (em, f1) in scores.items()
+        },
         "train_pairs": len(train),
         "eval_pairs": len(split.eval),
+        "own_eval_pairs": [len(pairs) for pairs in split.own_eval],
     }
+
+
+def _own(result: dict, index: int | None = None) -> str:
+    """The own-domain F1 of a result (of its `index`-th value), or — for results recorded without it."""
+    if "own_f1" not in result:
+        return "—"
+    value = result["own_f1"] if index is None else result["own_f1"][index]
+    return f"{value:.1f}"
 
 
 def _cell(values: list[float], fmt: str) -> str:
@@ -201,23 +228,24 @@ def _cell(values: list[float], fmt: str) -> str:
 def report() -> str:
     """The markdown table from bench/results/finetune/*.json."""
     lines = [
-        "| row | trainable params | exchanged params | up B/round/client | down B/round/client | exact match "
-        "| F1 | eval loss | train s | load (1 min) | runs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| row | trainable params | exchanged params | up B/round/client | down B/round/client "
+        "| socket up B/round/client | socket down B/round/client | exact match "
+        "| F1 | eval loss | own-domain F1 | train s | load (1 min) | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rule_path = OUT / "rule.json"
     if rule_path.is_file():
         rules = json.loads(rule_path.read_text())["rules"]
         best = max(rules, key=lambda name: rules[name]["f1"])
         lines.append(
-            f"| trivial rule ({best}) | — | — | — | — | {rules[best]['em']:.1f} | {rules[best]['f1']:.1f} "
-            "| — | — | — | 1 (deterministic) |"
+            f"| trivial rule ({best}) | — | — | — | — | — | — | {rules[best]['em']:.1f} | {rules[best]['f1']:.1f} "
+            f"| — | {_own(rules[best])} | — | — | 1 (deterministic) |"
         )
     base = next((json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))), None)
     if base is not None:
         lines.append(
-            f"| base model (before) | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
-            f"| {base['eval_loss'][0]:.2f} | — | — | — |"
+            f"| base model (before) | — | — | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
+            f"| {base['eval_loss'][0]:.2f} | {_own(base, 0)} | — | — | — |"
         )
     for row in ROWS:
         runs = [json.loads(p.read_text()) for p in sorted(OUT.glob(f"{row}-[0-9]*.json"))]
@@ -226,15 +254,15 @@ def report() -> str:
         em, f1 = [r["em"][1] for r in runs], [r["f1"][1] for r in runs]
         loss = [r["eval_loss"][1] for r in runs]
         fed = runs[0]["rounds"] > 0
-        traffic = (
-            [_cell([r["up_bytes"] for r in runs], ".0f"), _cell([r["down_bytes"] for r in runs], ".0f")]
-            if fed
-            else ["—", "—"]
-        )
+        traffic = [
+            _cell([r[key] for r in runs], ".0f") if fed and all(key in r for r in runs) else "—"
+            for key in ("up_bytes", "down_bytes", "socket_up_bytes", "socket_down_bytes")
+        ]
         load = ", ".join(f"{r['load_1min']:.1f}" for r in runs)
         lines.append(
-            f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {traffic[0]} | {traffic[1]} "
+            f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {' | '.join(traffic)} "
             f"| {_cell(em, '.1f')} | {_cell(f1, '.1f')} | {_cell(loss, '.2f')} "
+            f"| {_cell([r['own_f1'][1] for r in runs], '.1f') if all('own_f1' in r for r in runs) else '—'} "
             f"| {_cell([r['train_s'] for r in runs], '.0f')} | {load} | {len(runs)} |"
         )
     every = [json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))]

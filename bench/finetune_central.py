@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     from client_agent.tokenizer import load_tokenizer
     from client_agent.trainer import LocalTrainer
     from geofed.config import FederationConfig
-    from geofed_apps.finetune.answers import evaluate_answers
     from geofed_apps.finetune.preset import FinetuneTask, preset_settings, summary_lines
     from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
@@ -63,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             stats = trainer.train(stop - trainer.step)
             seconds, tokens = seconds + time.monotonic() - t0, tokens + stats.tokens
             t_eval = time.monotonic()
-            after = evaluate_answers(model, task.pairs)
-            point = {"step": trainer.step, "train_s": round(seconds, 1), "em": after.exact_match, "f1": after.f1,
-                     "eval_loss": after.eval_loss, "eval_s": round(time.monotonic() - t_eval, 1)}
+            after = task.score(lambda _: model, one_model=True)
+            point = {"step": trainer.step, "train_s": round(seconds, 1), "em": after.shared.exact_match,
+                     "f1": after.shared.f1, "eval_loss": after.shared.eval_loss, "own_f1": after.own.f1,
+                     "eval_s": round(time.monotonic() - t_eval, 1)}
             print("curve: " + json.dumps(point), flush=True)
     for line in summary_lines(before, after, fed):
         print(line)
@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
                 "steps": trainer.step,
                 "tokens": tokens,
                 "train_s": seconds,
-                "em": [before.exact_match, after.exact_match],
-                "f1": [before.f1, after.f1],
-                "eval_loss": [before.eval_loss, after.eval_loss],
+                "em": [before.shared.exact_match, after.shared.exact_match],
+                "f1": [before.shared.f1, after.shared.f1],
+                "eval_loss": [before.shared.eval_loss, after.shared.eval_loss],
+                "own_f1": [before.own.f1, after.own.f1],
             }
         )
     )

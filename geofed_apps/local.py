@@ -20,8 +20,10 @@ import yaml
 
 from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, validate_settings
 from geofed.config import FederationConfig
+from geofed.wan import LinkProfile
 
 from .deferred_eval import DeferredEvaluation
+from .links import ClientLinks
 from .local_settings import LOCAL_DEFAULTS, fill_run_duration, merge_settings
 from .privacy_watch import PrivacyWatch, stopped_by_budget
 from .run_dir import new_run_dir
@@ -51,6 +53,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--paradigm", metavar="NAME",
                        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
                             "zo, bitfit, pretrain) on the docstring-parameters QA task; ends with exact match and F1")
+    local.add_argument("--link", metavar="PROFILE",
+                       help="each client dials the PS through its own emulated WAN link, 'LAT[/JITTER[/RATE | "
+                            "/UP/DOWN]][,kind@at[+dur]...]' as `geofed wan` reads it ('0ms' shapes nothing); the "
+                            "summary gives the bytes each round put on the link, counted at the socket")
     local.add_argument("--seed", type=int, default=0,
                        help="seed of the clients' data order and, with --paradigm, of which modules go to which client")
     local.set_defaults(func=run_local)
@@ -70,6 +76,7 @@ class LocalOptions:
     ps_shards: int = 1  # a sharded PS: front + N shard processes
     paradigm: str | None = None  # a fine-tuning preset (geofed_apps.finetune.preset)
     seed: int = 0  # client i's data-order seed is 1000 * seed + i; the fine-tuning split's seed
+    link: LinkProfile | None = None  # each client behind its own emulated WAN link (geofed_apps.links)
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -77,10 +84,14 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--clients must be between 1 and 16")
     if not 1 <= args.ps_groups <= args.clients:
         return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
+    try:
+        link = LinkProfile.parse(args.link) if args.link else None
+    except ValueError as exc:
+        return _fail(f"--link: {exc}")
     opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
                         quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards,
-                        seed=args.seed)
+                        seed=args.seed, link=link)
     return run_local_federation(opts)
 
 
@@ -180,6 +191,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         split.attach(run)
         ps.extra += split.ps_flags()
     clients = []
+    links = ClientLinks(opts.link) if opts.link is not None else None
     t0 = time.monotonic()
     try:
         try:
@@ -206,8 +218,9 @@ def run_local_federation(opts: LocalOptions) -> int:
                 token, _ = client_admin.create_token(client_id, site=f"local-{i}", ttl_s=600, master=(i == 0))
             work = run / "clients" / f"client-{i}"
             slow = opts.slow_client if i == len(lists) - 1 else 1.0
+            address = links.address(client_id, client_ps.address) if links is not None else client_ps.address
             clients.append(start_client(
-                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=client_ps.address,
+                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=address,
                 client_id=client_id, data=data_list, work_dir=work, duration_s=opts.duration_s,
                 seed=1000 * opts.seed + i, slowdown=slow, **client_extra,
             ))  # fmt: skip
@@ -220,7 +233,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         )
         t_watch = time.time()
         privacy = PrivacyWatch(admin, _say) if fed.privacy.enabled else None
-        records = _watch(clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy)
+        records = _watch(clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy, links)
         evaluator, initial = evaluation.result()
         records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0})
         traffic = _traffic(admin)
@@ -257,6 +270,8 @@ def run_local_federation(opts: LocalOptions) -> int:
             if split is not None:
                 _say(split.memory_line(logs))
         _say(traffic)
+        if links is not None:
+            _say(links.summary(records))
         if rings:
             _say(rings)
         _say(f"run directory: {run}")
@@ -265,6 +280,8 @@ def run_local_federation(opts: LocalOptions) -> int:
         return 130
     finally:
         stop_all([p for p in (*ps_set.procs, *clients, split.proc if split else None) if p is not None])
+        if links is not None:
+            links.stop()
 
 
 def _exit_report(i: int, code: int, log: Path, lines: int = 5) -> str:
@@ -304,7 +321,7 @@ def _finetune_preset(name: str) -> dict:
 
 
 def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float,
-           privacy: PrivacyWatch | None = None) -> list[dict]:
+           privacy: PrivacyWatch | None = None, links: ClientLinks | None = None) -> list[dict]:
     """Live progress until every client has exited; periodic global evals (of `latest()`) for the plot, once
     the evaluator is built."""
     records: list[dict] = []
@@ -315,7 +332,7 @@ def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, 
         for tail in tails:
             for rec in tail.new():
                 rec["elapsed_s"] = time.monotonic() - t0
-                records.append(rec)
+                records.append(links.annotate(rec) if links is not None else rec)
                 if not opts.quiet:
                     _say(f"  [{rec['elapsed_s']:5.0f}s] {rec['client']:<16} round {rec['round']:>3} "
                          f"step {rec['step']:>5} "
@@ -337,7 +354,7 @@ def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, 
                 _say(f"== global v{ckpt.version}: eval loss {loss:.3f}, {active} clients active")
         if all(p.poll() is not None for p in clients):
             for tail in tails:
-                records.extend(tail.new())
+                records.extend(links.annotate(r) if links is not None else r for r in tail.new())
             if privacy is not None:
                 records += privacy.poll(t0)
             return records

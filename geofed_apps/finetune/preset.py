@@ -2,18 +2,22 @@
 
 A preset is the settings a paradigm is measured with (merged over `geofed local`'s defaults, under any
 `--federation` file and `--set`), the QA split written as per-client JSONL files, and the held-out
-scores before and after: exact match and F1 of greedy answers and the answer loss. "Before" is the base
-model (every paradigm starts as the identity: B = 0, heads = 0, θ = base); "after" is the published
+scores before and after: exact match and F1 of greedy answers and the answer loss on the shared held-out
+pairs, and F1 on each client's own held-out pairs (its own domain; the mean over clients). "Before" is the
+base model (every paradigm starts as the identity: B = 0, heads = 0, θ = base); "after" is the published
 global vector put into the paradigm's model, and, for Hybrid LoRA, each client's private adapters from
-its own checkpoint on top (the mean over clients: the adapters are what personalises the base).
+its own checkpoint on top (the adapters are what personalises the base: client i's model is scored on
+the shared pairs and on client i's own, and the scores are averaged over clients).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from torch import nn
 
 from geofed.config import FederationConfig
 from geofed_apps.local_settings import merge_settings
@@ -53,28 +57,45 @@ class FinetuneTask:
 
     client_files: list[Path]
     eval_file: Path
+    own_eval_files: list[Path]  # client i's held-out pairs from its own modules
 
     @classmethod
     def write(cls, out_dir: Path, n_clients: int, seed: int = 0) -> FinetuneTask:
         """The split of `seed` (which modules go to which client) written under `out_dir`."""
         from client_agent.corpus import write_file_list
 
-        files, held = write_split(stdlib_qa_split(n_clients, seed), out_dir)
+        files, held, own = write_split(stdlib_qa_split(n_clients, seed), out_dir)
         # A client's --data is a directory or a `.list` of files: one list per client's JSONL.
-        return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held)
+        return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held, own)
 
     @property
     def pairs(self) -> list[QAPair]:
         return read_pairs(self.eval_file)
 
-    def score_base(self, fed: FederationConfig) -> AnswerScores:
+    def own_pairs(self, client: int) -> list[QAPair]:
+        """Client `client`'s held-out pairs from its own modules."""
+        return read_pairs(self.own_eval_files[client])
+
+    def score(self, model_of_client: Callable[[int], nn.Module], *, one_model: bool) -> TaskScores:
+        """Client i's model on the shared pairs and on client i's own, each averaged over the clients;
+        with `one_model` (every client's model is the same) the shared pairs are scored once."""
+        from .answers import evaluate_answers, mean_scores
+
+        shared, own = [], []
+        for i in range(len(self.own_eval_files)):
+            model = model_of_client(i)
+            if not (one_model and shared):
+                shared.append(evaluate_answers(model, self.pairs))
+            own.append(evaluate_answers(model, self.own_pairs(i)))
+        return TaskScores(mean_scores(shared), mean_scores(own))
+
+    def score_base(self, fed: FederationConfig) -> TaskScores:
         from client_agent.model import build_model
 
-        from .answers import evaluate_answers
+        model = build_model(fed.model)
+        return self.score(lambda _: model, one_model=True)
 
-        return evaluate_answers(build_model(fed.model), self.pairs)
-
-    def score_global(self, fed: FederationConfig, flat: np.ndarray, client_dirs: list[Path]) -> AnswerScores:
+    def score_global(self, fed: FederationConfig, flat: np.ndarray, client_dirs: list[Path]) -> TaskScores:
         """The published vector in the paradigm's model (with each client's private state, when it has one)."""
         import torch
 
@@ -82,30 +103,41 @@ class FinetuneTask:
         from client_agent.flat import load_flat_
         from client_agent.paradigms import client_paradigm
 
-        from .answers import evaluate_answers, mean_scores
-
         paradigm = client_paradigm(fed.paradigm)
         model = paradigm.prepare(paradigm.build(fed, initialise=True))
         load_flat_(model, torch.as_tensor(flat), paradigm.exchanged)
         if not paradigm.private_names(model):
-            return evaluate_answers(model, self.pairs)
-        scores = []
-        for work in client_dirs:
-            ckpt = CheckpointManager(work / "checkpoints").load_latest()
+            return self.score(lambda _: model, one_model=True)
+        if len(client_dirs) != len(self.own_eval_files):
+            raise ValueError(f"{len(client_dirs)} client directories for {len(self.own_eval_files)} clients")
+
+        def with_private_state(i: int) -> nn.Module:
+            ckpt = CheckpointManager(client_dirs[i] / "checkpoints").load_latest()
             if ckpt is None or not ckpt.private:
-                raise RuntimeError(f"{work} holds no checkpoint with the client's private state")
+                raise RuntimeError(f"{client_dirs[i]} holds no checkpoint with the client's private state")
             paradigm.load_private_state(model, ckpt.private)
-            scores.append(evaluate_answers(model, self.pairs))
-        return mean_scores(scores)
+            return model
+
+        return self.score(with_private_state, one_model=False)
 
 
-def summary_lines(before: AnswerScores, after: AnswerScores, fed: FederationConfig) -> list[str]:
+@dataclass(frozen=True)
+class TaskScores:
+    """A model's scores on the shared held-out pairs and on the clients' own (the mean over clients)."""
+
+    shared: AnswerScores
+    own: AnswerScores
+
+
+def summary_lines(before: TaskScores, after: TaskScores, fed: FederationConfig) -> list[str]:
     """The lines `geofed local --paradigm` ends with (before the run directory): the base model's hash first."""
     from .base_model import describe
 
+    b, a = before.shared, after.shared
     return [
         describe(fed.model),
-        f"exact match: {before.exact_match:.1f} -> {after.exact_match:.1f}",
-        f"F1: {before.f1:.1f} -> {after.f1:.1f}",
-        f"eval loss: {before.eval_loss:.2f} -> {after.eval_loss:.2f}",
+        f"exact match: {b.exact_match:.1f} -> {a.exact_match:.1f}",
+        f"F1: {b.f1:.1f} -> {a.f1:.1f}",
+        f"eval loss: {b.eval_loss:.2f} -> {a.eval_loss:.2f}",
+        f"own-domain F1: {before.own.f1:.1f} -> {after.own.f1:.1f}",
     ]

@@ -6,10 +6,12 @@ parameters (other than self/cls) gives one example: the context is `# Owner.name
 the docstring, the question "parameters:", the answer the parameters that occur in it as words, in
 signature order. The signature is not shown: the answer is extractive, but which of the docstring's
 words are parameters has to be learned (from the wording, the markup, Python's naming conventions);
-`rules.py` publishes the best few-line rules. Clients get whole top-level modules (non-IID); the
-held-out pairs come from the modules the base model's pretraining never saw
-(`base_model.pretraining_files`), and a held-out pair whose answer is also some training pair's answer
-is dropped, so no held-out answer can be recalled from training.
+`rules.py` publishes the best few-line rules. Clients get whole top-level modules (non-IID). Two
+held-out sets score a model: the shared one, from the modules the base model's pretraining never saw
+(`base_model.pretraining_files`), and each client's own, a seeded share of the functions of its own
+modules that it does not train on (its domain: what a personalised model is for). A held-out pair whose
+answer is also some training pair's answer is dropped from either, so no held-out answer can be recalled
+from training.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ MAX_CONTEXT_BYTES = 84  # context + "\n# parameters: " + answer + newline fit th
 MAX_ANSWER_BYTES = 28
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EVAL_FRACTION = 0.1  # held-out modules: the base model never trains on them (base_model.pretraining_files)
+OWN_EVAL_FRACTION = 0.2  # of each client's pairs, held out as its own domain's test set
 SPLIT_SEED = 0
 
 
@@ -57,10 +60,11 @@ class QAPair:
 
 @dataclass(frozen=True)
 class QASplit:
-    """Per-client training pairs (non-IID by module) and the held-out pairs."""
+    """Per-client training pairs (non-IID by module), the shared held-out pairs and each client's own."""
 
     clients: tuple[tuple[QAPair, ...], ...]
     eval: tuple[QAPair, ...]
+    own_eval: tuple[tuple[QAPair, ...], ...]  # client i's held-out pairs from its own modules
 
 
 def _parameters(args: ast.arguments) -> list[str]:
@@ -141,18 +145,30 @@ def split_modules(files: Sequence[Path], n_clients: int, seed: int, root: Path) 
     return bins
 
 
-def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED) -> QASplit:
-    """The task: the fixed held-out modules for eval, the rest split by module across clients by `seed`.
+def _own_held_out(pairs: Sequence[QAPair], rng: np.random.Generator) -> tuple[list[QAPair], list[QAPair]]:
+    """(training, held-out): `OWN_EVAL_FRACTION` of `pairs`, chosen by `rng`, held out; order kept."""
+    held = set(rng.permutation(len(pairs))[: round(OWN_EVAL_FRACTION * len(pairs))].tolist())
+    return [p for i, p in enumerate(pairs) if i not in held], [p for i, p in enumerate(pairs) if i in held]
 
-    The held-out modules do not depend on `seed` (they are the base model's, `SPLIT_SEED`'s), so runs
-    with different client splits are scored on the same pairs.
+
+def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED) -> QASplit:
+    """The task: the fixed held-out modules for eval, the rest split by module across clients by `seed`,
+    each client keeping a seeded share of its own pairs back as its own held-out set.
+
+    The shared held-out modules do not depend on `seed` (they are the base model's, `SPLIT_SEED`'s), so
+    runs with different client splits are scored on the same shared pairs.
     """
     root = stdlib_root()
     train, held = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
-    clients = [tuple(pairs_from_files(files)) for files in split_modules(train, n_clients, seed, root)]
-    trained = {p.answer for c in clients for p in c}
-    eval_pairs = tuple(p for p in pairs_from_files(held) if p.answer not in trained)
-    return QASplit(clients=tuple(clients), eval=eval_pairs)
+    dealt = [pairs_from_files(files) for files in split_modules(train, n_clients, seed, root)]
+    kept = [_own_held_out(pairs, np.random.default_rng([seed, i])) for i, pairs in enumerate(dealt)]
+    trained = {p.answer for pairs, _ in kept for p in pairs}
+    seen = {p.answer for pairs in dealt for p in pairs}  # the same for every seed: so is the shared set
+    return QASplit(
+        clients=tuple(tuple(pairs) for pairs, _ in kept),
+        eval=tuple(p for p in pairs_from_files(held) if p.answer not in seen),
+        own_eval=tuple(tuple(p for p in own if p.answer not in trained) for _, own in kept),
+    )
 
 
 def write_pairs(path: Path, pairs: Sequence[QAPair]) -> Path:
@@ -176,8 +192,10 @@ def read_pairs(path: Path) -> list[QAPair]:
     return out
 
 
-def write_split(split: QASplit, out_dir: Path) -> tuple[list[Path], Path]:
-    """`client-<i>.jsonl` per client and `eval.jsonl`; returns (client files, eval file)."""
+def write_split(split: QASplit, out_dir: Path) -> tuple[list[Path], Path, list[Path]]:
+    """`client-<i>.jsonl` per client, `eval.jsonl` and `own-eval-<i>.jsonl` per client; returns (client
+    files, shared eval file, own eval files)."""
     out_dir = Path(out_dir)
     clients = [write_pairs(out_dir / f"client-{i}.jsonl", pairs) for i, pairs in enumerate(split.clients)]
-    return clients, write_pairs(out_dir / "eval.jsonl", split.eval)
+    own = [write_pairs(out_dir / f"own-eval-{i}.jsonl", pairs) for i, pairs in enumerate(split.own_eval)]
+    return clients, write_pairs(out_dir / "eval.jsonl", split.eval), own

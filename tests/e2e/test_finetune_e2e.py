@@ -77,7 +77,8 @@ def test_geofed_local_preset_fine_tunes_the_cached_base_and_ends_with_the_summar
     em = re.search(r"^exact match: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)
     f1 = re.search(r"^F1: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)
     loss = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)
-    assert em and f1 and loss and lines[-1].startswith("run directory: ")
+    own = re.search(r"^own-domain F1: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)
+    assert em and f1 and loss and own and lines[-1].startswith("run directory: ")
     assert re.search(rf"^base model: sha256 {content_hash(base)} \(1x32, ", out.stdout, re.M)
     assert float(loss.group(2)) < float(loss.group(1))  # the answers became likelier
     run = Path(lines[-1].removeprefix("run directory: "))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -70,3 +71,34 @@ def test_local_federation_on_a_users_own_directory(tmp_path):
                   re.MULTILINE)
     assert m and float(m.group(2)) < float(m.group(1)) - 1.0  # a 7-word language is learned fast
     assert float(m.group(3)) > 0 and float(m.group(4)) > 0  # the PS's byte counters, summed over clients
+
+
+@pytest.mark.long
+def test_clients_behind_their_own_links_report_bytes_per_round_at_the_socket_above_the_payloads(tmp_path):
+    data = tmp_path / "corpus"
+    data.mkdir()
+    rng = np.random.default_rng(1)
+    for name in ("alpha", "beta", "gamma", "delta"):
+        (data / f"{name}.txt").write_text("".join(rng.choice(["slow ", "links\n", "sites "], 20000)))
+    out = subprocess.run(
+        [GEOFED, "local", "--clients", "2", "--duration", "25", "--data", str(data), "--link", "5ms",
+         "--run-dir", str(tmp_path / "runs"), "--quiet"],
+        capture_output=True, text=True, timeout=300,
+    )
+
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    m = re.search(r"^link bytes per round at the socket \(5ms/0ms/unlimited/unlimited\): up ([0-9]+) B, "
+                  r"down ([0-9]+) B \(mean over 2 clients, ([0-9]+) rounds\)", out.stdout, re.M)
+    assert m, out.stdout[-2000:]
+    run = Path(re.search(r"^run directory: (.+)$", out.stdout, re.M).group(1))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    per_client = {}
+    for rec in records:
+        if "client" in rec:
+            per_client.setdefault(rec["client"], []).append(rec)
+    ups = [(r[-1]["link_up_bytes"] - r[0]["link_up_bytes"]) / (len(r) - 1) for r in per_client.values()]
+    payloads = [rec["payload_bytes"] for r in per_client.values() for rec in r[1:]]
+    assert int(m.group(1)) == round(sum(ups) / 2)
+    assert int(m.group(3)) == sum(len(r) - 1 for r in per_client.values())
+    assert sum(ups) / 2 > sum(payloads) / len(payloads)  # the socket carries the payload and gRPC's framing
+    assert int(m.group(2)) > 0

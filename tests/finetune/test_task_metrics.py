@@ -11,11 +11,13 @@ from geofed_apps.finetune.rules import copy_from_prompt, most_frequent, rule_sco
 from geofed_apps.finetune.task import (
     EVAL_FRACTION,
     MAX_CONTEXT_BYTES,
+    OWN_EVAL_FRACTION,
     SPLIT_SEED,
     QAPair,
     pairs_from_files,
     pairs_from_source,
     read_pairs,
+    split_modules,
     stdlib_qa_split,
     write_pairs,
 )
@@ -94,12 +96,31 @@ def test_the_split_holds_out_the_base_models_unseen_modules_and_no_held_out_answ
     root = stdlib_root()
     train_files, held_files = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
     trained = {p.answer for c in split.clients for p in c}
+    seen = {p.answer for p in pairs_from_files(train_files)}  # trained on, or held back as a client's own
 
     assert set(pretraining_files()) == set(train_files) and not set(held_files) & set(train_files)
-    assert set(split.eval) == {p for p in pairs_from_files(held_files) if p.answer not in trained}
+    assert set(split.eval) == {p for p in pairs_from_files(held_files) if p.answer not in seen}
     assert not {p.answer for p in split.eval} & trained  # nothing to recall from training
     assert len(split.eval) >= 150 and all(len(c) >= 400 for c in split.clients)
     assert len(pairs_from_files(held_files)) > len(split.eval)  # the filter did drop overlapping answers
+
+
+def test_each_client_holds_back_a_share_of_its_own_modules_pairs_whose_answers_no_client_trains_on():
+    seed = 1
+    split = stdlib_qa_split(2, seed=seed)
+    root = stdlib_root()
+    train_files, _ = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
+    dealt = [pairs_from_files(files) for files in split_modules(train_files, 2, seed, root)]
+    trained = {p.answer for c in split.clients for p in c}
+
+    for own, kept, mine in zip(split.own_eval, split.clients, dealt, strict=True):
+        assert set(kept) < set(mine) and set(own) < set(mine)  # both from the client's own modules
+        assert not set(own) & set(kept)
+        assert len(mine) - len(kept) == round(OWN_EVAL_FRACTION * len(mine))  # held back before the filter
+        assert len(own) >= 15 and not {p.answer for p in own} & trained
+    assert not set(split.own_eval[0]) & set(split.own_eval[1])
+    assert stdlib_qa_split(2, seed=seed).own_eval == split.own_eval  # the seed fixes it
+    assert stdlib_qa_split(2, seed=seed + 1).own_eval[0] != split.own_eval[0]
 
 
 def test_the_seed_deals_modules_to_clients_differently_and_keeps_the_held_out_pairs():
@@ -107,7 +128,12 @@ def test_the_seed_deals_modules_to_clients_differently_and_keeps_the_held_out_pa
 
     assert one.eval == other.eval
     assert set(one.clients[0]) != set(other.clients[0]) and set(one.clients[0]) != set(other.clients[1])
-    assert set(one.clients[0]) | set(one.clients[1]) == set(other.clients[0]) | set(other.clients[1])
+    every = set(pairs_from_files(pretraining_files()))
+    for split in (one, other):  # the same pool, dealt by module; each client's own held-out share kept back
+        assert set(split.clients[0]) | set(split.clients[1]) <= every
+        kept = len(split.clients[0]) + len(split.clients[1])
+        # a pair met in two clients' modules counts twice
+        assert kept == pytest.approx((1 - OWN_EVAL_FRACTION) * len(every), rel=0.01)
 
 
 def test_rules_copy_known_names_from_the_prompt_and_the_most_frequent_answer():
