@@ -157,6 +157,8 @@ class _Pipe:
                 self._in_flight -= len(data)
                 self._space.set()
                 proxy._delivered[self._direction] += len(data)
+                if proxy.on_delivered is not None:
+                    proxy.on_delivered(self._direction, proxy._delivered[self._direction])
         except (ConnectionError, OSError):
             self._broken = True
             self._space.set()
@@ -177,6 +179,8 @@ class WanProxy:
         profile: link conditions; replace at run time with `set_profile`.
         listen_host: address to listen on.
         listen_port: port to listen on; 0 picks a free one (see the return value of `start`).
+        on_delivered: called in the proxy's thread each time bytes are handed to the other side, with the
+            direction ("up" or "down") and the bytes delivered that way so far; it must return quickly.
     """
 
     def __init__(
@@ -186,6 +190,7 @@ class WanProxy:
         profile: LinkProfile,
         listen_host: str = "127.0.0.1",
         listen_port: int = 0,
+        on_delivered: Callable[[Direction, int], None] | None = None,
     ) -> None:
         if not isinstance(profile, LinkProfile):
             raise TypeError(f"profile must be a LinkProfile, got {type(profile).__name__}")
@@ -193,6 +198,7 @@ class WanProxy:
             if not 0 <= port <= 65535 or (name == "target_port" and port == 0):
                 raise ValueError(f"{name} must be a TCP port (1-65535; listen_port may be 0), got {port}")
         self.target = (target_host, target_port)
+        self.on_delivered = on_delivered
         self.listen_host = listen_host
         self._listen_port = listen_port
         self._profile = profile
