@@ -35,8 +35,9 @@ PRESETS: dict[str, dict] = {
     "pretrain": {"paradigm": {"name": "pretrain"}, "training": {"lr": 5e-4}},
     "bitfit": {"paradigm": {"name": "bitfit"}, "training": {"lr": 1e-2}},
     "lora": {"paradigm": {"name": "lora", **_ADAPTER}, "training": {"lr": 2e-3}},
+    # Hybrid LoRA trains the whole base as well: the full model's rate (at LoRA's, the answers overfit).
     "hybrid-lora": {"paradigm": {"name": "hybrid-lora", **_ADAPTER, "lora_steps": 10, "base_steps": 10},
-                    "training": {"lr": 2e-3}},
+                    "training": {"lr": 5e-4}},
     "ravan": {"paradigm": {"name": "ravan", **_ADAPTER, "heads": 4}, "training": {"lr": 1e-2}},
     "zo": {"paradigm": {"name": "zo", "seeds": 32, "eps": 1e-3, "lr": 5e-3, "params": "bias"},
            "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
