@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="data order and client split seed (as geofed local's)")
     parser.add_argument("--eval-at", default="", help="comma-separated step counts below --steps at which to also "
                         "score the held-out answers (a `curve:` JSON line each; training goes on unchanged)")
+    parser.add_argument("--windows", action="store_true", help="also train on each training function's later "
+                        "docstring windows that name a parameter (the held-out pairs are the same)")
     add_recipe_flags(parser, "base-")
     args = parser.parse_args(argv)
 
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     base = ensure_base_model(recipe=recipe_from(args, "base-"))
     fed = FederationConfig.model_validate(merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, base)))
     with tempfile.TemporaryDirectory() as tmp:
-        task = FinetuneTask.write(Path(tmp), args.clients, args.seed)
+        task = FinetuneTask.write(Path(tmp), args.clients, args.seed, windows=args.windows)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]
         data, _ = load_data(files, load_tokenizer(None))
         before = task.score_base(fed)

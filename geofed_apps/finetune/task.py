@@ -31,6 +31,7 @@ from client_agent.corpus import CorpusError, group_by_module, holdout_modules, s
 MAX_CONTEXT_BYTES = 84  # context + "\n# parameters: " + answer + newline fit the base model's 128 bytes
 MAX_ANSWER_BYTES = 28
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SENTENCE_END = re.compile(r"[.:;] ")  # a later window starts after one of these
 EVAL_FRACTION = 0.1  # held-out modules: the base model never trains on them (base_model.pretraining_files)
 OWN_EVAL_FRACTION = 0.2  # of each client's pairs, held out as its own domain's test set
 SPLIT_SEED = 0
@@ -79,17 +80,20 @@ def _parameters(args: ast.arguments) -> list[str]:
     return names
 
 
-def _context(owner: str | None, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
-    """`# Owner.name: docstring` (whitespace collapsed, cut to fit the base model's context), or None."""
+def _contexts(owner: str | None, node: ast.FunctionDef | ast.AsyncFunctionDef, windows: bool) -> list[str]:
+    """`# Owner.name: docstring` (whitespace collapsed, cut to fit the base model's context); with `windows`,
+    also the same from each later sentence of the docstring on. Empty without a docstring."""
     doc = ast.get_docstring(node)
     if not doc:
-        return None
+        return []
     name = f"{owner}.{node.name}" if owner else node.name
-    return f"# {name}: {' '.join(doc.split())}"[:MAX_CONTEXT_BYTES].rstrip()
+    text = " ".join(doc.split())
+    starts = [0] + ([m.end() for m in _SENTENCE_END.finditer(text)] if windows else [])
+    return list(dict.fromkeys(f"# {name}: {text[i:]}"[:MAX_CONTEXT_BYTES].rstrip() for i in starts))
 
 
-def pairs_from_source(source: str) -> list[QAPair]:
-    """Every module-level function and method whose shown docstring names at least one of its parameters."""
+def _function_pairs(source: str, windows: bool) -> list[tuple[QAPair, ...]]:
+    """Per function whose first window names a parameter: its pairs, the first window's first."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -101,14 +105,31 @@ def pairs_from_source(source: str) -> list[QAPair]:
         for node in body:
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            context = _context(owner, node)
-            if not context or not context.isascii():
-                continue
-            words = set(_WORD.findall(context.partition(": ")[2]))
-            answer = " ".join(p for p in _parameters(node.args) if p in words)
-            if answer and len(answer.encode()) <= MAX_ANSWER_BYTES:
-                out.append(QAPair(context, answer))
+            pairs = []
+            for context in _contexts(owner, node, windows):
+                if not context.isascii():
+                    continue
+                words = set(_WORD.findall(context.partition(": ")[2]))
+                answer = " ".join(p for p in _parameters(node.args) if p in words)
+                if answer and len(answer.encode()) <= MAX_ANSWER_BYTES:
+                    pairs.append(QAPair(context, answer))
+                elif not pairs:
+                    break  # the first window names none: the function gives no pair
+            if pairs:
+                out.append(tuple(pairs))
     return out
+
+
+def pairs_from_source(source: str) -> list[QAPair]:
+    """Every module-level function and method whose shown docstring names at least one of its parameters."""
+    return [pairs[0] for pairs in _function_pairs(source, windows=False)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _windows_of_file(path: Path) -> dict[QAPair, tuple[QAPair, ...]]:
+    """One file's functions: first-window pair -> every window's pair, parsed once per process."""
+    source = Path(path).read_text(encoding="utf-8", errors="replace")
+    return {pairs[0]: pairs for pairs in _function_pairs(source, windows=True)}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -127,6 +148,16 @@ def pairs_from_files(files: Iterable[Path]) -> list[QAPair]:
                 seen.add(pair)
                 out.append(pair)
     return out
+
+
+def with_windows(pairs: Sequence[QAPair], files: Iterable[Path], refused: set[str]) -> list[QAPair]:
+    """`pairs` (first windows of `files`' functions), each followed by its function's later windows whose answer
+    is not in `refused` (the held-out answers), duplicates kept once."""
+    windows: dict[QAPair, tuple[QAPair, ...]] = {}
+    for path in files:
+        windows.update(_windows_of_file(Path(path)))
+    out = [w for p in pairs for w in windows.get(p, (p,)) if w == p or w.answer not in refused]
+    return list(dict.fromkeys(out))
 
 
 def split_modules(files: Sequence[Path], n_clients: int, seed: int, root: Path) -> list[list[Path]]:
@@ -151,24 +182,29 @@ def _own_held_out(pairs: Sequence[QAPair], rng: np.random.Generator) -> tuple[li
     return [p for i, p in enumerate(pairs) if i not in held], [p for i, p in enumerate(pairs) if i in held]
 
 
-def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED) -> QASplit:
+def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED, windows: bool = False) -> QASplit:
     """The task: the fixed held-out modules for eval, the rest split by module across clients by `seed`,
     each client keeping a seeded share of its own pairs back as its own held-out set.
 
     The shared held-out modules do not depend on `seed` (they are the base model's, `SPLIT_SEED`'s), so
-    runs with different client splits are scored on the same shared pairs.
+    runs with different client splits are scored on the same shared pairs. With `windows`, each training
+    function also gives a pair per later sentence of its docstring that names a parameter (unless that
+    answer is a held-out one); the held-out sets are the same as without.
     """
     root = stdlib_root()
     train, held = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
-    dealt = [pairs_from_files(files) for files in split_modules(train, n_clients, seed, root)]
+    client_files = split_modules(train, n_clients, seed, root)
+    dealt = [pairs_from_files(files) for files in client_files]
     kept = [_own_held_out(pairs, np.random.default_rng([seed, i])) for i, pairs in enumerate(dealt)]
     trained = {p.answer for pairs, _ in kept for p in pairs}
     seen = {p.answer for pairs in dealt for p in pairs}  # the same for every seed: so is the shared set
-    return QASplit(
-        clients=tuple(tuple(pairs) for pairs, _ in kept),
-        eval=tuple(p for p in pairs_from_files(held) if p.answer not in seen),
-        own_eval=tuple(tuple(p for p in own if p.answer not in trained) for _, own in kept),
-    )
+    shared = tuple(p for p in pairs_from_files(held) if p.answer not in seen)
+    own = tuple(tuple(p for p in own if p.answer not in trained) for _, own in kept)
+    clients = [list(pairs) for pairs, _ in kept]
+    if windows:
+        refused = {p.answer for p in shared} | {p.answer for pairs in own for p in pairs}
+        clients = [with_windows(pairs, files, refused) for pairs, files in zip(clients, client_files, strict=True)]
+    return QASplit(clients=tuple(tuple(pairs) for pairs in clients), eval=shared, own_eval=own)
 
 
 def write_pairs(path: Path, pairs: Sequence[QAPair]) -> Path:

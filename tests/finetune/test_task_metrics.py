@@ -19,6 +19,7 @@ from geofed_apps.finetune.task import (
     read_pairs,
     split_modules,
     stdlib_qa_split,
+    with_windows,
     write_pairs,
 )
 
@@ -165,3 +166,26 @@ def test_pairs_round_trip_through_the_jsonl_the_clients_train_on(tmp_path):
     path = write_pairs(tmp_path / "c.jsonl", pairs)
 
     assert read_pairs(path) == pairs
+
+
+def test_windows_add_a_functions_later_sentences_that_name_a_parameter_unless_the_answer_is_held_out(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(SOURCE)
+    first = pairs_from_source(SOURCE)
+    fetch = next(p for p in first if p.doc.startswith("# Inner.fetch"))
+    later = QAPair("# Inner.fetch: rest and options go on.", "rest options")
+
+    got = with_windows(first, [path], refused=set())
+    assert got[: got.index(fetch) + 2][-2:] == [fetch, later]  # right after its function's first window
+    assert set(got) == set(first) | {later}  # "More text ..." and the one-sentence docstrings add nothing
+    assert with_windows(first, [path], refused={"rest options"}) == first
+
+
+def test_the_split_with_windows_trains_on_more_pairs_and_holds_out_the_same_ones():
+    plain, wide = stdlib_qa_split(2, seed=0), stdlib_qa_split(2, seed=0, windows=True)
+    held = {p.answer for p in wide.eval} | {p.answer for own in wide.own_eval for p in own}
+
+    assert wide.eval == plain.eval and wide.own_eval == plain.own_eval
+    for narrow, more in zip(plain.clients, wide.clients, strict=True):
+        assert set(narrow) < set(more) and len(more) > 1.5 * len(narrow)
+        assert not {p.answer for p in set(more) - set(narrow)} & held
