@@ -239,7 +239,7 @@ def test_a_stalled_ring_partner_is_timed_out_and_excluded(tmp_path, reaper):
     reaper.add(lambda: groups["g1"].proc.send_signal(signal.SIGCONT))
     t0 = time.monotonic()
     receipt = push(master, 1, np.full(NUMEL, 0.01, np.float32))
-    # APPLIED, or ACCEPTED when the PS publishes the closed round a moment after answering (engine.publish: None)
+    # APPLIED, or ACCEPTED when the PS answers before it publishes the round (seen once under load)
     assert receipt.status in ("APPLIED", "ACCEPTED")
     wait_until(lambda: groups["g0"].status()["version"] == 2, 4.0 * 4 + 10, "g0 to close the round without g1")
     assert time.monotonic() - t0 < 4.0 * 4 + 10  # timeouts, not forever
