@@ -148,7 +148,8 @@ def run_fed(row: str, kind: str, paradigm: str, overrides: tuple[str, ...], i: i
             "--link",
             "0ms",  # shapes nothing; counts each client's bytes at the socket
             *budget,
-            *[a for o in overrides for a in ("--set", o)],
+            *[a for o in (*overrides, *args.set) for a in ("--set", o)],
+            *(["--renamings", str(args.renamings)] if args.renamings else []),
         ]
         t0 = time.monotonic()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.max_seconds + 600)
@@ -175,6 +176,8 @@ def run_central(row: str, kind: str, paradigm: str, i: int, args) -> dict:
         str(args.clients),
         "--seed",
         str(i),
+        *(["--renamings", str(args.renamings)] if args.renamings else []),
+        *[a for o in (f"training.max_steps={steps}", *args.set) for a in ("--set", o)],  # a decay's end
     ]
     t0 = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
@@ -283,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="only print the table from saved results")
     parser.add_argument("--again", action="store_true", help="re-measure runs that have saved results")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results/finetune)")
+    parser.add_argument("--renamings", type=int, default=0, help="renamed copies of each training pair, every row")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting every row trains with (`geofed local --set`), after the row's own")
     args = parser.parse_args(argv)
     global OUT
     OUT = args.out or OUT

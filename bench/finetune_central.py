@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
                         "score the held-out answers (a `curve:` JSON line each; training goes on unchanged)")
     parser.add_argument("--windows", action="store_true", help="also train on each training function's later "
                         "docstring windows that name a parameter (the held-out pairs are the same)")
+    parser.add_argument("--renamings", type=int, default=0, help="also train on this many copies of each "
+                        "training pair with its parameters renamed to other words of the training docstrings")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting of the preset, as `geofed local --set` does")
     add_recipe_flags(parser, "base-")
     args = parser.parse_args(argv)
 
@@ -37,15 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     from client_agent.paradigms import client_paradigm
     from client_agent.tokenizer import load_tokenizer
     from client_agent.trainer import LocalTrainer
+    from geofed.cli_flags import apply_overrides
     from geofed.config import FederationConfig
     from geofed_apps.finetune.preset import FinetuneTask, preset_settings, summary_lines
     from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
     torch.set_num_threads(1)
     base = ensure_base_model(recipe=recipe_from(args, "base-"))
-    fed = FederationConfig.model_validate(merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, base)))
+    settings = apply_overrides(merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, base)), args.set)
+    fed = FederationConfig.model_validate(settings)
     with tempfile.TemporaryDirectory() as tmp:
-        task = FinetuneTask.write(Path(tmp), args.clients, args.seed, windows=args.windows)
+        task = FinetuneTask.write(Path(tmp), args.clients, args.seed, windows=args.windows, renamings=args.renamings)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]
         data, _ = load_data(files, load_tokenizer(None))
         before = task.score_base(fed)

@@ -59,6 +59,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                             "summary gives the bytes each round put on the link, counted at the socket")
     local.add_argument("--seed", type=int, default=0,
                        help="seed of the clients' data order and, with --paradigm, of which modules go to which client")
+    local.add_argument("--renamings", type=int, default=0, metavar="N",
+                       help="with --paradigm: each client also trains on N copies of each of its pairs with the "
+                            "parameters renamed to other words of its own docstrings (default 0)")
     local.set_defaults(func=run_local)
 
 
@@ -77,6 +80,7 @@ class LocalOptions:
     paradigm: str | None = None  # a fine-tuning preset (geofed_apps.finetune.preset)
     seed: int = 0  # client i's data-order seed is 1000 * seed + i; the fine-tuning split's seed
     link: LinkProfile | None = None  # each client behind its own emulated WAN link (geofed_apps.links)
+    renamings: int = 0  # with `paradigm`: renamed copies of each training pair (geofed_apps.finetune.task)
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -84,6 +88,10 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--clients must be between 1 and 16")
     if not 1 <= args.ps_groups <= args.clients:
         return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
+    if args.renamings < 0:
+        return _fail(f"--renamings must be 0 or more, got {args.renamings}")
+    if args.renamings and not args.paradigm:
+        return _fail("--renamings needs --paradigm: it adds copies of the fine-tuning task's pairs")
     try:
         link = LinkProfile.parse(args.link) if args.link else None
     except ValueError as exc:
@@ -91,7 +99,7 @@ def run_local(args: argparse.Namespace) -> int:
     opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
                         quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards,
-                        seed=args.seed, link=link)
+                        seed=args.seed, link=link, renamings=args.renamings)
     return run_local_federation(opts)
 
 
@@ -172,7 +180,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         if opts.paradigm and split is None:
             from .finetune.preset import FinetuneTask
 
-            task = FinetuneTask.write(run / "data", opts.clients, opts.seed)
+            task = FinetuneTask.write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
             lists, held = task.client_files, [task.eval_file]
         else:
             lists, held = _write_lists(run, opts)

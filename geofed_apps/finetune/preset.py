@@ -61,12 +61,14 @@ class FinetuneTask:
     own_eval_files: list[Path]  # client i's held-out pairs from its own modules
 
     @classmethod
-    def write(cls, out_dir: Path, n_clients: int, seed: int = 0, windows: bool = False) -> FinetuneTask:
+    def write(cls, out_dir: Path, n_clients: int, seed: int = 0, windows: bool = False,
+              renamings: int = 0) -> FinetuneTask:
         """The split of `seed` (which modules go to which client) written under `out_dir`; `windows` adds
-        the training functions' later docstring windows (`task.stdlib_qa_split`)."""
+        the training functions' later docstring windows, `renamings` copies of each training pair with its
+        parameters renamed (`task.stdlib_qa_split`)."""
         from client_agent.corpus import write_file_list
 
-        files, held, own = write_split(stdlib_qa_split(n_clients, seed, windows), out_dir)
+        files, held, own = write_split(stdlib_qa_split(n_clients, seed, windows, renamings), out_dir)
         # A client's --data is a directory or a `.list` of files: one list per client's JSONL.
         return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held, own)
 

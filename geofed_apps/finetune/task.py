@@ -109,8 +109,7 @@ def _function_pairs(source: str, windows: bool) -> list[tuple[QAPair, ...]]:
             for context in _contexts(owner, node, windows):
                 if not context.isascii():
                     continue
-                words = set(_WORD.findall(context.partition(": ")[2]))
-                answer = " ".join(p for p in _parameters(node.args) if p in words)
+                answer = _answer(context, _parameters(node.args))
                 if answer and len(answer.encode()) <= MAX_ANSWER_BYTES:
                     pairs.append(QAPair(context, answer))
                 elif not pairs:
@@ -160,6 +159,45 @@ def with_windows(pairs: Sequence[QAPair], files: Iterable[Path], refused: set[st
     return list(dict.fromkeys(out))
 
 
+def _answer(context: str, parameters: Sequence[str]) -> str:
+    """The task's answer for `context`: the parameters that occur as words in its docstring, in order."""
+    words = set(_WORD.findall(context.partition(": ")[2]))
+    return " ".join(p for p in parameters if p in words)
+
+
+def renamed(pair: QAPair, names: Sequence[str], rng: np.random.Generator) -> QAPair | None:
+    """`pair` with each of its answer's parameters renamed, in the docstring and the answer alike, to a name
+    drawn from `names` that the docstring does not already use; None when the renamed docstring, cut to fit
+    the context again, names no parameter or the answer no longer fits."""
+    head, sep, doc = pair.doc.partition(": ")
+    params = pair.answer.split()
+    used = set(_WORD.findall(doc))
+    free = [n for n in names if n not in used]
+    if len(free) < len(params):
+        return None
+    new = dict(zip(params, (free[i] for i in rng.choice(len(free), len(params), replace=False)), strict=True))
+    pattern = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, params)) + r")(?![A-Za-z0-9_])")
+    context = f"{head}{sep}{pattern.sub(lambda m: new[m.group(1)], doc)}"[:MAX_CONTEXT_BYTES].rstrip()
+    answer = _answer(context, [new[p] for p in params])
+    if not answer or len(answer.encode()) > MAX_ANSWER_BYTES:
+        return None
+    return QAPair(context, answer)
+
+
+def with_renamings(pairs: Sequence[QAPair], copies: int, refused: set[str], rng: np.random.Generator) -> list[QAPair]:
+    """`pairs`, then `copies` rounds of each pair with its parameters renamed (`renamed`) to words of `pairs`'
+    docstrings (two characters or more) and answers, none of them a name in `refused` (the held-out answers').
+
+    Drawing from every word, not only from parameter names, keeps a model from learning which words tend to
+    be parameters instead of reading them from the docstring."""
+    words = {w for p in pairs for w in _WORD.findall(p.doc.partition(": ")[2]) if len(w) > 1}
+    names = sorted((words | {n for p in pairs for n in p.answer.split()}) - refused)
+    out = list(pairs)
+    for _ in range(copies):
+        out += [r for p in pairs if (r := renamed(p, names, rng)) is not None]
+    return list(dict.fromkeys(out))
+
+
 def split_modules(files: Sequence[Path], n_clients: int, seed: int, root: Path) -> list[list[Path]]:
     """Whole top-level modules dealt to clients in a seeded order, each to the one with the fewest bytes."""
     groups = group_by_module(files, root)
@@ -182,14 +220,17 @@ def _own_held_out(pairs: Sequence[QAPair], rng: np.random.Generator) -> tuple[li
     return [p for i, p in enumerate(pairs) if i not in held], [p for i, p in enumerate(pairs) if i in held]
 
 
-def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED, windows: bool = False) -> QASplit:
+def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED, windows: bool = False, renamings: int = 0) -> QASplit:
     """The task: the fixed held-out modules for eval, the rest split by module across clients by `seed`,
     each client keeping a seeded share of its own pairs back as its own held-out set.
 
     The shared held-out modules do not depend on `seed` (they are the base model's, `SPLIT_SEED`'s), so
     runs with different client splits are scored on the same shared pairs. With `windows`, each training
     function also gives a pair per later sentence of its docstring that names a parameter (unless that
-    answer is a held-out one); the held-out sets are the same as without.
+    answer is a held-out one); the held-out sets are the same as without. With `renamings`, each client
+    also trains on that many copies of its pairs with the parameters renamed to other words of its own
+    pairs' docstrings (`with_renamings`; never a name of a held-out answer): the answers then have to be
+    read from the docstring, not recalled.
     """
     root = stdlib_root()
     train, held = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
@@ -204,6 +245,10 @@ def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED, windows: bool = Fals
     if windows:
         refused = {p.answer for p in shared} | {p.answer for pairs in own for p in pairs}
         clients = [with_windows(pairs, files, refused) for pairs, files in zip(clients, client_files, strict=True)]
+    if renamings:
+        held_names = {n for p in (*shared, *(p for pairs in own for p in pairs)) for n in p.answer.split()}
+        clients = [with_renamings(pairs, renamings, held_names, np.random.default_rng([seed, i, 1]))
+                   for i, pairs in enumerate(clients)]
     return QASplit(clients=tuple(tuple(pairs) for pairs in clients), eval=shared, own_eval=own)
 
 

@@ -21,6 +21,7 @@ from client_agent.site import private_digest
 from geofed.config import FederationConfig
 from geofed_apps.finetune.base_model import BaseRecipe, content_hash, store
 from geofed_apps.finetune.preset import FinetuneTask
+from geofed_apps.finetune.task import stdlib_qa_split
 from geofed_apps.launch import start_client, stop, wait_until
 from geofed_testing.procs import PSNode, Reaper, exit_code
 from geofed_testing.recorder import RecordingProxy
@@ -68,7 +69,7 @@ def test_geofed_local_preset_fine_tunes_the_cached_base_and_ends_with_the_summar
 
     out = subprocess.run(
         [GEOFED, "local", "--paradigm", "lora", "--clients", "2", "--duration", "120", "--run-dir", str(tmp_path),
-         "--quiet", "--set", "training.max_steps=24", "--set", "paradigm.rank=4"],
+         "--quiet", "--set", "training.max_steps=24", "--set", "paradigm.rank=4", "--renamings", "2"],
         capture_output=True, text=True, timeout=600, env={**os.environ, "GEOFED_CACHE": str(cache)},
     )
 
@@ -84,6 +85,9 @@ def test_geofed_local_preset_fine_tunes_the_cached_base_and_ends_with_the_summar
     run = Path(lines[-1].removeprefix("run directory: "))
     fed = FederationConfig.model_validate(yaml.safe_load((run / "federation.yaml").read_text()))
     assert fed.paradigm.name == "lora" and fed.model.path == str(path)
+    written = [len((run / "data" / f"client-{i}.jsonl").read_text().splitlines()) for i in range(2)]
+    plain = stdlib_qa_split(2, seed=0).clients
+    assert all(w > 2.5 * len(pairs) for w, pairs in zip(written, plain, strict=True))  # the renamed copies too
     from transformers import AutoModelForCausalLM
 
     merged = AutoModelForCausalLM.from_pretrained(run / "final_model")  # a plain transformers model

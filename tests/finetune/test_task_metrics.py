@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 
 from client_agent.corpus import holdout_modules, stdlib_files, stdlib_root
@@ -17,8 +20,10 @@ from geofed_apps.finetune.task import (
     pairs_from_files,
     pairs_from_source,
     read_pairs,
+    renamed,
     split_modules,
     stdlib_qa_split,
+    with_renamings,
     with_windows,
     write_pairs,
 )
@@ -189,3 +194,56 @@ def test_the_split_with_windows_trains_on_more_pairs_and_holds_out_the_same_ones
     for narrow, more in zip(plain.clients, wide.clients, strict=True):
         assert set(narrow) < set(more) and len(more) > 1.5 * len(narrow)
         assert not {p.answer for p in set(more) - set(narrow)} & held
+
+
+def test_a_renamed_pair_renames_each_parameter_in_the_docstring_and_the_answer_alike():
+    pair = QAPair("# Inner.fetch: Fetch *url*, trying ``retries`` times; rest and options go on.",
+                  "url retries rest options")
+    names = ["path", "count", "rest", "trying", "mode", "key"]  # "rest" and "trying" are words of the docstring
+
+    got = renamed(pair, names, np.random.default_rng(0))
+
+    new = got.answer.split()
+    assert sorted(new) == ["count", "key", "mode", "path"]  # four distinct names the docstring did not use
+    old_to_new = dict(zip(pair.answer.split(), new, strict=True))
+    expected = "# Inner.fetch: Fetch *{url}*, trying ``{retries}`` times; {rest} and {options} go on.".format(
+        **old_to_new)
+    assert got.doc == expected  # "Inner.fetch" keeps its name: only the docstring is renamed
+    assert renamed(pair, ["path", "count", "rest"], np.random.default_rng(0)) is None  # too few free names
+
+
+def test_a_renamed_pair_is_cut_to_the_context_again_and_keeps_only_the_names_still_shown():
+    doc = "# f: a " + "x " * 36 + "``b``"  # 84 bytes: b ends the context
+    assert len(doc) == MAX_CONTEXT_BYTES
+    pair = QAPair(doc, "a b")
+
+    got = renamed(pair, ["longer_name", "other_long_name"], np.random.default_rng(1))
+
+    assert len(got.doc) <= MAX_CONTEXT_BYTES
+    assert got.answer in ("longer_name", "other_long_name")  # b's new name was pushed out of the context
+    assert got.doc == f"# f: {got.answer} {'x ' * 36}"[:MAX_CONTEXT_BYTES].rstrip()
+
+
+def test_renamings_add_copies_under_words_of_the_docstrings_and_never_a_refused_name():
+    pairs = pairs_from_source(SOURCE)
+    refused = {"url", "times"}
+
+    got = with_renamings(pairs, 3, refused, np.random.default_rng(0))
+
+    assert got[: len(pairs)] == pairs and len(pairs) < len(got) <= 4 * len(pairs)
+    docstrings = " ".join(p.doc.partition(": ")[2] for p in pairs)
+    allowed = {w for w in re.findall(r"\w+", docstrings) if len(w) > 1} - refused  # "Open", "box", "retries", ...
+    new_names = {n for p in got[len(pairs):] for n in p.answer.split()}
+    assert new_names <= allowed and len(new_names) > 4
+    assert new_names - {n for p in pairs for n in p.answer.split()}  # not only parameter names
+
+
+def test_the_split_with_renamings_holds_out_the_same_pairs_and_trains_on_no_held_out_name():
+    plain, renaming = stdlib_qa_split(2, seed=0), stdlib_qa_split(2, seed=0, renamings=2)
+    held_names = {n for p in plain.eval for n in p.answer.split()}
+    held_names |= {n for own in plain.own_eval for p in own for n in p.answer.split()}
+
+    assert renaming.eval == plain.eval and renaming.own_eval == plain.own_eval
+    for narrow, more in zip(plain.clients, renaming.clients, strict=True):
+        assert more[: len(narrow)] == narrow and len(more) > 2.5 * len(narrow)
+        assert not {n for p in more[len(narrow):] for n in p.answer.split()} & held_names
