@@ -1,8 +1,9 @@
 #!/bin/bash
 # The fine-tuning rows with 32 renamed copies of each training pair and a cosine decay of the inner rate.
-# usage: bash bench/results/finetune/renamings/run.sh full|lora|hybrid|others
+# usage: bash bench/results/finetune/renamings/run.sh full|lora|hybrid|others|steps
 # full, lora and hybrid write their own folders beside this file; others (RAVAN and zeroth-order at their presets'
-# rates) writes into lora/, its log as run-others.txt.
+# rates) and steps (central LoRA for one client's 3000 steps: equal sequential steps) write into lora/, their
+# logs as run-others.txt and run-steps.txt.
 set -u
 here=$(dirname "$0")
 case "$1" in
@@ -10,10 +11,11 @@ case "$1" in
   lora) args=(--rows central-lora,lora --steps 3000 --set training.lr=5e-3) ;;  # 6000 central, 2 x 3000 federated
   hybrid) args=(--rows hybrid-lora --steps 3000 --set training.lr=2e-3) ;;  # it trains the whole base: full's rate
   others) args=(--rows ravan,zo --steps 3000) ;;
-  *) echo "usage: $0 full|lora|hybrid|others" >&2; exit 2 ;;
+  steps) args=(--rows central-lora-steps --steps 3000 --set training.lr=5e-3) ;;
+  *) echo "usage: $0 full|lora|hybrid|others|steps" >&2; exit 2 ;;
 esac
 dir=$1 log=run.txt
-[ "$1" = others ] && dir=lora log=run-others.txt
+case "$1" in others|steps) dir=lora log=run-$1.txt ;; esac
 cmd=(.venv/bin/python bench/finetune_bench.py --runs 3 --clients 2 --renamings 32 --set training.lr_schedule=cosine
      --max-seconds 3000 --out "$here/$dir" "${args[@]}")
 mkdir -p "$here/$dir"
