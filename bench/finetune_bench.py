@@ -201,7 +201,7 @@ def run_rules(args) -> dict:
     from geofed_apps.finetune.rules import rule_scores
     from geofed_apps.finetune.task import stdlib_qa_split
 
-    split = stdlib_qa_split(args.clients)
+    split = stdlib_qa_split(args.clients, renamings=args.renamings)  # the rules learn from what the models do
     train = [p for c in split.clients for p in c]
     scores = rule_scores(train, split.eval)
     own = [rule_scores(train, pairs) for pairs in split.own_eval]  # each client's own held-out pairs
