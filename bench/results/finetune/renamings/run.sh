@@ -1,8 +1,8 @@
 #!/bin/bash
 # The fine-tuning rows with 32 renamed copies of each training pair and a cosine decay of the inner rate.
 # usage: bash bench/results/finetune/renamings/run.sh full|lora|lora-h10|ravan-3e-2|hybrid|others|steps|rules
-# full, lora, lora-h10, ravan-3e-2, hybrid and rules (the few-line rules, learning their known names from the renamed pairs)
-# write their own folders beside this file; others (RAVAN and zeroth-order at their presets' rates) and steps (central
+# full, lora, lora-h10, ravan-3e-2, hybrid and rules (the few-line rules, learning their known names from the
+# renamed pairs) write their own folders beside this file; others (RAVAN and zeroth-order at their presets' rates) and steps (central
 # LoRA for one client's 3000 steps: equal sequential steps) write into lora/, as run-others.txt and run-steps.txt.
 set -u
 here=$(dirname "$0")
