@@ -189,7 +189,10 @@ def with_renamings(pairs: Sequence[QAPair], copies: int, refused: set[str], rng:
     docstrings (two characters or more) and answers, none of them a name in `refused` (the held-out answers').
 
     Drawing from every word, not only from parameter names, keeps a model from learning which words tend to
-    be parameters instead of reading them from the docstring."""
+    be parameters instead of reading them from the docstring. The copies are synthetic: a real docstring
+    names its parameters with words that fit their meaning and its prose around them, while a copy may put
+    an unrelated word (`returns`, `buffer`) where a parameter stood, so its text reads less naturally than
+    the held-out docstrings the model is scored on."""
     words = {w for p in pairs for w in _WORD.findall(p.doc.partition(": ")[2]) if len(w) > 1}
     names = sorted((words | {n for p in pairs for n in p.answer.split()}) - refused)
     out = list(pairs)
