@@ -135,8 +135,13 @@ class ClientAgent:
                 return self.loop(ps, ranks, site)
             finally:
                 site.sync.close()
-        except Preempted:
-            log.info("event=preempted client=%s", self.cfg.client_id)
+        except BaseException as exc:
+            if not (isinstance(exc, Preempted) or preempted()):
+                raise
+            # What the signal interrupted may raise an error of its own on the way out (a library's cleanup
+            # finding its state half-changed, an exception raised while handling Preempted): still preempted.
+            interrupted = "" if isinstance(exc, Preempted) else f" raised={exc!r}"
+            log.info("event=preempted client=%s%s", self.cfg.client_id, interrupted)
             # The signal may have interrupted a gRPC call or a lock of the channel's: closing could wait on
             # what it broke, and a preempted pod must leave at once. Close in the background, bounded.
             close = partial(_within, ps.close, PREEMPTED_CLOSE_S)
@@ -319,6 +324,11 @@ def _within(fn: Callable[[], object], seconds: float) -> None:
 
 
 _preempted = threading.Event()
+
+
+def preempted() -> bool:
+    """Whether a preemption signal has arrived."""
+    return _preempted.is_set()
 
 
 def arm_preemption() -> None:

@@ -58,7 +58,7 @@ def run_client(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"geofed client: {exc}", file=sys.stderr)
         return 2
-    from .agent import PREEMPTED_EXIT, ClientAgent, Preempted
+    from .agent import PREEMPTED_EXIT, ClientAgent, Preempted, preempted
 
     try:
         code = ClientAgent(cfg).run()
@@ -70,6 +70,8 @@ def run_client(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
+        if preempted():  # raised by what a second SIGTERM interrupted in the first one's cleanup
+            _leave_now(PREEMPTED_EXIT)
         code = exit_code_for(exc)
         if code is None:
             raise

@@ -24,7 +24,7 @@ import psutil
 from geofed.protocol.admin_client import AdminClient
 from geofed_apps.launch import PSProcess, free_port, stop
 
-__all__ = ["PSNode", "Reaper", "TlsFiles", "exit_code", "free_port"]
+__all__ = ["PSNode", "Reaper", "TlsFiles", "assert_exits_with", "free_port"]
 
 
 class Reaper:
@@ -56,18 +56,22 @@ class Reaper:
         self.close_all()
 
 
-def exit_code(proc: subprocess.Popen, timeout_s: float, log: Path | None = None) -> int:
-    """The exit code of a geofed child told to stop; if it has not exited within `timeout_s`, it is asked for
-    its threads' stacks (SIGUSR1, `geofed.logs.enable_stack_dumps`) and the failure shows them from `log`, where
-    its stderr goes, so a hang seen once under load says where it was."""
+def assert_exits_with(proc: subprocess.Popen, expected: int, timeout_s: float, log: Path) -> None:
+    """Assert that a geofed child told to stop exits with `expected` within `timeout_s`. If it has not exited
+    by then, it is asked for its threads' stacks (SIGUSR1, `geofed.logs.enable_stack_dumps`); either failure
+    shows the end of `log`, where its stderr goes, so a hang or a crash seen once under load says where it was."""
     try:
-        return proc.wait(timeout_s)
+        code = proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)
         time.sleep(2.0)
-        stacks = log.read_text(errors="replace")[-12000:] if log is not None else "(stderr not captured)"
         raise AssertionError(f"pid {proc.pid} still running {timeout_s:g} s after it was told to stop; "
-                             f"its stacks and last log lines:\n{stacks}") from None
+                             f"its stacks and last log lines:\n{_tail(log)}") from None
+    assert code == expected, f"pid {proc.pid} exited {code}, not {expected}; its last log lines:\n{_tail(log)}"
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-12000:] if log.exists() else f"({log} was not written)"
 
 
 @dataclass(frozen=True)

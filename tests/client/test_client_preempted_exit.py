@@ -58,6 +58,58 @@ def test_the_cli_exits_143_even_with_a_thread_that_never_ends(tmp_path):
     assert "event=preempted" in out.stderr
 
 
+def test_an_error_that_the_interrupted_code_raises_on_the_way_out_still_exits_143(tmp_path):
+    # A library's cleanup may find its state half-changed by the signal and raise an error of its own in
+    # place of Preempted: stand-in for that, a set-up that turns the interruption into a RuntimeError.
+    script = textwrap.dedent("""
+        import sys, threading
+        from client_agent import agent, cli
+
+        def set_up(*args):
+            print("ready", flush=True)
+            try:
+                threading.Event().wait()
+            except agent.Preempted as exc:
+                raise RuntimeError("cannot release un-acquired lock") from exc
+
+        agent.set_up = set_up
+        sys.exit(cli.main(sys.argv[1:]))
+    """)
+    (tmp_path / "token").write_text("t")
+    flags = ["--ps", "127.0.0.1:1", "--client-id", "c", "--token-file", str(tmp_path / "token"), "--insecure",
+             "--work-dir", str(tmp_path / "work"), "--data", str(tmp_path)]
+    proc = subprocess.Popen([sys.executable, "-c", script, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        code, err = proc.wait(60), proc.stderr.read()
+        assert code == 143, err[-2000:]
+        assert "event=preempted client=c raised=RuntimeError('cannot release un-acquired lock')" in err
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_error_without_a_preemption_signal_is_not_taken_for_one(tmp_path):
+    script = textwrap.dedent("""
+        import sys
+        from client_agent import agent, cli
+
+        def set_up(*args):
+            raise RuntimeError("a bug")
+
+        agent.set_up = set_up
+        sys.exit(cli.main(sys.argv[1:]))
+    """)
+    (tmp_path / "token").write_text("t")
+    flags = ["--ps", "127.0.0.1:1", "--client-id", "c", "--token-file", str(tmp_path / "token"), "--insecure",
+             "--work-dir", str(tmp_path / "work"), "--data", str(tmp_path)]
+    out = subprocess.run([sys.executable, "-c", script, *flags], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "RuntimeError: a bug" in out.stderr and "event=preempted" not in out.stderr
+
+
 def test_preempted_passes_through_a_logging_handler_that_is_writing():
     # logging's emit turns any Exception into a "Logging error" and carries on: SIGTERM landing in a log
     # call must still stop the agent.

@@ -23,7 +23,7 @@ from geofed_apps.finetune.base_model import BaseRecipe, content_hash, store
 from geofed_apps.finetune.preset import FinetuneTask
 from geofed_apps.finetune.task import stdlib_qa_split
 from geofed_apps.launch import start_client, stop, wait_until
-from geofed_testing.procs import PSNode, Reaper, exit_code
+from geofed_testing.procs import PSNode, Reaper, assert_exits_with
 from geofed_testing.recorder import RecordingProxy
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))
@@ -110,7 +110,7 @@ def _rejoin(paradigm: str, tmp_path: Path, qa_lists: list[Path], reaper: Reaper)
     work = tmp_path / "work-1"
     wait_until(lambda: len(_records(work)) >= 2, 240, "client 1 syncing twice", period=0.3)
     procs[1].send_signal(signal.SIGTERM)  # preempted: exits at once, its last sync's checkpoint is the resume point
-    assert exit_code(procs[1], 60, tmp_path / "client-1.log") == 143
+    assert_exits_with(procs[1], 143, 60, tmp_path / "client-1.log")
     saved = CheckpointManager(work / "checkpoints").load_latest()
     synced, version_at_kill = len(_records(work)), ps.status()["version"]
 
