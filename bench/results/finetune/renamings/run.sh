@@ -1,7 +1,7 @@
 #!/bin/bash
 # The fine-tuning rows with 32 renamed copies of each training pair and a cosine decay of the inner rate.
-# usage: bash bench/results/finetune/renamings/run.sh full|lora|lora-h10|ravan-3e-2|hybrid|others|steps|rules
-# full, lora, lora-h10, ravan-3e-2, hybrid and rules (the few-line rules, learning their known names from the
+# usage: bash bench/results/finetune/renamings/run.sh CASE (the cases below)
+# full, lora, lora-h10, lora-h5, lora-h10-1e-2, central-lora-b16, ravan-3e-2, ravan-3e-3, hybrid and rules (the few-line rules, learning their known names from the
 # renamed pairs) write their own folders beside this file; others (RAVAN and zeroth-order at their presets' rates) and steps (central
 # LoRA for one client's 3000 steps: equal sequential steps) write into lora/, as run-others.txt and run-steps.txt.
 set -u
@@ -15,7 +15,13 @@ case "$1" in
   rules) args=(--rows rule) ;;
   lora-h10) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=10) ;;  # rounds of 10
   ravan-3e-2) args=(--rows ravan --steps 3000 --set training.lr=3e-2) ;;  # 3 x the preset's rate
-  *) echo "usage: $0 full|lora|lora-h10|ravan-3e-2|hybrid|others|steps|rules" >&2; exit 2 ;;
+  ravan-3e-3) args=(--rows ravan --steps 3000 --set training.lr=3e-3) ;;  # 0.3 x the preset's rate
+  lora-h5) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=5) ;;  # rounds of 5
+  lora-h10-1e-2) args=(--rows lora --steps 3000 --set training.lr=1e-2 --set training.local_steps=10) ;;
+  # central LoRA on the federation's batch (2 clients x 8) and sequential steps: equal tokens, equal steps
+  central-lora-b16) args=(--rows central-lora-steps --steps 3000 --set training.lr=5e-3
+                          --set training.batch_size=16) ;;
+  *) echo "usage: $0 CASE (see the case list in this file)" >&2; exit 2 ;;
 esac
 dir=$1 log=run.txt
 case "$1" in others|steps) dir=lora log=run-$1.txt ;; esac
