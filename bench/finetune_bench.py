@@ -40,6 +40,7 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "central-full-steps": ("central-steps", "pretrain", ()),
     "central-lora": ("central", "lora", ()),
     "central-lora-steps": ("central-steps", "lora", ()),
+    "central-ravan": ("central", "ravan", ()),
     "lora": ("fed", "lora", ()),
     "hybrid-lora": ("fed", "hybrid-lora", ()),
     "ravan": ("fed", "ravan", ()),

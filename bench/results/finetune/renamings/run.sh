@@ -1,9 +1,10 @@
 #!/bin/bash
 # The fine-tuning rows with 32 renamed copies of each training pair and a cosine decay of the inner rate.
 # usage: bash bench/results/finetune/renamings/run.sh CASE (the cases below)
-# full, lora, lora-h10, lora-h5, lora-h10-1e-2, central-lora-b16, ravan-3e-2, ravan-3e-3, hybrid and rules (the few-line rules, learning their known names from the
-# renamed pairs) write their own folders beside this file; others (RAVAN and zeroth-order at their presets' rates) and steps (central
-# LoRA for one client's 3000 steps: equal sequential steps) write into lora/, as run-others.txt and run-steps.txt.
+# Every case writes its own folder beside this file (rules: the few-line rules, learning their known names
+# from the renamed pairs), except others (RAVAN and zeroth-order at their presets' rates) and steps (central
+# LoRA for one client's 3000 steps: equal sequential steps), which write into lora/ as run-others.txt and
+# run-steps.txt.
 set -u
 here=$(dirname "$0")
 case "$1" in
@@ -16,6 +17,7 @@ case "$1" in
   lora-h10) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=10) ;;  # rounds of 10
   ravan-3e-2) args=(--rows ravan --steps 3000 --set training.lr=3e-2) ;;  # 3 x the preset's rate
   ravan-3e-3) args=(--rows ravan --steps 3000 --set training.lr=3e-3) ;;  # 0.3 x the preset's rate
+  central-ravan) args=(--rows central-ravan --steps 3000) ;;  # RAVAN's model in one process, 6000 steps
   lora-h5) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=5) ;;  # rounds of 5
   lora-h10-1e-2) args=(--rows lora --steps 3000 --set training.lr=1e-2 --set training.local_steps=10) ;;
   # central LoRA on the federation's batch (2 clients x 8) and sequential steps: equal tokens, equal steps
