@@ -2,9 +2,9 @@
 # The fine-tuning rows with 32 renamed copies of each training pair and a cosine decay of the inner rate.
 # usage: bash bench/results/finetune/renamings/run.sh CASE (the cases below)
 # Every case writes its own folder beside this file (rules: the few-line rules, learning their known names
-# from the renamed pairs), except others (RAVAN and zeroth-order at their presets' rates) and steps (central
-# LoRA for one client's 3000 steps: equal sequential steps), which write into lora/ as run-others.txt and
-# run-steps.txt.
+# from the renamed pairs), except others (RAVAN and zeroth-order at their presets' rates), steps (central
+# LoRA for one client's 3000 steps: equal sequential steps) and zo-wallclock, which write into lora/ as
+# run-CASE.txt.
 set -u
 here=$(dirname "$0")
 case "$1" in
@@ -17,6 +17,9 @@ case "$1" in
   lora-h10) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=10) ;;  # rounds of 10
   ravan-3e-2) args=(--rows ravan --steps 3000 --set training.lr=3e-2) ;;  # 3 x the preset's rate
   ravan-3e-3) args=(--rows ravan --steps 3000 --set training.lr=3e-3) ;;  # 0.3 x the preset's rate
+  # zeroth-order for the lora row's median training seconds (lora/lora-*.json): equal wall-clock. Its rate is
+  # its own paradigm.lr, constant; the cosine needs a step count, which a wall-clock run does not have.
+  zo-wallclock) args=(--rows zo-wallclock --set training.lr_schedule=constant) ;;
   central-ravan) args=(--rows central-ravan --steps 3000) ;;  # RAVAN's model in one process, 6000 steps
   lora-h5) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=5) ;;  # rounds of 5
   lora-h10-1e-2) args=(--rows lora --steps 3000 --set training.lr=1e-2 --set training.local_steps=10) ;;
@@ -26,7 +29,7 @@ case "$1" in
   *) echo "usage: $0 CASE (see the case list in this file)" >&2; exit 2 ;;
 esac
 dir=$1 log=run.txt
-case "$1" in others|steps) dir=lora log=run-$1.txt ;; esac
+case "$1" in others|steps|zo-wallclock) dir=lora log=run-$1.txt ;; esac
 cmd=(.venv/bin/python bench/finetune_bench.py --runs 3 --clients 2 --renamings 32 --set training.lr_schedule=cosine
      --max-seconds 3000 --out "$here/$dir" "${args[@]}")
 mkdir -p "$here/$dir"
