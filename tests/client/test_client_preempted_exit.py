@@ -21,6 +21,13 @@ import pytest
 from client_agent.agent import Preempted, _within
 
 
+def _client_cli(script: str, tmp_path) -> list[str]:
+    """The command line that runs `script` with a client's flags (a PS that is never dialled)."""
+    (tmp_path / "token").write_text("t")
+    return [sys.executable, "-c", script, "--ps", "127.0.0.1:1", "--client-id", "c", "--token-file",
+            str(tmp_path / "token"), "--insecure", "--work-dir", str(tmp_path / "work"), "--data", str(tmp_path)]
+
+
 def test_a_hung_cleanup_is_abandoned_after_its_bound_and_logged(caplog):
     release = threading.Event()
     started = threading.Event()
@@ -50,10 +57,7 @@ def test_the_cli_exits_143_even_with_a_thread_that_never_ends(tmp_path):
         agent.ClientAgent.run = run
         sys.exit(cli.main(sys.argv[1:]))
     """)
-    (tmp_path / "token").write_text("t")
-    flags = ["--ps", "127.0.0.1:1", "--client-id", "c", "--token-file", str(tmp_path / "token"), "--insecure",
-             "--work-dir", str(tmp_path / "work"), "--data", str(tmp_path)]
-    out = subprocess.run([sys.executable, "-c", script, *flags], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(_client_cli(script, tmp_path), capture_output=True, text=True, timeout=60)
     assert out.returncode == 143, out.stderr[-2000:]
     assert "event=preempted" in out.stderr
 
@@ -75,10 +79,7 @@ def test_an_error_that_the_interrupted_code_raises_on_the_way_out_still_exits_14
         agent.set_up = set_up
         sys.exit(cli.main(sys.argv[1:]))
     """)
-    (tmp_path / "token").write_text("t")
-    flags = ["--ps", "127.0.0.1:1", "--client-id", "c", "--token-file", str(tmp_path / "token"), "--insecure",
-             "--work-dir", str(tmp_path / "work"), "--data", str(tmp_path)]
-    proc = subprocess.Popen([sys.executable, "-c", script, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(_client_cli(script, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
@@ -102,10 +103,7 @@ def test_an_error_without_a_preemption_signal_is_not_taken_for_one(tmp_path):
         agent.set_up = set_up
         sys.exit(cli.main(sys.argv[1:]))
     """)
-    (tmp_path / "token").write_text("t")
-    flags = ["--ps", "127.0.0.1:1", "--client-id", "c", "--token-file", str(tmp_path / "token"), "--insecure",
-             "--work-dir", str(tmp_path / "work"), "--data", str(tmp_path)]
-    out = subprocess.run([sys.executable, "-c", script, *flags], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(_client_cli(script, tmp_path), capture_output=True, text=True, timeout=60)
     assert out.returncode == 1, out.stderr[-2000:]
     assert "RuntimeError: a bug" in out.stderr and "event=preempted" not in out.stderr
 
