@@ -21,6 +21,7 @@ case "$1" in
   # its own paradigm.lr, constant; the cosine needs a step count, which a wall-clock run does not have.
   zo-wallclock) args=(--rows zo-wallclock --set training.lr_schedule=constant) ;;
   central-ravan) args=(--rows central-ravan --steps 3000) ;;  # RAVAN's model in one process, 6000 steps
+  lora-h2) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=2) ;;  # rounds of 2
   lora-h5) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=5) ;;  # rounds of 5
   lora-h10-1e-2) args=(--rows lora --steps 3000 --set training.lr=1e-2 --set training.local_steps=10) ;;
   # central LoRA on the federation's batch (2 clients x 8) and sequential steps: equal tokens, equal steps
