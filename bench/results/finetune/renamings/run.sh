@@ -1,6 +1,6 @@
 #!/bin/bash
 # The fine-tuning rows with 32 renamed copies of each training pair and a cosine decay of the inner rate.
-# usage: bash bench/results/finetune/renamings/run.sh CASE (the cases below)
+# usage: [RUNS=N] bash bench/results/finetune/renamings/run.sh CASE (the cases below; RUNS seeds, default 3)
 # Every case writes its own folder beside this file (rules: the few-line rules, learning their known names
 # from the renamed pairs), except others (RAVAN and zeroth-order at their presets' rates), steps (central
 # LoRA for one client's 3000 steps: equal sequential steps) and zo-wallclock, which write into lora/ as
@@ -20,6 +20,8 @@ case "$1" in
   # zeroth-order for the lora row's median training seconds (lora/lora-*.json): equal wall-clock. Its rate is
   # its own paradigm.lr, constant; the cosine needs a step count, which a wall-clock run does not have.
   zo-wallclock) args=(--rows zo-wallclock --set training.lr_schedule=constant) ;;
+  zo-2e-2) args=(--rows zo --steps 3000 --set paradigm.lr=2e-2) ;;  # 4 x its preset's rate
+  zo-15000) args=(--rows zo --steps 15000) ;;  # 5 x the steps
   central-ravan) args=(--rows central-ravan --steps 3000) ;;  # RAVAN's model in one process, 6000 steps
   lora-h2) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=2) ;;  # rounds of 2
   lora-h5) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=5) ;;  # rounds of 5
@@ -31,7 +33,7 @@ case "$1" in
 esac
 dir=$1 log=run.txt
 case "$1" in others|steps|zo-wallclock) dir=lora log=run-$1.txt ;; esac
-cmd=(.venv/bin/python bench/finetune_bench.py --runs 3 --clients 2 --renamings 32 --set training.lr_schedule=cosine
+cmd=(.venv/bin/python bench/finetune_bench.py --runs "${RUNS:-3}" --clients 2 --renamings 32 --set training.lr_schedule=cosine
      --max-seconds 3000 --out "$here/$dir" "${args[@]}")
 mkdir -p "$here/$dir"
 { echo "\$ ${cmd[*]}"; echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet || echo +uncommitted); $(date -u +%FT%TZ); uptime:$(uptime)"
