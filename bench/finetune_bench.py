@@ -41,6 +41,7 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "central-lora": ("central", "lora", ()),
     "central-lora-steps": ("central-steps", "lora", ()),
     "central-ravan": ("central", "ravan", ()),
+    "central-bitfit": ("central", "bitfit", ()),
     "lora": ("fed", "lora", ()),
     "hybrid-lora": ("fed", "hybrid-lora", ()),
     "ravan": ("fed", "ravan", ()),

@@ -22,6 +22,8 @@ case "$1" in
   zo-wallclock) args=(--rows zo-wallclock --set training.lr_schedule=constant) ;;
   zo-2e-2) args=(--rows zo --steps 3000 --set paradigm.lr=2e-2) ;;  # 4 x its preset's rate
   zo-15000) args=(--rows zo --steps 15000) ;;  # 5 x the steps
+  # first-order training of the parameters zeroth-order trains (biases and norms), one process, 6000 steps
+  central-bitfit) args=(--rows central-bitfit --steps 3000) ;;
   central-ravan) args=(--rows central-ravan --steps 3000) ;;  # RAVAN's model in one process, 6000 steps
   lora-h2) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=2) ;;  # rounds of 2
   lora-h5) args=(--rows lora --steps 3000 --set training.lr=5e-3 --set training.local_steps=5) ;;  # rounds of 5
