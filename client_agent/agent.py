@@ -136,7 +136,7 @@ class ClientAgent:
             finally:
                 site.sync.close()
         except BaseException as exc:
-            if not (isinstance(exc, Preempted) or preempted()):
+            if not preempted():  # the handler sets it before raising Preempted
                 raise
             # What the signal interrupted may raise an error of its own on the way out (a library's cleanup
             # finding its state half-changed, an exception raised while handling Preempted): still preempted.

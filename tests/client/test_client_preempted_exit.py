@@ -64,7 +64,8 @@ def test_the_cli_exits_143_even_with_a_thread_that_never_ends(tmp_path):
 
 def test_an_error_that_the_interrupted_code_raises_on_the_way_out_still_exits_143(tmp_path):
     # A library's cleanup may find its state half-changed by the signal and raise an error of its own in
-    # place of Preempted: stand-in for that, a set-up that turns the interruption into a RuntimeError.
+    # place of Preempted: stand-in for that, a set-up that turns the interruption into a RuntimeError. A real
+    # library does so only when the signal lands at an unlucky instruction; this one does it every time.
     script = textwrap.dedent("""
         import sys, threading
         from client_agent import agent, cli
