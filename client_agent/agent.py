@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from geofed.config import ClientConfig
 
 from . import grid_apply
 from .model_waits import first_model, next_model
+from .preemption import PREEMPTED_EXIT, Preempted, arm_preemption, preempted
 from .ps_client import GlobalVersion, PSClient
 from .ranks import Ranks
 from .site import Site, set_up
@@ -32,17 +32,8 @@ from .trainer import NonFiniteLossError, TrainStats
 
 log = logging.getLogger("geofed.client")
 
-PREEMPTED_EXIT = 143  # 128 + SIGTERM: the agent stopped on a preemption signal
 PREEMPTED_CLOSE_S = 5.0  # how long a preempted agent waits for its PS connection to close
-PREEMPTED_DEADLINE_S = 20.0  # a preempted agent is gone by then, whatever its main thread was doing
 MAX_NON_FINITE_ROUNDS = 3  # rounds in a row with no finite step before the client gives up
-
-
-class Preempted(BaseException):
-    """SIGTERM arrived: stop at once; the last sync's checkpoint is the resume point.
-
-    A BaseException, like KeyboardInterrupt: the handler raises it wherever the main thread is, and the
-    `except Exception` of a library on the way (logging's `emit` is one) must not swallow it."""
 
 
 @dataclass
@@ -136,7 +127,7 @@ class ClientAgent:
             finally:
                 site.sync.close()
         except BaseException as exc:
-            if not preempted():  # the handler sets it before raising Preempted
+            if not preempted():
                 raise
             # What the signal interrupted may raise an error of its own on the way out (a library's cleanup
             # finding its state half-changed, an exception raised while handling Preempted): still preempted.
@@ -321,31 +312,3 @@ def _within(fn: Callable[[], object], seconds: float) -> None:
         log.warning("event=close_abandoned after_s=%g", seconds)
     except Exception:  # noqa: BLE001 - a failed cleanup is reported, never raised into the exit path
         log.warning("event=close_failed", exc_info=True)
-
-
-_preempted = threading.Event()
-
-
-def preempted() -> bool:
-    """Whether a preemption signal has arrived."""
-    return _preempted.is_set()
-
-
-def arm_preemption() -> None:
-    """SIGTERM raises `Preempted` in the main thread, and a watchdog ends the process `PREEMPTED_DEADLINE_S`
-    after it in case the main thread never unwinds (a hung call, a handler that caught it)."""
-    signal.signal(signal.SIGTERM, _raise_preempted)
-    threading.Thread(target=_exit_when_overdue, name="geofed-preempt-watchdog", daemon=True).start()
-
-
-def _exit_when_overdue() -> None:
-    _preempted.wait()
-    time.sleep(PREEMPTED_DEADLINE_S)
-    # No logging here: the main thread may hold a handler's lock. One write, then out.
-    os.write(2, f"event=preempted_exit_forced after_s={PREEMPTED_DEADLINE_S:g}\n".encode())
-    os._exit(PREEMPTED_EXIT)
-
-
-def _raise_preempted(signum, frame):
-    _preempted.set()  # only the watchdog waits on it: no lock the main thread could hold
-    raise Preempted()

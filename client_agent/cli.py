@@ -58,19 +58,20 @@ def run_client(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"geofed client: {exc}", file=sys.stderr)
         return 2
-    from .agent import PREEMPTED_EXIT, ClientAgent, Preempted, preempted
+    from .agent import ClientAgent
+    from .preemption import PREEMPTED_EXIT, Preempted, preempted
 
     try:
         code = ClientAgent(cfg).run()
         if code == PREEMPTED_EXIT:
             _leave_now(code)
         return code
-    except Preempted:  # a second SIGTERM during the first one's cleanup
+    except Preempted:  # taken before the agent's run reached its own handling
         _leave_now(PREEMPTED_EXIT)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        if preempted():  # raised by what a second SIGTERM interrupted in the first one's cleanup
+        if preempted():  # raised on the way out by what the signal interrupted
             _leave_now(PREEMPTED_EXIT)
         code = exit_code_for(exc)
         if code is None:

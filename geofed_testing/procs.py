@@ -8,6 +8,7 @@ a scenario fails half-way (tests use it through a fixture, benchmarks as a conte
 
 from __future__ import annotations
 
+import ctypes
 import re
 import signal
 import subprocess
@@ -24,7 +25,7 @@ import psutil
 from geofed.protocol.admin_client import AdminClient
 from geofed_apps.launch import PSProcess, free_port, stop
 
-__all__ = ["PSNode", "Reaper", "TlsFiles", "assert_exits_with", "free_port"]
+__all__ = ["PSNode", "Reaper", "TlsFiles", "assert_exits_with", "free_port", "signal_a_thread_other_than_main"]
 
 
 class Reaper:
@@ -68,6 +69,17 @@ def assert_exits_with(proc: subprocess.Popen, expected: int, timeout_s: float, l
         raise AssertionError(f"pid {proc.pid} still running {timeout_s:g} s after it was told to stop; "
                              f"its stacks and last log lines:\n{_tail(log)}") from None
     assert code == expected, f"pid {proc.pid} exited {code}, not {expected}; its last log lines:\n{_tail(log)}"
+
+
+def signal_a_thread_other_than_main(pid: int, sig: int) -> int:
+    """Send `sig` to one of `pid`'s threads other than its main thread (tgkill), as the kernel may when it picks
+    the thread that takes a process's signal; the thread's id."""
+    tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir() if int(t.name) != pid]
+    assert tids, f"pid {pid} has no thread besides its main one"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tids[0], sig) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tids[0]}, {sig})")
+    return tids[0]
 
 
 def _tail(log: Path) -> str:

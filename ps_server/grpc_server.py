@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
-import threading
 from concurrent import futures
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from grpc_health.v1 import health, health_pb2
 
 from geofed.config import FederationConfig, ServerConfig
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
+from geofed.stop_signals import wait_for_stop_signal
 
 from .core import ParameterServerCore
 from .grpc_api import AdminServicer, ParameterServerServicer
@@ -138,15 +137,7 @@ def serve(fed: FederationConfig, cfg: ServerConfig, ready_file: str | None = Non
     running = start_server(fed, cfg)
     if ready_file:
         Path(ready_file).write_text(str(running.port))
-    done = threading.Event()
-
-    def on_signal(signum, _frame):
-        log.info("event=signal signal=%s", signal.Signals(signum).name)
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    done.wait()
+    log.info("event=signal signal=%s", wait_for_stop_signal().name)
     running.stop()
     log.info("event=stopped version=%d", running.core.model.version)
     return 0

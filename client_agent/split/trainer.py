@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import threading
 import time
 from concurrent import futures
@@ -34,6 +33,7 @@ from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import AUTH_KEY, credential_from
 from geofed.protocol.channel import open_channel
+from geofed.stop_signals import wait_for_stop_signal
 
 from .parts import AuxBlock, ServerPart, decode_tensor, encode_tensor
 
@@ -227,10 +227,7 @@ def serve(argv: list[str] | None = None) -> int:
     log.info("event=split_listening port=%d cut_layer=%d", port, fed.paradigm.cut_layer)
     if args.ready_file:
         Path(args.ready_file).write_text(str(port))
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    done.wait()
+    log.info("event=signal signal=%s", wait_for_stop_signal().name)
     server.stop(5).wait()
     return 0
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hmac
 import logging
 import queue
-import signal
-import threading
 from concurrent import futures
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import AUTH_KEY, credential_from
 from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto
+from geofed.stop_signals import wait_for_stop_signal
 
 from ..listen import SERVER_OPTIONS, listen
 from .errors import ShardRefused, ShardUnavailable
@@ -290,9 +289,6 @@ def serve_shard(fed: FederationConfig, cfg: ServerConfig, secret: str, credentia
     log.info("event=shard_listening index=%d port=%d version=%d", cfg.shard_index, port, core.model.version)
     if ready_file:
         Path(ready_file).write_text(str(port))
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    log.info("event=signal signal=%s", wait_for_stop_signal().name)
     server.stop(5.0).wait()
     return 0

@@ -18,7 +18,8 @@ import threading
 
 import pytest
 
-from client_agent.agent import Preempted, _within
+from client_agent.agent import _within
+from client_agent.preemption import Preempted
 
 
 def _client_cli(script: str, tmp_path) -> list[str]:
@@ -68,13 +69,13 @@ def test_an_error_that_the_interrupted_code_raises_on_the_way_out_still_exits_14
     # library does so only when the signal lands at an unlucky instruction; this one does it every time.
     script = textwrap.dedent("""
         import sys, threading
-        from client_agent import agent, cli
+        from client_agent import agent, cli, preemption
 
         def set_up(*args):
-            print("ready", flush=True)
-            try:
+            try:  # "ready" inside the try: the signal may be taken as soon as print returns
+                print("ready", flush=True)
                 threading.Event().wait()
-            except agent.Preempted as exc:
+            except preemption.Preempted as exc:
                 raise RuntimeError("cannot release un-acquired lock") from exc
 
         agent.set_up = set_up
@@ -91,6 +92,31 @@ def test_an_error_that_the_interrupted_code_raises_on_the_way_out_still_exits_14
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_signal_taken_by_another_thread_wakes_a_main_thread_asleep_in_a_lock_wait(tmp_path):
+    # The kernel may hand SIGTERM to any thread (gRPC's pollers are always there); Python runs the handler only
+    # in the main thread, which sleeps on in a lock wait unless a signal is sent to it itself. Here a helper
+    # thread takes the signal for certain: it sends SIGTERM to itself.
+    script = textwrap.dedent("""
+        import signal, sys, threading, time
+        from client_agent import agent, cli
+
+        def take_the_signal():
+            time.sleep(0.5)  # the main thread is asleep in the wait below by then
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+        def set_up(*args):
+            threading.Thread(target=take_the_signal, daemon=True).start()
+            threading.Event().wait()
+
+        agent.set_up = set_up
+        sys.exit(cli.main(sys.argv[1:]))
+    """)
+    out = subprocess.run(_client_cli(script, tmp_path), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 143, out.stderr[-2000:]
+    assert "event=preempted client=c\n" in out.stderr  # the main thread raised Preempted and unwound
+    assert "preempted_exit_forced" not in out.stderr  # not the deadline's exit
 
 
 def test_an_error_without_a_preemption_signal_is_not_taken_for_one(tmp_path):
@@ -129,10 +155,10 @@ def test_preempted_passes_through_a_logging_handler_that_is_writing():
 def test_a_main_thread_that_swallows_the_preemption_is_ended_by_the_watchdog():
     script = textwrap.dedent("""
         import sys, time
-        from client_agent import agent
+        from client_agent import preemption
 
-        agent.PREEMPTED_DEADLINE_S = 0.5
-        agent.arm_preemption()
+        preemption.PREEMPTED_DEADLINE_S = 0.5
+        preemption.arm_preemption()
         ready = False
         while True:  # worst case: a handler on the way catches everything
             try:  # "ready" and the loop inside the try: the one signal is swallowed wherever it is taken
