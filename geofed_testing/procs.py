@@ -71,15 +71,14 @@ def assert_exits_with(proc: subprocess.Popen, expected: int, timeout_s: float, l
     assert code == expected, f"pid {proc.pid} exited {code}, not {expected}; its last log lines:\n{_tail(log)}"
 
 
-def signal_a_thread_other_than_main(pid: int, sig: int) -> int:
+def signal_a_thread_other_than_main(pid: int, sig: int) -> None:
     """Send `sig` to one of `pid`'s threads other than its main thread (tgkill), as the kernel may when it picks
-    the thread that takes a process's signal; the thread's id."""
+    the thread that takes a process's signal. The kernel does so only sometimes (more often on a loaded
+    machine) and picks the thread itself; this always picks a non-main one."""
     tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir() if int(t.name) != pid]
     assert tids, f"pid {pid} has no thread besides its main one"
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.tgkill(pid, tids[0], sig) != 0:
+    if ctypes.CDLL(None, use_errno=True).tgkill(pid, tids[0], sig) != 0:
         raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tids[0]}, {sig})")
-    return tids[0]
 
 
 def _tail(log: Path) -> str:

@@ -18,8 +18,11 @@ def test_a_stop_signal_taken_by_another_thread_ends_the_wait(sig):
         from geofed.stop_signals import wait_for_stop_signal
 
         def take_the_signal():
-            time.sleep(0.5)  # the main thread is waiting by then
-            signal.pthread_kill(threading.get_ident(), {int(sig)})  # this thread, not the main one, takes it
+            before = signal.getsignal({int(sig)})
+            while signal.getsignal({int(sig)}) is before:  # until the wait below handles it
+                time.sleep(0.01)
+            # This thread, not the main one, takes the signal: the kernel does so only sometimes, this always.
+            signal.pthread_kill(threading.get_ident(), {int(sig)})
 
         threading.Thread(target=take_the_signal, daemon=True).start()
         print(wait_for_stop_signal().name, flush=True)

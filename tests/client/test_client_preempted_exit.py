@@ -97,7 +97,8 @@ def test_an_error_that_the_interrupted_code_raises_on_the_way_out_still_exits_14
 def test_a_signal_taken_by_another_thread_wakes_a_main_thread_asleep_in_a_lock_wait(tmp_path):
     # The kernel may hand SIGTERM to any thread (gRPC's pollers are always there); Python runs the handler only
     # in the main thread, which sleeps on in a lock wait unless a signal is sent to it itself. Here a helper
-    # thread takes the signal for certain: it sends SIGTERM to itself.
+    # thread takes the signal for certain: it sends SIGTERM to itself. The kernel hands a thread other than
+    # main the signal only sometimes (more often under load), and that thread is one of gRPC's, not ours.
     script = textwrap.dedent("""
         import signal, sys, threading, time
         from client_agent import agent, cli
