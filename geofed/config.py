@@ -28,6 +28,16 @@ class ModelConfig(_Section):
     path: str | None = Field(
         None, description="Local checkpoint directory to load instead of building from config (no downloads)."
     )
+    tokenizer: str = Field(
+        "byte", min_length=1, max_length=4096,
+        description="The federation's tokenizer: 'byte' (built in: 256 bytes + EOS) or a local Hugging Face tokenizer "
+        "directory. Every client must tokenise with one of the same identity (tokenizer_sha256).",
+    )
+    tokenizer_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$",
+        description="The tokenizer's identity: sha256 of its vocabulary, merges and special ids. Unset: taken from "
+        "`tokenizer` where the PS can read it, else from the master client's Join. A client with another is refused.",
+    )
     n_layer: int = Field(2, ge=1, le=128, description="Number of transformer blocks.")
     n_head: int = Field(4, ge=1, le=128, description="Attention heads per block.")
     n_embd: int = Field(128, ge=8, le=16384, description="Hidden size; must be divisible by n_head.")
