@@ -72,6 +72,7 @@ class PSClient:
         self.session_ttl_s = 60.0
         self.federation: FederationConfig | None = None
         self.master = False
+        self.master_client_id = ""
         self.server_instance = ""
         self.join_version = 0
         self.manifest: Manifest = ()
@@ -196,6 +197,7 @@ class PSClient:
         self.federation = FederationConfig.model_validate_json(r.federation_json)
         self.stream.on_demand = not self.federation.downlink.prefetch
         self.master = r.master
+        self.master_client_id = r.master_client_id  # "" when the PS names none
         self.server_instance = r.server_instance
         self.join_version = r.version
         self.stream.version_seen = max(self.stream.version_seen, r.version)
