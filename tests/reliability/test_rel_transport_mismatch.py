@@ -13,7 +13,8 @@ from rel_tls import CertAuthority
 
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
-from geofed_apps.launch import GEOFED, child_env, write_token
+from geofed.protocol.transport_probe import transport_mismatch
+from geofed_apps.launch import GEOFED, child_env, free_port, write_token
 from geofed_testing.procs import PSNode, TlsFiles
 from geofed_testing.wire import mint
 
@@ -88,3 +89,10 @@ def test_a_client_names_the_mismatch_and_keeps_its_token(federations, tmp_path, 
         joined = pb_grpc.ParameterServerStub(channel).Join(pb.JoinRequest(token=token, client_id=client_id),
                                                            timeout=30)
     assert joined.session
+
+
+def test_the_probe_finds_nothing_where_the_transports_match_or_nothing_listens(federations):
+    plain, tls, _ = federations
+    assert transport_mismatch(plain.address, insecure=True) is None
+    assert transport_mismatch(tls.address, insecure=False) is None
+    assert transport_mismatch(f"127.0.0.1:{free_port()}", insecure=False) is None  # refused: gRPC says it better
