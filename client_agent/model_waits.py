@@ -18,19 +18,34 @@ log = logging.getLogger("geofed.client")
 DEFERRED_WAIT_S = 30.0
 
 
-def first_model(ps: PSClient, timeout_s: float) -> GlobalVersion:
-    """The first global model; JoinError (exit 3, a readable reason) if the master never installs one."""
-    deadline = time.monotonic() + timeout_s
+# How often a client waiting for the initial model says why it waits (the master builds Θ0 in seconds to minutes).
+FIRST_MODEL_NOTICE_S = 15.0
+
+
+def first_model(ps: PSClient, timeout_s: float, notice_s: float = FIRST_MODEL_NOTICE_S) -> GlobalVersion:
+    """The first global model; JoinError (exit 3, a readable reason) if the master never installs one. Every
+    `notice_s` it waits, a warning names the cause and the fix (`no_master_reason`)."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
     while (left := deadline - time.monotonic()) > 0:
-        got = ps.wait_for_version(0, timeout=min(30.0, left))
+        got = ps.wait_for_version(0, timeout=min(notice_s, left))
         if got is not None:
             return got
-        log.info("event=waiting_for_model newer_than=0")
-    raise JoinError(
-        f"NoGlobalModel: the PS has no global model after {timeout_s:.0f}s; the federation's master client "
-        "has not installed it (Kubernetes: the Federation's spec.server.masterClientID names the master; "
-        "is its SiteClient running?)"
-    )
+        log.warning("event=waiting_for_model newer_than=0 waited_s=%.0f timeout_s=%.0f reason=%r",
+                    time.monotonic() - t0, timeout_s, no_master_reason(ps.master_client_id))
+    raise JoinError(f"NoGlobalModel: the PS has no global model after {timeout_s:.0f}s: "
+                    f"{no_master_reason(ps.master_client_id)}")
+
+
+def no_master_reason(master_client_id: str) -> str:
+    """Why a federation has no initial model yet, and what installs one."""
+    if master_client_id:
+        return (f"the federation's master client {master_client_id!r} (server.master_client_id) has not installed "
+                "the initial model: start it, with a token minted for that client id (Kubernetes: the Federation's "
+                "spec.server.masterClientID; is its SiteClient running?)")
+    return ("no master client has installed the initial model: mint a token with --master for the client that "
+            "builds the initial model (geofed token create --master --client-id ID), or name it with geofed ps "
+            "--master-client-id (Kubernetes: the Federation's spec.server.masterClientID)")
 
 
 def next_model(ps: PSClient, fed: FederationConfig, current: GlobalVersion, status: str, version: int) -> GlobalVersion:

@@ -26,6 +26,7 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import bearer
 from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, report_to_proto
+from geofed.protocol.transport_probe import transport_mismatch
 
 from .backoff import Backoff
 from .errors import DeferredDeltaError, JoinError, PushError, StaleDeltaError
@@ -71,6 +72,7 @@ class PSClient:
         self.session_ttl_s = 60.0
         self.federation: FederationConfig | None = None
         self.master = False
+        self.master_client_id = ""
         self.server_instance = ""
         self.join_version = 0
         self.manifest: Manifest = ()
@@ -141,6 +143,8 @@ class PSClient:
                     if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # another paradigm or layout
                         raise JoinError(f"the parameter server refused this client: {exc.details()}") from None
                     if exc.code() in RETRYABLE:
+                        if exc.code() == grpc.StatusCode.UNAVAILABLE and not errors:
+                            self._raise_on_transport_mismatch()
                         errors.append(f"{source}: {exc.code().name}")
                         break  # PS unreachable: back off, then try the same candidates again
                     errors.append(f"{source} token refused ({exc.details()})")
@@ -150,6 +154,12 @@ class PSClient:
             if time.monotonic() > deadline:
                 raise JoinError(f"parameter server {self.address} unreachable: " + "; ".join(errors[-3:]))
             time.sleep(backoff.next_delay())
+
+    def _raise_on_transport_mismatch(self) -> None:
+        """JoinError naming the fix when the PS speaks TLS and we plaintext or the other way round: retrying
+        until the Join deadline cannot help, and the token stays unspent."""
+        if mismatch := transport_mismatch(self.address, insecure=self.channel_options["insecure"]):
+            raise JoinError(mismatch)
 
     def declare_build(self, paradigm_json: str, frozen_digest: str) -> None:
         """After Join: declare the settings and frozen digest of the model this client built. A federation
@@ -187,6 +197,7 @@ class PSClient:
         self.federation = FederationConfig.model_validate_json(r.federation_json)
         self.stream.on_demand = not self.federation.downlink.prefetch
         self.master = r.master
+        self.master_client_id = r.master_client_id  # "" when the PS names none
         self.server_instance = r.server_instance
         self.join_version = r.version
         self.stream.version_seen = max(self.stream.version_seen, r.version)

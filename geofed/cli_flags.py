@@ -12,6 +12,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
+# The settings-file counterpart of examples/federation.yaml (a Kubernetes Federation), for `geofed ps --federation`.
+PLAIN_EXAMPLE = "examples/federation-settings.yaml"
+
 
 class SettingsError(ValueError):
     """Settings could not be loaded; the message names the file or key and the problem."""
@@ -104,6 +107,11 @@ def load_settings_file(path: str | None) -> dict:
         raise SettingsError(f"cannot parse settings file {p}: {exc}") from exc
     if not isinstance(data, dict):
         raise SettingsError(f"settings file {p} must hold a mapping")
+    if {"apiVersion", "kind", "spec"} <= data.keys():
+        raise SettingsError(
+            f"{p} is a Kubernetes {data['kind']} resource, not a settings file: apply it with kubectl, or give "
+            f"FederationConfig settings such as {PLAIN_EXAMPLE} (the resource's spec sections, snake_case keys)"
+        )
     return data
 
 

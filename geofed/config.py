@@ -549,7 +549,10 @@ class ServerConfig(_Section):
     port: int = Field(
         7443, ge=0, le=65535, description="The one fixed gRPC port clients dial out to (0: any free port, for tests)."
     )
-    metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics HTTP port; 0 disables.")
+    metrics_port: int = Field(
+        7444, ge=0, le=65535,
+        description="Prometheus metrics HTTP port (next to the gRPC port; 9090 is Prometheus's own); 0 disables.",
+    )
     metrics_host: str = Field(
         "127.0.0.1",
         description="Address the Prometheus metrics endpoint binds (it is unauthenticated and names clients, losses "

@@ -211,6 +211,9 @@ def run_local_federation(opts: LocalOptions) -> int:
         for one in ps_set.all:
             if one.status_url:
                 _say(f"status page: {one.status_url} (live while this runs)")
+        for one in ps_set.all if ps_set.sharded is None else [ps]:  # the PSs clients dial
+            _say(f"parameter server: {one.address}; its status: "
+                 f"geofed status --ps {one.address} --insecure --admin-token-file {one.admin_file}")
         admin = ps.admin()
         if split is not None:
             try:

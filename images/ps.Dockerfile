@@ -35,6 +35,6 @@ COPY --from=build /opt/geofed /opt/geofed
 # numba's compiled kernels are cached under /tmp (the pod's emptyDir): the root filesystem is read-only.
 ENV PATH=/opt/geofed/bin:$PATH PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
 USER 10001
-EXPOSE 7443 9090
+EXPOSE 7443 7444
 ENTRYPOINT ["geofed"]
 CMD ["ps", "--help"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -49,6 +50,12 @@ def _add_admin_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--insecure", action="store_true", help="plaintext (local use only)")
 
 
+def _quiet_grpc_core() -> None:
+    """Before gRPC is imported: its C core logs every failed TLS handshake (INFO) while a call retries; these
+    commands print their own one-line error (a TLS/plaintext mismatch named by the admin client)."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
 def _admin_client(args):
     from geofed.protocol.admin_client import AdminClient
 
@@ -75,6 +82,7 @@ def run_ps(args) -> int:
 
 
 def run_token_create(args) -> int:
+    _quiet_grpc_core()
     from geofed.protocol.admin_client import AdminError
 
     try:
@@ -88,6 +96,7 @@ def run_token_create(args) -> int:
 
 
 def run_status(args) -> int:
+    _quiet_grpc_core()
     from geofed.protocol.admin_client import AdminError
 
     from .status_table import format_status

@@ -146,6 +146,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             version=result.version, master=result.master, server_instance=self.core.instance,
             rejoin_token=result.rejoin_token, rejoin_expires_at=result.rejoin_expires_at,
             frozen_digest=result.frozen_digest, run_started_at=result.run_started_at,
+            master_client_id=self.core.server.master_client_id or "",
         )
         if result.snapshot is not None:
             response.manifest.extend(manifest_to_proto(result.snapshot.manifest))

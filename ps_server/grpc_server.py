@@ -17,7 +17,7 @@ from geofed.stop_signals import wait_for_stop_signal
 
 from .core import ParameterServerCore
 from .grpc_api import AdminServicer, ParameterServerServicer
-from .listen import HANDLER_THREADS, SERVER_OPTIONS, ConfigError, listen, server_credentials
+from .listen import HANDLER_THREADS, SERVER_OPTIONS, ConfigError, bind_error, listen, server_credentials
 from .memory import tune_allocator
 from .peers import PeerServicer, PeerTransport, load_peer_secret
 from .status_page import start_status_page
@@ -100,13 +100,16 @@ def start_server(fed: FederationConfig, cfg: ServerConfig, *, serve_metrics: boo
     try:
         page = start_status_page(core, cfg)
     except OSError as exc:
-        raise ConfigError(f"cannot bind the status page on {cfg.status_host}:{cfg.status_port}: {exc}") from exc
+        raise bind_error("the status page", cfg.status_host, cfg.status_port, "--status-port", exc) from None
+    if serve_metrics and cfg.metrics_port:  # before the server starts: a taken port stops nothing that runs
+        try:
+            core.metrics.serve(cfg.metrics_port, cfg.metrics_host)
+        except OSError as exc:
+            raise bind_error("the metrics port", cfg.metrics_host, cfg.metrics_port, "--metrics-port", exc) from None
     server.start()
     core.start_timer()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_servicer.set("geofed.v1.ParameterServer", health_pb2.HealthCheckResponse.SERVING)
-    if serve_metrics and cfg.metrics_port:
-        core.metrics.serve(cfg.metrics_port, cfg.metrics_host)
     log.info(
         "event=listening port=%d tls=%s mtls=%s metrics=%s:%d version=%d", port, credentials is not None,
         bool(cfg.client_ca), cfg.metrics_host, cfg.metrics_port, core.model.version,

@@ -6,6 +6,8 @@ imports the other.
 
 from __future__ import annotations
 
+import errno
+import socket
 from pathlib import Path
 
 import grpc
@@ -39,11 +41,43 @@ def listen(
     health servicer, to set SERVING once the server has started. Shared by the PS, the front and shards."""
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    check_bindable(cfg.host, cfg.port, "the gRPC port", "--port")  # gRPC's own bind error names neither
     address = f"{cfg.host}:{cfg.port}"
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    try:
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as exc:  # taken between the check and the bind
+        raise ConfigError(f"cannot bind the gRPC port {address}: {exc}; pick another with --port") from None
     if port == 0:
-        raise ConfigError(f"cannot bind {address}")
+        raise ConfigError(f"cannot bind the gRPC port {address}; pick another with --port")
     return port, health_servicer
+
+
+def check_bindable(host: str, port: int, what: str, flag: str) -> None:
+    """ConfigError naming `what` and the `flag` that moves it when `host:port` cannot be bound (in use, or a
+    privileged port); nothing to check for port 0 (any free port)."""
+    if not port:
+        return
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot bind {what} on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no conflict
+        try:
+            probe.bind(sockaddr)
+        except OSError as exc:
+            raise bind_error(what, host, port, flag, exc) from None
+
+
+def bind_error(what: str, host: str, port: int, flag: str, exc: OSError) -> ConfigError:
+    """The one-line error for a port that could not be bound: which one, why, and the flag that moves it."""
+    if exc.errno == errno.EADDRINUSE:
+        why = "is already in use (another geofed ps, or another server)"
+    else:
+        why = f"cannot be bound ({exc.strerror or exc})"
+    off = "" if flag == "--port" else " (0 turns it off)"
+    return ConfigError(f"{what} {host}:{port} {why}: pick another with {flag}{off}")
 
 
 def server_credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:

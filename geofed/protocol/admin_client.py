@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from . import geofed_pb2 as pb
@@ -9,6 +11,7 @@ from . import geofed_pb2_grpc as pb_grpc
 from .auth import admin as admin_metadata
 from .channel import open_channel
 from .messages import report_from_proto
+from .transport_probe import first_connect_failed, transport_mismatch
 
 
 class AdminError(Exception):
@@ -34,6 +37,8 @@ class AdminClient:
         self.metadata = admin_metadata(credential)
         self.timeout_s = timeout_s
         self.address = address
+        self.insecure = insecure
+        self._transport_checked = False
 
     def __enter__(self) -> AdminClient:
         return self
@@ -45,9 +50,19 @@ class AdminClient:
         self.channel.close()
 
     def _call(self, method, request):
+        deadline = time.monotonic() + self.timeout_s
+        if not self._transport_checked:
+            # A first connection that fails may be a TLS/plaintext mismatch, which no retry until the deadline
+            # fixes (and each retry of a TLS handshake logs an error): probed once, then named.
+            self._transport_checked = True
+            if first_connect_failed(self.channel, self.timeout_s) and (
+                mismatch := transport_mismatch(self.address, insecure=self.insecure)
+            ):
+                raise AdminError("UNAVAILABLE", mismatch)
         try:
             # wait_for_ready: ride out a reconnect backoff (e.g. right after a PS restart) up to the timeout.
-            return method(request, metadata=self.metadata, timeout=self.timeout_s, wait_for_ready=True)
+            return method(request, metadata=self.metadata, timeout=max(deadline - time.monotonic(), 1.0),
+                          wait_for_ready=True)
         except grpc.RpcError as exc:
             code = exc.code().name if exc.code() else "UNKNOWN"
             detail = exc.details() or ""

@@ -161,7 +161,7 @@ class JoinRequest(_message.Message):
     def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., paradigm_json: _Optional[str] = ..., frozen_digest: _Optional[str] = ..., preview: _Optional[bool] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
-    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map", "frozen_digest", "run_started_at")
+    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map", "frozen_digest", "run_started_at", "master_client_id")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_TTL_S_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +175,7 @@ class JoinResponse(_message.Message):
     SHARD_MAP_FIELD_NUMBER: _ClassVar[int]
     FROZEN_DIGEST_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    MASTER_CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     session: str
     session_ttl_s: float
     federation_json: str
@@ -188,7 +189,8 @@ class JoinResponse(_message.Message):
     shard_map: bytes
     frozen_digest: str
     run_started_at: float
-    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ..., frozen_digest: _Optional[str] = ..., run_started_at: _Optional[float] = ...) -> None: ...
+    master_client_id: str
+    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ..., frozen_digest: _Optional[str] = ..., run_started_at: _Optional[float] = ..., master_client_id: _Optional[str] = ...) -> None: ...
 
 class TensorSpec(_message.Message):
     __slots__ = ("name", "shape", "dtype")

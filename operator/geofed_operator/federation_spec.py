@@ -83,7 +83,7 @@ class ServiceSpec(K8sModel):
         description="Service type; sites outside the cluster need LoadBalancer or NodePort (or an Ingress).",
     )
     port: int = Field(7443, ge=1, le=65535, description="gRPC port (the PS listens on the same port).")
-    metrics_port: int = Field(9090, ge=1, le=65535, description="Prometheus metrics port.")
+    metrics_port: int = Field(7444, ge=1, le=65535, description="Prometheus metrics port.")
     node_port: int | None = Field(
         None, ge=30000, le=32767, description="Fixed nodePort for gRPC (NodePort/LoadBalancer)."
     )

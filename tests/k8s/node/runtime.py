@@ -79,7 +79,7 @@ def _exit_code(code: int | None) -> int | None:
 
 
 def _rewrite_ports(words: list[str], ports: dict[int, int]) -> list[str]:
-    """`--port 7443`, `--metrics-port=9090` and `host:7443` in URLs name the host port instead."""
+    """`--port 7443`, `--metrics-port=7444` and `host:7443` in URLs name the host port instead."""
     out = list(words)
     for i, word in enumerate(out):
         if i > 0 and re.fullmatch(r"--[\w-]*port", out[i - 1]) and word.isdigit() and int(word) in ports:
