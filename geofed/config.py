@@ -35,8 +35,9 @@ class ModelConfig(_Section):
     )
     tokenizer_sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$",
-        description="The tokenizer's identity: sha256 of its vocabulary, merges and special ids. Unset: taken from "
-        "`tokenizer` where the PS can read it, else from the master client's Join. A client with another is refused.",
+        description="The tokenizer's identity (`geofed tokenizer-id`): sha256 of its vocabulary, merges and special "
+        "ids. Unset: that of `tokenizer` if stated and the PS can read it, else the master client's. A client with "
+        "another is refused at Join.",
     )
     n_layer: int = Field(2, ge=1, le=128, description="Number of transformer blocks.")
     n_head: int = Field(4, ge=1, le=128, description="Attention heads per block.")
