@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,17 @@ def test_an_unreadable_directory_is_a_one_line_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="cannot load tokenizer from"):
         tokenizer_sha256(str(tmp_path / "empty"))
+
+
+def test_geofed_tokenizer_id_prints_the_identity_a_federation_pins(bpe, tmp_path):
+    geofed = str(Path(sys.executable).with_name("geofed"))
+
+    printed = subprocess.run([geofed, "tokenizer-id", str(bpe)], capture_output=True, text=True, timeout=120)
+    byte = subprocess.run([geofed, "tokenizer-id", "byte"], capture_output=True, text=True, timeout=120)
+    missing = subprocess.run([geofed, "tokenizer-id", str(tmp_path / "nowhere")], capture_output=True, text=True,
+                             timeout=120)
+
+    assert printed.returncode == 0 and printed.stdout == tokenizer_sha256(str(bpe)) + "\n", printed.stderr
+    assert byte.stdout == BYTE_SHA256 + "\n"
+    assert missing.returncode == 2 and missing.stderr.startswith("geofed tokenizer-id: tokenizer path ")
+    assert "Traceback" not in missing.stderr
