@@ -196,6 +196,13 @@ def run_local_federation(opts: LocalOptions) -> int:
         return _fail(str(exc).strip("'\""))
     if opts.paradigm and fed.model.tokenizer != BYTE:
         return _fail(_PARADIGM_BYTES.format(tokenizer=fed.model.tokenizer))
+    if fed.model.tokenizer != BYTE:  # every client would refuse it at its preflight: say so once, before starting
+        from client_agent.tokenizer import TokenizerError, check_vocab, load_tokenizer
+
+        try:
+            check_vocab(load_tokenizer(fed.model.tokenizer), fed.model.vocab_size)
+        except TokenizerError as exc:
+            return _fail(str(exc))
     run = new_run_dir(opts.run_dir)
     task = None
     try:

@@ -62,3 +62,19 @@ def test_a_stated_vocab_the_checkpoint_contradicts_is_refused_before_anything_st
     assert "model.vocab_size 257 is stated but the checkpoint's config.json has vocab_size 2000" in out.stderr
     assert out.stderr.count("\n") == 1 and out.stdout == ""
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("case", "flags", "expected"),
+    [
+        ("paradigm", ("--paradigm", "lora"), "--paradigm fine-tunes the built-in byte-level base model"),
+        ("small-vocab", ("--set", "model.vocab_size=300", "--set", "model.path="),
+         "has 2000 ids (EOS 0) but the federation's model embeds 300"),
+    ],
+)
+def test_a_tokenizer_local_cannot_train_with_is_refused_before_anything_starts(user, tmp_path, case, flags, expected):
+    out = _local(user, tmp_path / "runs", "--tokenizer", str(user["bpe"]), *flags)
+
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stderr.startswith("geofed local: ") and expected in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists()
