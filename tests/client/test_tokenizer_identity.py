@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from client_agent.tokenizer import ByteTokenizer, TokenizerError, check_identity, load_tokenizer
@@ -92,3 +93,20 @@ def test_geofed_tokenizer_id_prints_the_identity_a_federation_pins(bpe, tmp_path
     assert byte.stdout == BYTE_SHA256 + "\n"
     assert missing.returncode == 2 and missing.stderr.startswith("geofed tokenizer-id: tokenizer path ")
     assert "Traceback" not in missing.stderr
+
+
+def test_a_tokenizer_retrained_at_the_same_path_retokenises_the_cached_data(tmp_path):
+    from client_agent.data import load_data
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("alpha beta alpha beta " * 40)
+    _word_tokenizer(tmp_path / "tok", ["alpha", "beta"])
+    first, _ = load_data(tmp_path / "data", load_tokenizer(tmp_path / "tok"), cache=tmp_path / "tokens.npy")
+    first = np.array(first)
+    shutil.rmtree(tmp_path / "tok")
+    _word_tokenizer(tmp_path / "tok", ["beta", "alpha"])  # the same name and size, other ids
+
+    second, _ = load_data(tmp_path / "data", load_tokenizer(tmp_path / "tok"), cache=tmp_path / "tokens.npy")
+
+    assert first[:4].tolist() == [3, 4, 3, 4]
+    assert np.array(second)[:4].tolist() == [4, 3, 4, 3]
