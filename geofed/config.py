@@ -678,7 +678,10 @@ class ClientConfig(_Section):
         " text ('text') or prompt/completion examples ('prompt', 'completion': one example per sequence, the"
         " loss on the completion only); a run trains on one kind.",
     )
-    tokenizer: str | None = Field(None, description="Local Hugging Face tokenizer directory; default byte-level.")
+    tokenizer: str | None = Field(
+        None, description="Local Hugging Face tokenizer directory (default: the built-in byte tokenizer). It must be "
+        "the federation's tokenizer (the same identity): another is refused before the Join token is spent.",
+    )
     work_dir: str = Field("./geofed-client", description="Checkpoints, metrics.jsonl and the rejoin token.")
     insecure: bool = Field(False, description="Plaintext gRPC; for local use only.")
     ca: str | None = Field(None, description="PEM CA of the PS certificate (default: system roots).")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from geofed.config import FederationConfig, ServerConfig
 from geofed.manifest import Manifest, manifest_difference
+from geofed.tokenizer_identity import tokenizer_mismatch
 
 from .aggregation.aggregator import Aggregator, PushOutcome
 from .aggregation.contributions import Contributions
@@ -430,11 +431,9 @@ class ParameterServerCore:
     def check_session_tokenizer(self, session: Session) -> None:
         """Refuse (NotPermitted) the pushes of a session that declared another tokenizer than the federation's:
         one that joined before the master named the federation's."""
-        federation = self.tokenizer
-        if session.tokenizer_sha256 and federation[1] and session.tokenizer_sha256 != federation[1]:
-            raise NotPermitted("tokenizer", f"this session's tokenizer (sha256 {session.tokenizer_sha256}) is not "
-                               f"the federation's tokenizer {federation[0]!r} (sha256 {federation[1]}): relaunch "
-                               "with --tokenizer DIR, a copy of the federation's tokenizer directory")
+        federation, declared = self.tokenizer, session.tokenizer
+        if declared[1] and federation[1] and declared[1] != federation[1]:
+            raise NotPermitted("tokenizer", tokenizer_mismatch(*declared, *federation))
 
     def complete_push(self, session: Session, push: ReceivedPush) -> PushOutcome:
         """Fold a fully received push in and account for it."""

@@ -63,7 +63,7 @@ class Session:
     expires_at: float
     created_at: float = field(default_factory=time.time)
     peer: str = ""  # the connection that joined; "" = not bound
-    tokenizer_sha256: str = ""  # the identity of the tokenizer it declared at Join ("" = none declared)
+    tokenizer: tuple[str, str] = ("", "")  # the tokenizer (name, sha256) it declared at Join (empty: none)
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,7 @@ class Registry:
                 self._frozen = (frozen_key, frozen_digest)
             session_secret = secrets.token_urlsafe(32)
             session = Session(client_id, record.site, record.master, now + self.session_ttl_s, peer=peer,
-                              tokenizer_sha256=tokenizer[1])
+                              tokenizer=tokenizer)
             self._sessions[_hash(session_secret)] = session
             rejoin = secrets.token_urlsafe(32)
             self._tokens[_hash(rejoin)] = TokenRecord(
