@@ -39,6 +39,7 @@ def _local(user: dict[str, Path], runs: Path, *extra: str) -> subprocess.Complet
     )  # fmt: skip
 
 
+@pytest.mark.long
 def test_local_trains_a_users_llama_on_its_bpe_ids(user, tmp_path):
     out = _local(user, tmp_path / "runs", "--tokenizer", str(user["bpe"]), "--set", "training.batch_size=2")
 
