@@ -278,7 +278,8 @@ def tokenize_files(files: Sequence[Path], tokenizer: Tokenizer) -> tuple[Trainin
 
 
 def _fingerprint(files: Sequence[Path], tokenizer: Tokenizer) -> dict:
-    """What the cached tokens depend on: the tokenizer and each file's path, size and mtime."""
+    """What the cached tokens depend on: the tokenizer (its identity: a tokenizer retrained at the same path
+    gives other ids) and each file's path, size and mtime."""
     entries = []
     for path in files:
         try:
@@ -286,7 +287,8 @@ def _fingerprint(files: Sequence[Path], tokenizer: Tokenizer) -> dict:
             entries.append([str(path), st.st_size, st.st_mtime_ns])
         except OSError:
             entries.append([str(path), -1, -1])
-    return {"tokenizer": tokenizer.name, "vocab_size": tokenizer.vocab_size, "files": entries}
+    return {"tokenizer": tokenizer.name, "tokenizer_sha256": tokenizer.sha256, "vocab_size": tokenizer.vocab_size,
+            "files": entries}
 
 
 def load_data(

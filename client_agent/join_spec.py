@@ -31,7 +31,9 @@ class JoinSpec:
     unknown); the PS refuses a mismatch. `paradigm_json` and `frozen_digest`: the paradigm settings its
     model was built under and the sha256 of the frozen part it built (`ClientParadigm.frozen_digest`);
     the PS refuses other settings or another digest than the federation's, naming the difference.
-    `group`: multi-PS, the client's group; the PS refuses a client of another group. `decoders`: the
+    `tokenizer` and `tokenizer_sha256`: the name and identity of the tokenizer it tokenises with
+    (`geofed.tokenizer_identity`); the PS refuses another than the federation's. `group`: multi-PS, the
+    client's group; the PS refuses a client of another group. `decoders`: the
     paradigm's own downlink encodings for the federation joined (its `ClientParadigm.downlink_decoders`),
     by encoding name.
     """
@@ -42,3 +44,5 @@ class JoinSpec:
     decoders: Callable[[FederationConfig], Mapping] = _no_decoders
     paradigm_json: str = ""
     frozen_digest: str = ""
+    tokenizer: str = ""
+    tokenizer_sha256: str = ""

@@ -137,7 +137,9 @@ class PSClient:
                     request = pb.JoinRequest(token=token, client_id=self.client_id, paradigm=self._spec.paradigm,
                                              manifest=manifest_to_proto(self._spec.manifest),
                                              group=self._spec.group, paradigm_json=self._spec.paradigm_json,
-                                             frozen_digest=self._spec.frozen_digest, preview=preview)
+                                             frozen_digest=self._spec.frozen_digest, preview=preview,
+                                             tokenizer=self._spec.tokenizer,
+                                             tokenizer_sha256=self._spec.tokenizer_sha256)
                     return self.stub.Join(request, timeout=self.timeouts.rpc_s), source
                 except grpc.RpcError as exc:
                     if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:  # another paradigm or layout

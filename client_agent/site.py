@@ -39,7 +39,7 @@ from .run_clock import RunClock
 from .slices.state import sharded_meta
 from .sync import SyncContext, SyncPath, overlap_kept_off, start_restore, sync_route
 from .threads import in_thread
-from .tokenizer import load_tokenizer
+from .tokenizer import check_identity, load_tokenizer
 from .trainer import LocalTrainer
 
 log = logging.getLogger("geofed.client")
@@ -96,10 +96,13 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         decoders=_downlink_decoders,
         paradigm_json=built[0],
         frozen_digest=built[1],
+        tokenizer=tokenizer.name,
+        tokenizer_sha256=tokenizer.sha256,
     )
 
     def preview() -> tuple[str, bool]:
         answer = ps.preview(spec)  # the token is checked, not spent
+        check_identity(tokenizer, answer.tokenizer, answer.tokenizer_sha256, given=cfg.tokenizer is not None)
         return answer.federation_json, answer.master and answer.version == 0
 
     # Rank 0 talks to the PS while the other ranks wait in short polls (`Ranks.lead`): a slow PS cannot time them out.

@@ -11,6 +11,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from geofed.tokenizer_identity import BYTE, BYTE_SHA256, hf_tokenizer_sha256, tokenizer_mismatch
+
 
 class TokenizerError(ValueError):
     """A tokenizer that cannot be loaded; one readable line."""
@@ -23,6 +25,7 @@ class Tokenizer(Protocol):
     name: str
     vocab_size: int
     eos_id: int
+    sha256: str  # its identity (geofed.tokenizer_identity): a federation's clients all tokenise with one
 
     def encode(self, text: str) -> list[int] | np.ndarray: ...
 
@@ -32,9 +35,10 @@ class Tokenizer(Protocol):
 class ByteTokenizer:
     """UTF-8 bytes as tokens 0..255, plus EOS = 256 between documents."""
 
-    name = "byte"
+    name = BYTE
     vocab_size = 257
     eos_id = 256
+    sha256 = BYTE_SHA256
 
     def encode(self, text: str) -> np.ndarray:
         """The UTF-8 bytes of `text` as uint16 token ids (vectorised, no per-byte loop)."""
@@ -58,6 +62,7 @@ class HFTokenizer:
         self.name = f"hf:{path.resolve()}"
         self.vocab_size = len(tokenizer)
         self.eos_id = int(tokenizer.eos_token_id)
+        self.sha256 = hf_tokenizer_sha256(tokenizer)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without BOS/EOS."""
@@ -69,8 +74,9 @@ class HFTokenizer:
 
 
 def load_tokenizer(path: str | Path | None) -> ByteTokenizer | HFTokenizer:
-    """`AutoTokenizer` from a local directory (never downloads), or the byte tokenizer when `path` is None."""
-    if path is None:
+    """`AutoTokenizer` from a local directory (never downloads), or the byte tokenizer when `path` is None or
+    'byte' (`model.tokenizer`'s value for it)."""
+    if path is None or path == BYTE:
         return ByteTokenizer()
     path = Path(path).expanduser()
     if not path.is_dir():
@@ -102,3 +108,17 @@ def check_vocab(tokenizer: Tokenizer, model_vocab: int) -> None:
             f" federation's model embeds {model_vocab}: use the federation's tokenizer, or a model.vocab_size"
             f" of at least {tokenizer.vocab_size}"
         )
+
+
+def check_identity(tokenizer: Tokenizer, federation: str, federation_sha256: str, *, given: bool = True) -> None:
+    """Refuse a tokenizer whose identity is not the federation's (`federation_sha256`; empty: not known yet).
+
+    `federation` names the federation's tokenizer ('byte', or a directory on the PS's or the master's machine);
+    when this client was given no tokenizer and that directory exists here, the refusal says to use it."""
+    if not federation_sha256 or tokenizer.sha256 == federation_sha256:
+        return
+    message = tokenizer_mismatch(tokenizer.name, tokenizer.sha256, federation, federation_sha256)
+    local = Path(federation.removeprefix("hf:")).expanduser()
+    if not given and federation != BYTE and local.is_dir():
+        message += f" (this client was given no --tokenizer; {str(local)!r} is a directory here)"
+    raise TokenizerError(message)

@@ -35,8 +35,9 @@ class ModelConfig(_Section):
     )
     tokenizer_sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$",
-        description="The tokenizer's identity: sha256 of its vocabulary, merges and special ids. Unset: taken from "
-        "`tokenizer` where the PS can read it, else from the master client's Join. A client with another is refused.",
+        description="The tokenizer's identity (`geofed tokenizer-id`): sha256 of its vocabulary, merges and special "
+        "ids. Unset: that of `tokenizer` if stated and the PS can read it, else the master client's. A client with "
+        "another is refused at Join.",
     )
     n_layer: int = Field(2, ge=1, le=128, description="Number of transformer blocks.")
     n_head: int = Field(4, ge=1, le=128, description="Attention heads per block.")
@@ -680,7 +681,10 @@ class ClientConfig(_Section):
         " text ('text') or prompt/completion examples ('prompt', 'completion': one example per sequence, the"
         " loss on the completion only); a run trains on one kind.",
     )
-    tokenizer: str | None = Field(None, description="Local Hugging Face tokenizer directory; default byte-level.")
+    tokenizer: str | None = Field(
+        None, description="Local Hugging Face tokenizer directory (default: the built-in byte tokenizer). It must be "
+        "the federation's tokenizer (the same identity): another is refused before the Join token is spent.",
+    )
     work_dir: str = Field("./geofed-client", description="Checkpoints, metrics.jsonl and the rejoin token.")
     insecure: bool = Field(False, description="Plaintext gRPC; for local use only.")
     ca: str | None = Field(None, description="PEM CA of the PS certificate (default: system roots).")

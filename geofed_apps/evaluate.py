@@ -31,7 +31,8 @@ class GlobalEvaluator:
         from client_agent.tokenizer import load_tokenizer
 
         torch.set_num_threads(1)
-        data, _ = load_data(eval_files, load_tokenizer(None), cache=cache)  # text or prompt/completion examples
+        # Text or prompt/completion examples, tokenised as every client tokenises them (model.tokenizer).
+        data, _ = load_data(eval_files, load_tokenizer(fed.model.tokenizer), cache=cache)
         self.stream = open_stream(data, fed.model.block_size, seed=1234, eval_data=data)
         self.batches = self.stream.eval_batches(EVAL_BATCHES, EVAL_BATCH_SIZE)
         # The paradigm builds and reparametrises the model as every client does (seeded init or `model.path`:

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from geofed.checkpoint_shape import with_checkpoint_shape
 from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, validate_settings
 from geofed.config import FederationConfig
+from geofed.tokenizer_identity import BYTE
 from geofed.wan import LinkProfile
 
 from .deferred_eval import DeferredEvaluation
@@ -57,6 +59,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="each client dials the PS through its own emulated WAN link, 'LAT[/JITTER[/RATE | "
                             "/UP/DOWN]][,kind@at[+dur]...]' as `geofed wan` reads it ('0ms' shapes nothing); the "
                             "summary gives the bytes each round put on the link, counted at the socket")
+    local.add_argument("--tokenizer", metavar="DIR",
+                       help="every client tokenises with this local Hugging Face tokenizer directory (the same as "
+                            "--set model.tokenizer=DIR; default: the built-in byte tokenizer)")
     local.add_argument("--seed", type=int, default=0,
                        help="seed of the clients' data order and, with --paradigm, of which modules go to which client")
     local.add_argument("--renamings", type=int, default=0, metavar="N",
@@ -83,6 +88,10 @@ class LocalOptions:
     renamings: int = 0  # with `paradigm`: renamed copies of each training pair (geofed_apps.finetune.task)
 
 
+_PARADIGM_BYTES = ("--paradigm fine-tunes the built-in byte-level base model and scores its answers byte by byte: "
+                   "tokenizer {tokenizer!r} is not supported with it (train on your own text with --data)")
+
+
 def run_local(args: argparse.Namespace) -> int:
     if args.clients < 1 or args.clients > 16:
         return _fail("--clients must be between 1 and 16")
@@ -90,14 +99,18 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
     if args.renamings < 0:
         return _fail(f"--renamings must be 0 or more, got {args.renamings}")
+    if args.paradigm and args.tokenizer:
+        return _fail(_PARADIGM_BYTES.format(tokenizer=args.tokenizer))
     if args.renamings and not args.paradigm:
         return _fail("--renamings needs --paradigm: it adds copies of the fine-tuning task's pairs")
     try:
         link = LinkProfile.parse(args.link) if args.link else None
     except ValueError as exc:
         return _fail(f"--link: {exc}")
+    overrides = [*(args.set or []), *([f"model.tokenizer={Path(args.tokenizer).expanduser().resolve()}"]
+                                      if args.tokenizer else [])]
     opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
-                        slow_client=args.slow_client, federation_file=args.federation, overrides=args.set or [],
+                        slow_client=args.slow_client, federation_file=args.federation, overrides=overrides,
                         quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards,
                         seed=args.seed, link=link, renamings=args.renamings)
     return run_local_federation(opts)
@@ -118,6 +131,13 @@ def _codec_text(fed: FederationConfig) -> str:
     if c.name == "sparse":
         return f"sparse {100 * c.sparse_density:g}% {c.sparse_value_bits}-bit"
     return f"{c.name}+{c.entropy}"
+
+
+def _model_text(fed: FederationConfig) -> str:
+    """The banner's model as loaded: e.g. "llama 3x192, vocab 2000, tokenizer /data/bpe (checkpoint /data/llama)"."""
+    m = fed.model
+    source = f" (checkpoint {m.path})" if m.path else ""
+    return f"{m.family} {m.n_layer}x{m.n_embd}, vocab {m.vocab_size}, tokenizer {m.tokenizer}{source}"
 
 
 def _write_lists(run: Path, opts: LocalOptions) -> tuple[list[Path], list[Path]]:
@@ -171,9 +191,18 @@ def run_local_federation(opts: LocalOptions) -> int:
         if opts.ps_shards > 1:
             data["ps_shards"] = opts.ps_shards
         fill_run_duration(data, opts.duration_s)
-        fed = validate_settings(FederationConfig, data)
+        fed = with_checkpoint_shape(validate_settings(FederationConfig, data))
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))
+    if opts.paradigm and fed.model.tokenizer != BYTE:
+        return _fail(_PARADIGM_BYTES.format(tokenizer=fed.model.tokenizer))
+    if fed.model.tokenizer != BYTE:  # every client would refuse it at its preflight: say so once, before starting
+        from client_agent.tokenizer import TokenizerError, check_vocab, load_tokenizer
+
+        try:
+            check_vocab(load_tokenizer(fed.model.tokenizer), fed.model.vocab_size)
+        except TokenizerError as exc:
+            return _fail(str(exc))
     run = new_run_dir(opts.run_dir)
     task = None
     try:
@@ -188,7 +217,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         return _fail(str(exc))
     before = task.score_base(fed) if task is not None else None
     (run / "federation.yaml").write_text(yaml.safe_dump(fed.model_dump(mode="json"), sort_keys=False))
-    _say(f"geofed local: {opts.clients} clients, model {fed.model.family} {fed.model.n_layer}x{fed.model.n_embd}, "
+    _say(f"geofed local: {opts.clients} clients, model {_model_text(fed)}, "
          f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {_codec_text(fed)}, "
          f"{opts.duration_s:.0f}s; run directory {run}")
 
@@ -234,6 +263,7 @@ def run_local_federation(opts: LocalOptions) -> int:
                 token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=address,
                 client_id=client_id, data=data_list, work_dir=work, duration_s=opts.duration_s,
                 seed=1000 * opts.seed + i, slowdown=slow, **client_extra,
+                **({"tokenizer": fed.model.tokenizer} if fed.model.tokenizer != BYTE else {}),
             ))  # fmt: skip
             tails.append(_Tail(work / "metrics.jsonl"))
         evaluation = DeferredEvaluation(

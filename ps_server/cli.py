@@ -65,6 +65,7 @@ def _admin_client(args):
 
 
 def run_ps(args) -> int:
+    from geofed.checkpoint_shape import with_checkpoint_shape
     from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, model_from_flags, validate_settings
     from geofed.config import FederationConfig, ServerConfig
     from geofed.logs import setup_logging
@@ -73,7 +74,9 @@ def run_ps(args) -> int:
 
     setup_logging(args.log_level)
     try:
-        fed = validate_settings(FederationConfig, apply_overrides(load_settings_file(args.federation), args.set))
+        fed = with_checkpoint_shape(
+            validate_settings(FederationConfig, apply_overrides(load_settings_file(args.federation), args.set))
+        )
         cfg = model_from_flags(ServerConfig, args)
         return serve(fed, cfg, ready_file=args.ready_file)
     except (SettingsError, ConfigError) as exc:

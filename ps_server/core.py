@@ -15,16 +15,23 @@ from dataclasses import dataclass, field
 
 from geofed.config import FederationConfig, ServerConfig
 from geofed.manifest import Manifest, manifest_difference
+from geofed.tokenizer_identity import tokenizer_mismatch
 
 from .aggregation.aggregator import Aggregator, PushOutcome
 from .aggregation.contributions import Contributions
 from .aggregation.engine import RoundEngine
 from .checkpoint import CheckpointStore
-from .errors import ParadigmMismatch, PushRejected
+from .errors import NotPermitted, ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
 from .group import GroupTransport, build_group
 from .ingest import PushHeader, PushReceiver, ReceivedPush
-from .join_checks import check_frozen_digest, frozen_key, settings_difference
+from .join_checks import (
+    check_frozen_digest,
+    check_tokenizer_declaration,
+    frozen_key,
+    settings_difference,
+    settings_tokenizer,
+)
 from .metrics import PSMetrics, value_bits
 from .registry import AuthError, Principal, Registry, Session
 from .stream_slots import StreamSlots
@@ -84,6 +91,7 @@ class JoinResult:
     snapshot: Snapshot | None
     frozen_digest: str = ""  # the federation's, once a joined client declared one
     run_started_at: float = 0.0  # Unix time the initial model was installed (0: none yet)
+    tokenizer: tuple[str, str] = ("", "")  # the federation's (name, sha256); empty while not known
 
 
 class ParameterServerCore:
@@ -127,6 +135,9 @@ class ParameterServerCore:
         self.metrics.set_tuning(self.aggregator.round_times)  # the mode running from the start, before any round
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        self.settings_tokenizer = settings_tokenizer(fed.model)
+        if self.settings_tokenizer is not None:
+            log.info("event=tokenizer name=%r sha256=%s", *self.settings_tokenizer)
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -295,18 +306,25 @@ class ParameterServerCore:
             if difference is not None:
                 raise ParadigmMismatch(f"the client's exchanged parameters differ from the federation's: {difference}")
 
+    @property
+    def tokenizer(self) -> tuple[str, str]:
+        """The federation's tokenizer (name, sha256): its settings', else the one its master declared."""
+        return self.settings_tokenizer or self.registry.master_tokenizer
+
     def join(self, token: str, client_id: str, peer: str = "", *, paradigm: str = "",
              manifest: Manifest = (), group: str = "", paradigm_json: str = "",
-             frozen_digest: str = "") -> JoinResult:
+             frozen_digest: str = "", tokenizer: tuple[str, str] = ("", "")) -> JoinResult:
         self.check_client_layout(paradigm, manifest)  # before the one-time token is consumed
         difference = settings_difference(paradigm_json, self.fed)
         if difference is not None:
             raise ParadigmMismatch(f"the client's paradigm settings differ from the federation's: {difference}")
         check_frozen_digest(frozen_digest)
+        check_tokenizer_declaration(tokenizer[1], tokenizer[0])
         self.group.check_client_group(group)
         bound = peer if self.server.bind_sessions else ""
         session_secret, session, rejoin = self.registry.join(
-            token, client_id, bound, frozen_digest=frozen_digest, frozen_key=frozen_key(self.fed)
+            token, client_id, bound, frozen_digest=frozen_digest, frozen_key=frozen_key(self.fed),
+            tokenizer=tokenizer, settings_tokenizer=self.settings_tokenizer,
         )
         self.persist_registry()  # the consumed token and the new rejoin token must survive a crash
         client = self._client(session)
@@ -319,22 +337,26 @@ class ParameterServerCore:
         return JoinResult(
             session_secret, self.registry.session_ttl_s, master, self.model.version, rejoin,
             time.time() + self.registry.rejoin_ttl_s, snap, self.registry.frozen_digest(frozen_key(self.fed)),
-            self.aggregator.run_started_at,
+            self.aggregator.run_started_at, self.tokenizer,
         )
 
     def preview(self, token: str, client_id: str, *, paradigm: str = "", manifest: Manifest = (),
-                group: str = "", paradigm_json: str = "", frozen_digest: str = "") -> JoinResult:
-        """What `join` would answer, checked the same way, with no session and the token left unused."""
+                group: str = "", paradigm_json: str = "", frozen_digest: str = "",
+                tokenizer: tuple[str, str] = ("", "")) -> JoinResult:
+        """What `join` would answer, checked the same way, with no session and the token left unused. A
+        tokenizer other than the federation's is not refused here: the answer names the federation's, and
+        the client refuses itself with what only it knows (its own flags and files); its Join is refused."""
         self.check_client_layout(paradigm, manifest)
         difference = settings_difference(paradigm_json, self.fed)
         if difference is not None:
             raise ParadigmMismatch(f"the client's paradigm settings differ from the federation's: {difference}")
         check_frozen_digest(frozen_digest)
+        check_tokenizer_declaration(tokenizer[1], tokenizer[0])
         self.group.check_client_group(group)
         record = self.registry.check(token, client_id)
         snap = self.model.current()
         return JoinResult("", self.registry.session_ttl_s, record.master and snap is None, self.model.version, "",
-                          0.0, snap)
+                          0.0, snap, tokenizer=self.tokenizer)
 
     def authenticate(self, credential: str, rpc: str, peer: str = "") -> Session:
         try:
@@ -395,6 +417,7 @@ class ParameterServerCore:
 
     def begin_push(self, session: Session, header: PushHeader) -> tuple[PushReceiver | None, PushOutcome | None]:
         """Check a push's header; returns a receiver, or the outcome of an already-received upload."""
+        self.check_session_tokenizer(session)
         done = self.aggregator.precheck(session.client_id, header, master=session.master)
         if done is not None:
             self._count_stale(session.client_id, done)
@@ -404,6 +427,13 @@ class ParameterServerCore:
         receiver.on_header(header)
         self._client(session).push_started = time.time()
         return receiver, None
+
+    def check_session_tokenizer(self, session: Session) -> None:
+        """Refuse (NotPermitted) the pushes of a session that declared another tokenizer than the federation's:
+        one that joined before the master named the federation's."""
+        federation, declared = self.tokenizer, session.tokenizer
+        if declared[1] and federation[1] and declared[1] != federation[1]:
+            raise NotPermitted("tokenizer", tokenizer_mismatch(*declared, *federation))
 
     def complete_push(self, session: Session, push: ReceivedPush) -> PushOutcome:
         """Fold a fully received push in and account for it."""

@@ -7,6 +7,7 @@ A stale delta is not an error but an outcome (`PushOutcome("STALE")`): the clien
 from __future__ import annotations
 
 from geofed.frozen_digest import frozen_mismatch
+from geofed.tokenizer_identity import tokenizer_mismatch
 
 
 class PushRejected(Exception):
@@ -63,4 +64,12 @@ class FrozenMismatch(ParadigmMismatch):
 
     def __init__(self, client: str, federation: str) -> None:
         super().__init__(frozen_mismatch(client, federation))
+        self.client, self.federation = client, federation
+
+
+class TokenizerMismatch(ParadigmMismatch):
+    """A joining client tokenises with another tokenizer (another identity) than the federation's."""
+
+    def __init__(self, client: tuple[str, str], federation: tuple[str, str]) -> None:
+        super().__init__(tokenizer_mismatch(client[0], client[1], federation[0], federation[1]))
         self.client, self.federation = client, federation

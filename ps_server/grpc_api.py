@@ -128,7 +128,8 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
         try:
             declared = {"paradigm": request.paradigm, "manifest": manifest_from_proto(request.manifest),
                         "group": request.group, "paradigm_json": request.paradigm_json,
-                        "frozen_digest": request.frozen_digest}
+                        "frozen_digest": request.frozen_digest,
+                        "tokenizer": (request.tokenizer, request.tokenizer_sha256)}
             if request.preview:
                 result = self.core.preview(request.token, request.client_id, **declared)
             else:
@@ -147,6 +148,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
             rejoin_token=result.rejoin_token, rejoin_expires_at=result.rejoin_expires_at,
             frozen_digest=result.frozen_digest, run_started_at=result.run_started_at,
             master_client_id=self.core.server.master_client_id or "",
+            tokenizer=result.tokenizer[0], tokenizer_sha256=result.tokenizer[1],
         )
         if result.snapshot is not None:
             response.manifest.extend(manifest_to_proto(result.snapshot.manifest))

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 
 from pydantic import ValidationError
 
-from geofed.config import FederationConfig
+from geofed.config import FederationConfig, ModelConfig
+from geofed.tokenizer_identity import tokenizer_sha256
 
 from .errors import ParadigmMismatch
 
+log = logging.getLogger("geofed.ps")
+
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+MAX_TOKENIZER_NAME = 4096  # model.tokenizer's longest value
 
 
 def frozen_key(fed: FederationConfig) -> str:
@@ -58,3 +63,27 @@ def settings_difference(declared_json: str, fed: FederationConfig) -> str | None
         if theirs.get(key) != mine.get(key)
     ]
     return "; ".join(differing) or None
+
+
+def check_tokenizer_declaration(sha256: str, name: str) -> None:
+    """Refuse a declared tokenizer identity that is not a sha256 hex string, or a name past any path's length."""
+    if sha256 and not _DIGEST.fullmatch(sha256):
+        raise ParadigmMismatch(f"tokenizer_sha256 must be a lower-case sha256 hex string, not {sha256[:80]!r}")
+    if len(name) > MAX_TOKENIZER_NAME:
+        raise ParadigmMismatch(f"the tokenizer's name is {len(name)} characters, more than {MAX_TOKENIZER_NAME}")
+
+
+def settings_tokenizer(model: ModelConfig) -> tuple[str, str] | None:
+    """The federation's tokenizer (name, sha256) as its settings fix it: `model.tokenizer_sha256` when pinned,
+    else the identity of `model.tokenizer` when it was stated and this machine can read it; None otherwise
+    (then the master client's declared tokenizer is the federation's)."""
+    if model.tokenizer_sha256:
+        return model.tokenizer, model.tokenizer_sha256
+    if "tokenizer" not in model.model_fields_set:
+        return None
+    try:
+        digest = tokenizer_sha256(model.tokenizer)
+    except (OSError, ImportError, ValueError) as exc:
+        log.info("event=tokenizer_unread tokenizer=%r reason=%r", model.tokenizer, str(exc))
+        return None
+    return model.tokenizer, digest

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from .errors import FrozenMismatch
+from .errors import FrozenMismatch, TokenizerMismatch
 
 _CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,253}")
 
@@ -63,6 +63,7 @@ class Session:
     expires_at: float
     created_at: float = field(default_factory=time.time)
     peer: str = ""  # the connection that joined; "" = not bound
+    tokenizer: tuple[str, str] = ("", "")  # the tokenizer (name, sha256) it declared at Join (empty: none)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ class Registry:
         self._site_ids: dict[str, set[str]] = {}
         # The frozen digest joined clients declared, under the federation settings it belongs to (frozen_key).
         self._frozen: tuple[str, str] = ("", "")
+        # The tokenizer (name, sha256) a master client declared, the federation's when its settings name none.
+        self._tokenizer: tuple[str, str] = ("", "")
         self._sessions: dict[str, Session] = {}
         self.session_ttl_s = session_ttl_s
         self.rejoin_ttl_s = rejoin_ttl_s
@@ -242,7 +245,8 @@ class Registry:
     # ---- client surface -------------------------------------------------------------------------
 
     def join(
-        self, token: str, client_id: str, peer: str = "", *, frozen_digest: str = "", frozen_key: str = ""
+        self, token: str, client_id: str, peer: str = "", *, frozen_digest: str = "", frozen_key: str = "",
+        tokenizer: tuple[str, str] = ("", ""), settings_tokenizer: tuple[str, str] | None = None,
     ) -> tuple[str, Session, str]:
         """Consume a token atomically; return (session credential, session, fresh rejoin token).
 
@@ -250,6 +254,9 @@ class Registry:
         useless elsewhere, and a client whose connection was replaced simply re-joins (rejoin token).
         A declared `frozen_digest` other than the one held under `frozen_key` is refused (FrozenMismatch)
         before the token is consumed; the first one declared under a key is held from then on.
+        A declared `tokenizer` (name, sha256) other than the federation's (`settings_tokenizer`, else the one a
+        master declared) is refused (TokenizerMismatch) before the token is consumed; with neither, a master's
+        is held from then on.
         """
         digest = _hash(token)
         now = time.time()
@@ -258,11 +265,17 @@ class Registry:
             held = self._frozen[1] if self._frozen[0] == frozen_key else ""
             if frozen_digest and held and frozen_digest != held:
                 raise FrozenMismatch(frozen_digest, held)  # the token is not consumed
+            federation_tokenizer = settings_tokenizer or self._tokenizer
+            if tokenizer[1] and federation_tokenizer[1] and tokenizer[1] != federation_tokenizer[1]:
+                raise TokenizerMismatch(tokenizer, federation_tokenizer)  # the token is not consumed
+            if tokenizer[1] and not federation_tokenizer[1] and record.master:
+                self._tokenizer = tokenizer
             del self._tokens[digest]
             if frozen_digest and not held:
                 self._frozen = (frozen_key, frozen_digest)
             session_secret = secrets.token_urlsafe(32)
-            session = Session(client_id, record.site, record.master, now + self.session_ttl_s, peer=peer)
+            session = Session(client_id, record.site, record.master, now + self.session_ttl_s, peer=peer,
+                              tokenizer=tokenizer)
             self._sessions[_hash(session_secret)] = session
             rejoin = secrets.token_urlsafe(32)
             self._tokens[_hash(rejoin)] = TokenRecord(
@@ -280,6 +293,12 @@ class Registry:
         """The frozen digest held under `frozen_key`; empty when none was declared under it."""
         with self._lock:
             return self._frozen[1] if self._frozen[0] == frozen_key else ""
+
+    @property
+    def master_tokenizer(self) -> tuple[str, str]:
+        """The tokenizer (name, sha256) a master declared; empty while none did."""
+        with self._lock:
+            return self._tokenizer
 
     def check(self, token: str, client_id: str) -> TokenRecord:
         """The token's record if `join` would accept it for `client_id`; nothing is consumed."""
@@ -344,6 +363,7 @@ class Registry:
                 "site_quota": dict(self._site_quota),
                 "site_client_ids": {site: sorted(ids) for site, ids in self._site_ids.items()},
                 "frozen": {"key": self._frozen[0], "digest": self._frozen[1]},
+                "tokenizer": {"name": self._tokenizer[0], "sha256": self._tokenizer[1]},
             }
 
     def load_state_dict(self, state: dict) -> None:
@@ -356,4 +376,6 @@ class Registry:
             self._site_ids = {str(k): set(v) for k, v in state.get("site_client_ids", {}).items()}
             frozen = state.get("frozen", {})
             self._frozen = (str(frozen.get("key", "")), str(frozen.get("digest", "")))
+            tokenizer = state.get("tokenizer", {})
+            self._tokenizer = (str(tokenizer.get("name", "")), str(tokenizer.get("sha256", "")))
             self._sessions = {}

@@ -141,7 +141,7 @@ class ShardSliceChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("token", "client_id", "group", "paradigm", "manifest", "paradigm_json", "frozen_digest", "preview")
+    __slots__ = ("token", "client_id", "group", "paradigm", "manifest", "paradigm_json", "frozen_digest", "preview", "tokenizer_sha256", "tokenizer")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,8 @@ class JoinRequest(_message.Message):
     PARADIGM_JSON_FIELD_NUMBER: _ClassVar[int]
     FROZEN_DIGEST_FIELD_NUMBER: _ClassVar[int]
     PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_SHA256_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     token: str
     client_id: str
     group: str
@@ -158,10 +160,12 @@ class JoinRequest(_message.Message):
     paradigm_json: str
     frozen_digest: str
     preview: bool
-    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., paradigm_json: _Optional[str] = ..., frozen_digest: _Optional[str] = ..., preview: _Optional[bool] = ...) -> None: ...
+    tokenizer_sha256: str
+    tokenizer: str
+    def __init__(self, token: _Optional[str] = ..., client_id: _Optional[str] = ..., group: _Optional[str] = ..., paradigm: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., paradigm_json: _Optional[str] = ..., frozen_digest: _Optional[str] = ..., preview: _Optional[bool] = ..., tokenizer_sha256: _Optional[str] = ..., tokenizer: _Optional[str] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
-    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map", "frozen_digest", "run_started_at", "master_client_id")
+    __slots__ = ("session", "session_ttl_s", "federation_json", "version", "master", "server_instance", "manifest", "rejoin_token", "rejoin_expires_at", "shard_bounds", "shard_map", "frozen_digest", "run_started_at", "master_client_id", "tokenizer_sha256", "tokenizer")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_TTL_S_FIELD_NUMBER: _ClassVar[int]
     FEDERATION_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +180,8 @@ class JoinResponse(_message.Message):
     FROZEN_DIGEST_FIELD_NUMBER: _ClassVar[int]
     RUN_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     MASTER_CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_SHA256_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     session: str
     session_ttl_s: float
     federation_json: str
@@ -190,7 +196,9 @@ class JoinResponse(_message.Message):
     frozen_digest: str
     run_started_at: float
     master_client_id: str
-    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ..., frozen_digest: _Optional[str] = ..., run_started_at: _Optional[float] = ..., master_client_id: _Optional[str] = ...) -> None: ...
+    tokenizer_sha256: str
+    tokenizer: str
+    def __init__(self, session: _Optional[str] = ..., session_ttl_s: _Optional[float] = ..., federation_json: _Optional[str] = ..., version: _Optional[int] = ..., master: _Optional[bool] = ..., server_instance: _Optional[str] = ..., manifest: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., rejoin_token: _Optional[str] = ..., rejoin_expires_at: _Optional[float] = ..., shard_bounds: _Optional[_Iterable[int]] = ..., shard_map: _Optional[bytes] = ..., frozen_digest: _Optional[str] = ..., run_started_at: _Optional[float] = ..., master_client_id: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., tokenizer: _Optional[str] = ...) -> None: ...
 
 class TensorSpec(_message.Message):
     __slots__ = ("name", "shape", "dtype")

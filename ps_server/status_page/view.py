@@ -23,9 +23,10 @@ _LOCK_WAIT_S = 0.2  # a fold in progress may hold the aggregator lock; the page 
 def federation_settings(core: ParameterServerCore) -> dict:
     """The settings a person looks for first (the full set is the federation's YAML)."""
     fed, agg = core.fed, core.fed.aggregation
-    m = fed.model
+    tokenizer = core.tokenizer
     return {
-        "name": fed.name, "paradigm": fed.paradigm.name, "model": f"{m.family} {m.n_layer}x{m.n_embd}",
+        "name": fed.name, "paradigm": fed.paradigm.name, "model": model_text(core),
+        "tokenizer": tokenizer[0] or fed.model.tokenizer, "tokenizer_sha256": tokenizer[1],
         "mode": f"auto ({core.aggregator.mode} now)" if agg.mode == "auto" else agg.mode,
         "outer_optimizer": agg.outer_optimizer, "global_lr": agg.outer_lr,
         "weighting": agg.weighting, "quorum": agg.quorum, "buffer_size": agg.buffer_size,
@@ -34,6 +35,16 @@ def federation_settings(core: ParameterServerCore) -> dict:
         "codec": f"{fed.codec.name}+{fed.codec.entropy}", "local_steps": fed.training.local_steps,
         "contribution_window": core.server.contribution_window,
     }
+
+
+def model_text(core: ParameterServerCore) -> str:
+    """The model as loaded: family, layers x width, vocabulary, exchanged parameters once Θ0 is in, tokenizer
+    (the federation's: its settings', else its master's), e.g. "llama 3x192, vocab 2000, 1,234,560 exchanged
+    parameters, tokenizer /data/bpe"."""
+    m, snap = core.fed.model, core.model.current()
+    size = f", {snap.flat.size:,} exchanged parameters" if snap is not None else ""
+    tokenizer = core.tokenizer[0] or m.tokenizer
+    return f"{m.family} {m.n_layer}x{m.n_embd}, vocab {m.vocab_size}{size}, tokenizer {tokenizer}"
 
 
 def _in_open_round(core: ParameterServerCore) -> set[str] | None:

@@ -199,7 +199,8 @@ def test_auto_is_refused_where_a_switch_is_not_built():
 def test_the_status_page_shows_auto_with_the_running_mode():
     clock = Clock()
     agg, _ = _aggregator("auto", clock)
-    core = SimpleNamespace(fed=agg.fed, aggregator=agg, server=SimpleNamespace(contribution_window=20))
+    core = SimpleNamespace(fed=agg.fed, aggregator=agg, server=SimpleNamespace(contribution_window=20),
+                           tokenizer=("", ""), model=SimpleNamespace(current=lambda: None))
     assert federation_settings(core)["mode"] == "auto (sync now)"  # type: ignore[arg-type]
     _to_async(agg, clock)
     assert federation_settings(core)["mode"] == "auto (async now)"  # type: ignore[arg-type]

@@ -106,6 +106,7 @@ function drawPlot() {
 
 function render(s) {
   text($("federation"), s.federation.name);
+  text($("model"), s.federation.model);
   text($("version"), s.server.version);
   text($("active"), s.server.active_clients);
   text($("known"), s.server.known_clients);
