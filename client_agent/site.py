@@ -80,8 +80,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     # Data first: a bad data directory must fail before the one-time token is spent.
     tokenizer = load_tokenizer(cfg.tokenizer)
     data, report = load_data(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
-    if report.skipped:
-        log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
+    log.info("event=data_loaded files=%d tokens=%d examples=%d", report.files, report.tokens, report.examples)
     # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
     resumed = ranks.share_resume(CheckpointManager(work / "checkpoints").load_latest() if ranks.leader else None)
     # A site that ran shard-wise has a sharded checkpoint instead (every rank wrote its own shards).

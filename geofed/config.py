@@ -673,9 +673,9 @@ class ClientConfig(_Section):
     )
     data: str = Field(
         ...,
-        description="Private data: a directory of .txt/.jsonl/.bin files, or a .list file. JSONL records are"
-        " text ('text') or prompt/completion examples ('prompt', 'completion': one example per sequence, the"
-        " loss on the completion only); a run trains on one kind.",
+        description="Private data: a directory (.txt/.md/.py/.jsonl/.bin and suffix-less text files; other suffixes"
+        " ignored) or a .list file. JSONL: prompt/completion, instruction/input/output, text or messages records;"
+        " one kind per run. A bad file or line is refused.",
     )
     tokenizer: str | None = Field(None, description="Local Hugging Face tokenizer directory; default byte-level.")
     work_dir: str = Field("./geofed-client", description="Checkpoints, metrics.jsonl and the rejoin token.")
