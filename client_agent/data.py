@@ -116,7 +116,7 @@ class Fit:
                 " how=prompt_start_dropped")
 
 
-def _supported(path: Path) -> bool:
+def is_data_file(path: Path) -> bool:
     """A data file: a known suffix, or none (README, LICENSE: read as text)."""
     return path.suffix.lower() in ("", *TEXT_SUFFIXES, *JSONL_SUFFIXES, *BIN_SUFFIXES)
 
@@ -129,7 +129,7 @@ def collect_files(directory: str | Path) -> list[Path]:
     files = sorted(
         p
         for p in directory.rglob("*")
-        if p.is_file() and _supported(p) and not any(s[0] == "." for s in p.relative_to(directory).parts)
+        if p.is_file() and is_data_file(p) and not any(s[0] == "." for s in p.relative_to(directory).parts)
     )
     if not files:
         raise DataError(

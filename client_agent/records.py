@@ -105,5 +105,5 @@ def jsonl_records(raw: str, path: object, tokenizer: object) -> Iterator[tuple[R
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not a JSON line ({exc.msg} at column {exc.colno})") from None
+            raise DataError(f"{where}: not a JSON line ({exc.msg}, column {exc.colno})") from None
         yield read_record(record, where, tokenizer), number
