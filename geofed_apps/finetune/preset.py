@@ -25,7 +25,7 @@ from geofed_apps.local_settings import merge_settings
 from .answers import AnswerScores
 from .task import QAPair, read_pairs, stdlib_qa_split, write_split
 
-_ADAPTER = {"rank": 16, "alpha": 32.0, "target_modules": ["c_attn", "c_proj", "c_fc"]}
+_ADAPTER = {"rank": 16, "alpha": 32.0}  # wrapped layers: the architecture's defaults (paradigm.target_modules)
 _COMMON: dict = {
     "training": {"batch_size": 8, "local_steps": 20, "warmup_steps": 10, "sync_interval_s": 30.0, "eval_every": 20},
     "aggregation": {"mode": "sync", "quorum": 1.0, "straggler_timeout_s": 60.0, "global_lr": 1.0,
