@@ -331,7 +331,8 @@ class TrainingConfig(_Section):
     eval_fraction: float = Field(
         0.05, gt=0, lt=0.5,
         description="Fraction of each client's tokens (the tail of its data) held out for the client's own eval "
-        "loss and checkpoint ranking; never trained on.",
+        "loss and checkpoint ranking; never trained on. `geofed local --paradigm --data` holds out this fraction of "
+        "the user's pairs, drawn with --seed, for the run's score (unless --eval-data).",
     )
     warmup_steps: int = Field(
         10, ge=0, description="Linear warm-up steps of the inner learning rate, counted in the client's own steps."
