@@ -678,6 +678,11 @@ class ClientConfig(_Section):
         " ignored) or a .list file. JSONL: prompt/completion, instruction/input/output, text or messages records;"
         " one kind per run. A bad file or line is refused.",
     )
+    eval_data: str | None = Field(
+        None,
+        description="Held-out data for this client's eval loss and checkpoint ranking (a directory or .list, read as"
+        " `data` is; the same kind); unset: the tail training.eval_fraction of `data`.",
+    )
     tokenizer: str | None = Field(None, description="Local Hugging Face tokenizer directory; default byte-level.")
     work_dir: str = Field("./geofed-client", description="Checkpoints, metrics.jsonl and the rejoin token.")
     insecure: bool = Field(False, description="Plaintext gRPC; for local use only.")

@@ -67,6 +67,7 @@ def _client(ps: PSNode, root: Path, client_id: str, *extra: str) -> subprocess.C
     [
         ("byte-tokenizer", ("--tokenizer", None), ["tokenizer 'byte' has 257 ids (EOS 256)", "embeds 256"]),
         ("unknown-record", ("--data", "{root}/schema"), ["a.jsonl:2: a record with keys ['title'] matches no schema"]),
+        ("eval-data", ("--eval-data", "{root}/schema"), ["a.jsonl:2: a record with keys ['title'] matches no schema"]),
         pytest.param(
             "short-data",
             ("--data", "{root}/short"),
