@@ -521,11 +521,13 @@ class ExampleStream(_Epochs):
         for what, ex in (("training", examples), ("evaluation", eval_examples)):
             if not len(ex):
                 raise DataError(f"no {what} examples")
-        fit = Fit.of(examples, block_size) + Fit.of(eval_examples, block_size)
+        fit = Fit.of(examples, block_size)
+        if eval_examples is not examples:  # an evaluator scores the data it holds out: count it once
+            fit = fit + Fit.of(eval_examples, block_size)
         if fit.unfit:
             raise DataError(fit.refusal(block_size))
         if fit.cut:
-            log.warning(fit.log_line(block_size))
+            log.info(fit.log_line(block_size))
         self.examples, self.eval_examples = examples, eval_examples
         self.block_size, self.seed = block_size, seed
         self.epoch, self.index = 0, 0

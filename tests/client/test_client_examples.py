@@ -161,10 +161,13 @@ def test_a_long_prompt_loses_its_start_and_a_completion_that_cannot_fit_is_refus
 
 def test_examples_cut_to_fit_are_counted_once_in_a_log_line(caplog):
     long = [("0123456789", "ab"), ("0123456789", "c")]
-    with caplog.at_level("WARNING", logger="client_agent.data"):
+    with caplog.at_level("INFO", logger="client_agent.data"):
         ExampleStream(examples_of([("p", "q"), *long]), 6, eval_examples=examples_of([("0123456789", "ab")]))
+        held = examples_of(long)
+        ExampleStream(held, 6, eval_examples=held)  # an evaluator's: the same examples, counted once
     lines = [r.getMessage() for r in caplog.records if "event=examples_cut" in r.getMessage()]
-    assert lines == ["event=examples_cut examples=3 of=4 block_size=6 how=prompt_start_dropped"]
+    assert lines == ["event=examples_cut examples=3 of=4 block_size=6 how=prompt_start_dropped",
+                     "event=examples_cut examples=2 of=2 block_size=6 how=prompt_start_dropped"]
 
 
 def test_masked_loss_is_the_cross_entropy_of_the_completion_and_eos_tokens_only():
