@@ -15,7 +15,7 @@ import pytest
 from client_agent.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.base_model import BaseRecipe, store
-from geofed_testing.user_model import make_licence_task
+from geofed_testing.user_model import make_licence_task, make_llama_checkpoint
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))
 TINY = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 128}
@@ -29,22 +29,34 @@ def cache(tmp_path_factory) -> Path:
     return cache
 
 
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> list[str]:
+    """`--set` flags for a tiny Llama checkpoint of the byte tokenizer's vocabulary instead of the GPT-2 base."""
+    path = make_llama_checkpoint(tmp_path_factory.mktemp("llama"), vocab_size=257, eos_id=256, n_layer=1, n_embd=32,
+                                 n_head=2, block_size=128)
+    shape = {"path": path, "family": "llama", "n_layer": 1, "n_embd": 32, "n_head": 2, "block_size": 128}
+    return [a for key, value in shape.items() for a in ("--set", f"model.{key}={value}")]
+
+
 def _local(cache: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([GEOFED, "local", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "GEOFED_CACHE": str(cache)})
 
 
 @pytest.mark.long
-def test_lora_trains_on_the_users_pairs_and_scores_on_the_held_out_directory(tmp_path, cache):
-    # Arrange: licence paragraphs -> licence name; most prompts are longer than the 128-token context
+@pytest.mark.parametrize("model", ["gpt2-base", "llama-checkpoint"])
+def test_lora_trains_on_the_users_pairs_and_scores_on_the_held_out_directory(tmp_path, cache, llama, model):
+    # Arrange: licence paragraphs -> licence name; most prompts are longer than the 128-token context. The Llama
+    # checkpoint gets LoRA on its architecture's default layers (q_proj, v_proj), not the GPT-2 names.
     train, held = make_licence_task(tmp_path / "task", eval_fraction=0.05)
+    model_flags = llama if model == "llama-checkpoint" else []
     n_train = len((train / "pairs.jsonl").read_text().splitlines())
     n_held = len((held / "pairs.jsonl").read_text().splitlines())
 
     # Act
     out = _local(cache, "--paradigm", "lora", "--data", str(train), "--eval-data", str(held), "--clients", "2",
                  "--duration", "120", "--run-dir", str(tmp_path / "runs"), "--quiet",
-                 "--set", "training.max_steps=4", "--set", "paradigm.rank=4")
+                 "--set", "training.max_steps=4", "--set", "paradigm.rank=4", *model_flags)
 
     # Assert
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
