@@ -205,7 +205,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         if users is not None:
             from .finetune.user_task import UserTask
 
-            task = UserTask.write(run / "data", users)
+            task = UserTask.write(run / "data", users, fed)
             lists, held = task.client_files, [task.eval_file]
         elif opts.paradigm and split is None:
             from .finetune.preset import FinetuneTask

@@ -20,11 +20,12 @@ def check_user_data(data: str | None, eval_data: str | None, fed: FederationConf
     """Read and check every file of `data` and `eval_data` (a DataError on the first unusable one); with
     `pairs` (a fine-tuning preset), the user's pairs split across `n_clients`, else None."""
     from client_agent.data import collect_files, tokenize_files
-    from client_agent.tokenizer import load_tokenizer
+
+    from .finetune.user_task import tokenizer_of
 
     if not data:
         return None
-    tokenizer = load_tokenizer(None if fed.model.tokenizer == "byte" else fed.model.tokenizer)
+    tokenizer = tokenizer_of(fed)
     if pairs:
         from .finetune.user_task import UserSplit
 

@@ -28,6 +28,13 @@ from geofed.config import FederationConfig
 from .answers import AnswerScores
 
 
+def tokenizer_of(fed: FederationConfig) -> Tokenizer:
+    """The federation's tokenizer (`model.tokenizer`): the byte tokenizer, or a local Hugging Face directory."""
+    from client_agent.tokenizer import load_tokenizer
+
+    return load_tokenizer(None if fed.model.tokenizer == "byte" else fed.model.tokenizer)
+
+
 @dataclass(frozen=True)
 class UserPair:
     """One of the user's examples; `answer` is what greedy decoding should produce (the completion's first line)."""
@@ -117,21 +124,24 @@ class UserTask:
     client_files: list[Path]
     eval_file: Path
     split: UserSplit
+    fed: FederationConfig  # its tokenizer encodes the prompts and decodes the answers, as the clients'
 
     @classmethod
-    def write(cls, out_dir: Path, split: UserSplit) -> UserTask:
+    def write(cls, out_dir: Path, split: UserSplit, fed: FederationConfig) -> UserTask:
         from client_agent.corpus import write_file_list
 
         files = [_write(out_dir / f"client-{i}.jsonl", pairs) for i, pairs in enumerate(split.clients)]
         lists = [write_file_list(f.with_suffix(".list"), [f]) for f in files]
-        return cls(lists, _write(out_dir / "eval.jsonl", split.eval), split)
+        return cls(lists, _write(out_dir / "eval.jsonl", split.eval), split, fed)
 
     def score(self, model_of_client: Callable[[int], nn.Module], *, one_model: bool) -> AnswerScores:
         """The held-out scores of client i's model, averaged over the clients (once when all are the same)."""
         from .answers import evaluate_answers, mean_scores
 
         n = 1 if one_model else len(self.client_files)
-        return mean_scores([evaluate_answers(model_of_client(i), self.split.eval) for i in range(n)])
+        tokenizer = tokenizer_of(self.fed)
+        return mean_scores([evaluate_answers(model_of_client(i), self.split.eval, tokenizer=tokenizer)
+                            for i in range(n)])
 
     def score_base(self, fed: FederationConfig) -> AnswerScores:
         from client_agent.model import build_model

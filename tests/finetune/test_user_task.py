@@ -4,12 +4,17 @@ clients, counted when cut to fit, refused when a completion cannot fit."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import torch
+from torch import nn
 
 from client_agent.data import DataError
-from client_agent.tokenizer import ByteTokenizer
+from client_agent.tokenizer import ByteTokenizer, load_tokenizer
+from geofed_apps.finetune.answers import evaluate_answers
 from geofed_apps.finetune.user_task import UserPair, UserSplit
+from geofed_testing.user_model import make_bpe_tokenizer
 
 TOK = ByteTokenizer()
 
@@ -64,3 +69,31 @@ def test_too_few_pairs_for_the_clients_is_refused(tmp_path):
 
 def test_the_answer_scored_is_the_completions_first_line():
     assert UserPair("p", " GPL-3\nmore").answer == "GPL-3"
+
+
+class _ScriptedLM(nn.Module):
+    """Stands in for a causal LM: after `prompt_len` ids it predicts `script` one id at a time (a real model
+    predicts from its weights; the decoding loop around it is the same)."""
+
+    def __init__(self, prompt_len: int, script: list[int], vocab: int) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(n_positions=256)
+        self.prompt_len, self.script, self.vocab = prompt_len, script, vocab
+
+    def forward(self, input_ids: torch.Tensor, use_cache: bool = False) -> SimpleNamespace:
+        logits = torch.zeros(1, input_ids.shape[1], self.vocab)
+        step = input_ids.shape[1] - self.prompt_len
+        logits[0, -1, self.script[min(step, len(self.script) - 1)]] = 10.0
+        return SimpleNamespace(logits=logits)
+
+
+def test_greedy_answers_are_decoded_with_the_federations_tokenizer(tmp_path):
+    tokenizer = load_tokenizer(make_bpe_tokenizer(tmp_path / "tok", vocab_size=300,
+                                                  texts=["Licence: GPL-3\nLicence: MIT\n"] * 20))
+    pair = UserPair("Licence:", " GPL-3")
+    script = [int(i) for i in tokenizer.encode(" GPL-3\nMIT")]
+    model = _ScriptedLM(len(tokenizer.encode(pair.prompt)), script, tokenizer.vocab_size)
+
+    scores = evaluate_answers(model, [pair], tokenizer=tokenizer)
+
+    assert scores.predictions == (" GPL-3",) and scores.exact_match == 100.0
