@@ -108,3 +108,21 @@ def test_unusable_data_stops_the_launcher_before_anything_starts(tmp_path, cache
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("geofed local: ") and re.search(message, last), out.stderr
     assert not runs.exists()  # no run directory, so no PS, client or log was started
+
+
+def test_text_data_with_eval_data_holds_out_that_directory_and_deals_all_of_data(tmp_path):
+    from client_agent.corpus import read_file_list
+    from geofed_apps.local import LocalOptions, _write_lists
+
+    for name in ("a", "b", "c"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        (tmp_path / "data" / name / "doc.txt").write_text(f"text of {name}")
+    (tmp_path / "held").mkdir()
+    (tmp_path / "held" / "README").write_text("held-out text")  # no suffix: text
+
+    lists, held = _write_lists(tmp_path / "run", LocalOptions(clients=2, data=str(tmp_path / "data"),
+                                                              eval_data=str(tmp_path / "held")))
+
+    assert held == [tmp_path / "held" / "README"]
+    dealt = sorted(p.parent.name for lst in lists for p in read_file_list(lst))
+    assert dealt == ["a", "b", "c"] and all(read_file_list(lst) for lst in lists)
