@@ -139,17 +139,20 @@ def stdlib_split(
 
 
 def split_directory(directory: str | Path, n: int, seed: int = 0) -> list[list[Path]]:
-    """Split a user's data directory across `n` clients by top-level entry (subdirectory or file stem)."""
+    """Split a user's data files (`client_agent.data.is_data_file`: a `.bin`'s sidecar is read beside it, not
+    listed) across `n` clients by top-level entry (subdirectory or file stem)."""
+    from .data import is_data_file
+
     directory = Path(directory)
     if not directory.is_dir():
         raise CorpusError(f"data directory {str(directory)!r} does not exist")
     files = sorted(
         p
         for p in directory.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+        if p.is_file() and is_data_file(p) and not any(part.startswith(".") for part in p.relative_to(directory).parts)
     )
     if not files:
-        raise CorpusError(f"data directory {str(directory)!r} has no files")
+        raise CorpusError(f"data directory {str(directory)!r} has no data files")
     groups = group_by_module(files, directory, by_stem=True)
     bins = pack_balanced({name: _size(paths) for name, paths in groups.items()}, n, seed)
     return [[p for name in names for p in groups[name]] for names in bins]

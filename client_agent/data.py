@@ -1,30 +1,34 @@
 """A site's private training data: files tokenised once, as one token array or as prompt/completion examples.
 
-Accepted inputs: text files (`.txt`, `.text`, `.md`, `.py`), JSON Lines, and pre-tokenised `.bin` token
-files (nanoGPT layout; an optional sidecar `<stem>.json` such as `{"dtype": "uint32"}` overrides the
-default uint16). A JSONL record is text (a string `text` field) or a prompt/completion example (string
-`prompt` and `completion` fields, no `text`). Text documents are joined with EOS into one token array that
-`TokenStream` cuts into windows; examples (prompt ids, completion ids, EOS each) become `Examples`, which
-`ExampleStream` serves one per row with the loss on the completion only. A run trains on one kind: data
-holding both is refused. Unreadable or non-UTF-8 files and JSONL lines that are neither kind of record are
-skipped and counted, never fatal; a malformed prompt/completion record, an empty or missing source is an
-error.
+Accepted inputs: text files (`.txt`, `.text`, `.md`, `.py`, and files with no suffix), JSON Lines, and
+pre-tokenised `.bin` token files (nanoGPT layout; an optional sidecar `<stem>.json` such as
+`{"dtype": "uint32"}` overrides the default uint16); other suffixes are not data. A JSONL record is text
+or a prompt/completion example in one of the schemas `client_agent.records` reads. Text documents are
+joined with EOS into one token array that `TokenStream` cuts into windows; examples (prompt ids,
+completion ids, EOS each) become `Examples`, which `ExampleStream` serves one per row with the loss on
+the completion only. A run trains on one kind: data holding both is refused. Every file must be usable:
+a binary or non-UTF-8 file, a JSONL line of no known schema, an empty or missing source is a DataError
+naming it, so a site never trains on silently less than it holds.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from client_agent.batch import MaskedBatch
+from client_agent.records import DataError, Record, jsonl_records
 from client_agent.tokenizer import Tokenizer, token_dtype
+
+log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".py")
 JSONL_SUFFIXES = (".jsonl",)
@@ -32,19 +36,12 @@ BIN_SUFFIXES = (".bin",)
 BIN_DTYPES = ("uint16", "uint32")
 
 
-class DataError(ValueError):
-    """Training data that cannot be used; one readable line."""
-
-
 @dataclass(frozen=True)
 class LoadReport:
-    """What loading found: files used and skipped (with why), bad JSONL records, tokens (and examples) produced."""
+    """What loading found: files read, tokens (and examples) produced."""
 
     files: int
     tokens: int
-    skipped: int = 0
-    skipped_records: int = 0
-    skipped_paths: tuple[str, ...] = field(default_factory=tuple)
     examples: int = 0  # prompt/completion examples; 0 for text data
 
 
@@ -85,24 +82,59 @@ class Examples:
 TrainingData = np.ndarray | Examples
 
 
-def _supported(path: Path) -> bool:
-    return path.suffix.lower() in TEXT_SUFFIXES + JSONL_SUFFIXES + BIN_SUFFIXES
+@dataclass(frozen=True)
+class Fit:
+    """How examples fit rows of `block_size + 1` tokens: `cut` lose the start of their prompt (at least one
+    prompt token stays); `unfit` cannot fit, their completion and EOS alone being longer than `block_size`."""
+
+    total: int
+    cut: int
+    unfit: int
+    first_unfit: str = ""  # `path:line` of the first that cannot fit
+
+    @classmethod
+    def of(cls, examples: Examples, block_size: int) -> Fit:
+        unfit = np.flatnonzero(examples.counted > block_size)
+        cut = int(np.count_nonzero(examples.lengths > block_size + 1)) - unfit.size
+        return cls(len(examples), cut, int(unfit.size), examples.where(int(unfit[0])) if unfit.size else "")
+
+    def __add__(self, other: Fit) -> Fit:
+        return Fit(self.total + other.total, self.cut + other.cut, self.unfit + other.unfit,
+                   self.first_unfit or other.first_unfit)
+
+    def refusal(self, block_size: int) -> str:
+        """The one-line error for examples that cannot fit ("" when all fit)."""
+        if not self.unfit:
+            return ""
+        return (f"{self.unfit} of {self.total} examples cannot fit a row of {block_size + 1} tokens (the completion"
+                f" and EOS alone exceed {block_size}), the first at {self.first_unfit}; shorten them or raise"
+                " model.block_size")
+
+    def log_line(self, block_size: int) -> str:
+        """The structured log line for examples cut to fit."""
+        return (f"event=examples_cut examples={self.cut} of={self.total} block_size={block_size}"
+                " how=prompt_start_dropped")
+
+
+def is_data_file(path: Path) -> bool:
+    """A data file: a known suffix, or none (README, LICENSE: read as text)."""
+    return path.suffix.lower() in ("", *TEXT_SUFFIXES, *JSONL_SUFFIXES, *BIN_SUFFIXES)
 
 
 def collect_files(directory: str | Path) -> list[Path]:
-    """Supported data files under `directory` (recursive, hidden entries skipped), sorted."""
+    """Data files under `directory` (recursive, hidden entries skipped, other suffixes ignored), sorted."""
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"data directory {str(directory)!r} does not exist")
     files = sorted(
         p
         for p in directory.rglob("*")
-        if p.is_file() and _supported(p) and not any(s[0] == "." for s in p.relative_to(directory).parts)
+        if p.is_file() and is_data_file(p) and not any(s[0] == "." for s in p.relative_to(directory).parts)
     )
     if not files:
         raise DataError(
             f"data directory {str(directory)!r} has no data files"
-            f" ({', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + BIN_SUFFIXES)})"
+            f" ({', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + BIN_SUFFIXES)} or no suffix)"
         )
     return files
 
@@ -123,55 +155,26 @@ def _read_bin(path: Path) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-@dataclass
-class _JsonlRecords:
-    """One JSONL file's records: text documents, prompt/completion pairs with their lines, bad lines."""
-
-    texts: list[str] = field(default_factory=list)
-    first_text_line: int = 0
-    pairs: list[tuple[str, str, int]] = field(default_factory=list)
-    bad: int = 0
-
-
-def _jsonl_records(raw: str, path: Path) -> _JsonlRecords:
-    """The records of a JSONL file; lines that are not JSON objects of either kind are counted as bad.
-
-    A record with a `prompt` or `completion` field is a prompt/completion example and must have both, as
-    non-empty prompt and string completion, and no `text`; otherwise it is a DataError naming the line.
-    """
-    out = _JsonlRecords()
-    for number, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            out.bad += 1
-            continue
-        if not isinstance(record, dict):
-            out.bad += 1
-        elif "prompt" in record or "completion" in record:
-            out.pairs.append((*_pair(record, f"{path}:{number}"), number))
-        elif isinstance(record.get("text"), str):
-            out.texts.append(record["text"])
-            out.first_text_line = out.first_text_line or number
-        else:
-            out.bad += 1
-    return out
+def read_text(path: Path) -> str:
+    """A file's UTF-8 text; a DataError for one that cannot be read, is binary (NUL bytes) or is not UTF-8."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if b"\x00" in raw:
+        raise DataError(f"{path}: a binary file (it holds NUL bytes); data files are UTF-8 text, JSONL or .bin tokens")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
 
 
-def _pair(record: dict, where: str) -> tuple[str, str]:
-    """(prompt, completion) of a prompt/completion record, or a DataError saying what is wrong with it."""
-    if "text" in record:
-        raise DataError(f"{where}: a record has both `text` and prompt/completion fields; give one kind")
-    for key in ("prompt", "completion"):
-        if key not in record:
-            raise DataError(f"{where}: a prompt/completion record has no {key!r} field")
-        if not isinstance(record[key], str):
-            raise DataError(f"{where}: {key!r} must be a string, got {type(record[key]).__name__}")
-    if not record["prompt"]:
-        raise DataError(f"{where}: the prompt is empty (the completion's first token needs one to follow)")
-    return record["prompt"], record["completion"]
+def file_records(path: Path, tokenizer: Tokenizer) -> list[tuple[Record, int]]:
+    """A text or JSONL file's records, each with its line (a text file is one document, line 1)."""
+    raw = read_text(path)
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        return list(jsonl_records(raw, path, tokenizer))
+    return [(raw, 1)]
 
 
 def _encode_docs(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype) -> list[np.ndarray]:
@@ -217,25 +220,20 @@ class _ExampleBuilder:
 
 def tokenize_files(files: Sequence[Path], tokenizer: Tokenizer) -> tuple[TrainingData, LoadReport]:
     """Tokenise `files` in order: text into one array (a zero-copy memmap when the source is a single
-    `.bin`), or prompt/completion records into `Examples`; data holding both kinds is a DataError."""
+    `.bin`), or prompt/completion records into `Examples`; data holding both kinds is a DataError, as is
+    a file that cannot be read (`read_text`) or a JSONL line of no known schema (`client_agent.records`)."""
     if not files:
         raise DataError("no data files given")
     dtype = token_dtype(tokenizer.vocab_size)
     pieces: list[np.ndarray] = []
     examples = _ExampleBuilder(dtype)
-    used, skipped, bad_records = 0, [], 0
-    text_at = ""  # where the first text and the first example were read, for the mixed-data error
+    text_at = ""  # where the first text was read, for the mixed-data error
     for path in map(Path, files):
-        suffix = path.suffix.lower()
-        try:
-            if suffix in BIN_SUFFIXES:
+        if path.suffix.lower() in BIN_SUFFIXES:
+            try:
                 arr = _read_bin(path)
-            else:
-                raw = path.read_bytes().decode("utf-8")
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            skipped.append(f"{path}: {type(exc).__name__}")
-            continue
-        if suffix in BIN_SUFFIXES:
+            except (OSError, ValueError) as exc:
+                raise DataError(f"{path}: not a token file ({exc})") from None
             if int(arr.max()) >= tokenizer.vocab_size:  # a wrong tokenizer is a setup error, not a bad file
                 raise DataError(
                     f"{path} holds token id {int(arr.max())} >= vocab size {tokenizer.vocab_size}:"
@@ -243,38 +241,28 @@ def tokenize_files(files: Sequence[Path], tokenizer: Tokenizer) -> tuple[Trainin
                 )
             pieces.append(arr)
             text_at = text_at or str(path)
-        elif suffix in JSONL_SUFFIXES:
-            records = _jsonl_records(raw, path)
-            bad_records += records.bad
-            pieces.extend(_encode_docs(records.texts, tokenizer, dtype))
-            if any(records.texts) and not text_at:
-                text_at = f"{path}:{records.first_text_line}"
-            if records.pairs:
-                examples.add_file(path, records.pairs, tokenizer)
-        else:
-            pieces.extend(_encode_docs([raw], tokenizer, dtype))
-            text_at = text_at or (str(path) if raw else "")
-        used += 1
+            continue
+        records = file_records(path, tokenizer)
+        texts = [r for r, _ in records if isinstance(r, str)]
+        pieces.extend(_encode_docs(texts, tokenizer, dtype))
+        if not text_at:
+            jsonl = path.suffix.lower() in JSONL_SUFFIXES
+            texts_at = (f"{path}:{line}" if jsonl else str(path) for r, line in records if isinstance(r, str) and r)
+            text_at = next(texts_at, "")
+        pairs = [(*r, line) for r, line in records if not isinstance(r, str)]
+        if pairs:
+            examples.add_file(path, pairs, tokenizer)
     pieces = [p for p in pieces if p.size]
     if examples.pieces:
         if text_at:
             first = examples.build().where(0)
             raise DataError(f"the data mix text ({text_at}) and prompt/completion records ({first}); train on one kind")
         built = examples.build()
-        report = LoadReport(files=used, tokens=int(built.tokens.size), skipped=len(skipped),
-                            skipped_records=bad_records, skipped_paths=tuple(skipped), examples=len(built))
-        return built, report
+        return built, LoadReport(files=len(files), tokens=int(built.tokens.size), examples=len(built))
     if not pieces:
-        raise DataError(f"no usable tokens in {len(files)} files ({len(skipped)} unreadable or not UTF-8)")
+        raise DataError(f"no usable tokens in {len(files)} files (all empty)")
     tokens = pieces[0] if len(pieces) == 1 else np.concatenate([p.astype(dtype, copy=False) for p in pieces])
-    report = LoadReport(
-        files=used,
-        tokens=int(tokens.size),
-        skipped=len(skipped),
-        skipped_records=bad_records,
-        skipped_paths=tuple(skipped),
-    )
-    return tokens, report
+    return tokens, LoadReport(files=len(files), tokens=int(tokens.size))
 
 
 def _fingerprint(files: Sequence[Path], tokenizer: Tokenizer) -> dict:
@@ -308,7 +296,6 @@ def load_data(
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta.get("fingerprint") == fingerprint:
                 report = meta["report"]
-                report["skipped_paths"] = tuple(report["skipped_paths"])
                 if meta.get("kind", "tokens") == "examples":
                     with np.load(examples_path, allow_pickle=False) as z:
                         arrays = {k: z[k] for k in ("tokens", "starts", "prompt_lens", "origins")}
@@ -506,8 +493,9 @@ class ExampleStream(_Epochs):
     """Seeded prompt/completion examples, one per row of `block_size + 1` tokens, with their loss mask.
 
     A row is the example's ids (prompt, completion, EOS) padded after the EOS with EOS; an example longer
-    than the row loses the start of its prompt (at least one prompt token stays), and one whose completion
-    and EOS alone do not fit after that token is refused with its file and line. The counted targets are
+    than the row loses the start of its prompt (at least one prompt token stays; counted once in an
+    `event=examples_cut` line), and data with an example whose completion and EOS alone do not fit after
+    that token is refused with the count and the first one's file and line (`Fit`). The counted targets are
     the completion's tokens and the EOS. The last `eval_fraction` of the examples (at least one) is held
     out unless `eval_examples` are given. Each epoch visits every training example once in a seeded
     permutation; position, resumption, FSDP rows and fixed held-out batches work as `TokenStream`'s.
@@ -535,13 +523,13 @@ class ExampleStream(_Epochs):
         for what, ex in (("training", examples), ("evaluation", eval_examples)):
             if not len(ex):
                 raise DataError(f"no {what} examples")
-            too_long = np.flatnonzero(ex.counted > block_size)
-            if too_long.size:
-                i = int(too_long[0])
-                raise DataError(
-                    f"{ex.where(i)}: the completion and EOS are {int(ex.counted[i])} tokens; a row of"
-                    f" {block_size + 1} holds at most {block_size} after the prompt's last token"
-                )
+        fit = Fit.of(examples, block_size)
+        if eval_examples is not examples:  # an evaluator scores the data it holds out: count it once
+            fit = fit + Fit.of(eval_examples, block_size)
+        if fit.unfit:
+            raise DataError(fit.refusal(block_size))
+        if fit.cut:
+            log.info(fit.log_line(block_size))
         self.examples, self.eval_examples = examples, eval_examples
         self.block_size, self.seed = block_size, seed
         self.epoch, self.index = 0, 0

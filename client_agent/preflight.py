@@ -46,9 +46,11 @@ def check_device(device: torch.device) -> None:
 
 
 def check_before_join(
-    cfg: ClientConfig, fed: FederationConfig, tokenizer: Tokenizer, data: TrainingData, device: torch.device
+    cfg: ClientConfig, fed: FederationConfig, tokenizer: Tokenizer, data: TrainingData, device: torch.device,
+    eval_data: TrainingData | None = None,
 ) -> Checked:
-    """Every check of this site against `fed` that needs no model; raises the first failure's one-line error."""
+    """Every check of this site against `fed` that needs no model; raises the first failure's one-line error.
+    `eval_data` (`cfg.eval_data`'s) is held out instead of the tail of `data`."""
     check_vocab(tokenizer, fed.model.vocab_size)
     try:
         paradigm = client_paradigm(fed.paradigm)
@@ -57,5 +59,6 @@ def check_before_join(
     check_model_source(fed.model)
     check_device(device)
     precision = pick_precision(fed.training.precision, device)
-    stream = open_stream(data, fed.model.block_size, seed=cfg.seed, eval_fraction=fed.training.eval_fraction)
+    stream = open_stream(data, fed.model.block_size, seed=cfg.seed, eval_data=eval_data,
+                         eval_fraction=fed.training.eval_fraction)
     return Checked(paradigm, precision, stream)

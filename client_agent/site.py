@@ -80,8 +80,10 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     # Data first: a bad data directory must fail before the one-time token is spent.
     tokenizer = load_tokenizer(cfg.tokenizer)
     data, report = load_data(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
-    if report.skipped:
-        log.warning("event=data_skipped files=%d paths=%s", report.skipped, list(report.skipped_paths)[:5])
+    held = None
+    if cfg.eval_data:  # held out instead of the tail of `data`
+        held, _ = load_data(_data_source(cfg.eval_data), tokenizer, cache=work / "eval-tokens.npy")
+    log.info("event=data_loaded files=%d tokens=%d examples=%d", report.files, report.tokens, report.examples)
     # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
     resumed = ranks.share_resume(CheckpointManager(work / "checkpoints").load_latest() if ranks.leader else None)
     # A site that ran shard-wise has a sharded checkpoint instead (every rank wrote its own shards).
@@ -110,7 +112,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
     master = ranks.bcast_flag(master)
     device = ranks.device(pick_device(cfg.device))
-    checked = check_before_join(cfg, fed, tokenizer, data, device)
+    checked = check_before_join(cfg, fed, tokenizer, data, device, held)
     log.info("event=settings_checked client=%s paradigm=%s device=%s", cfg.client_id, fed.paradigm.name, device)
     paradigm = checked.paradigm
     codecs = CODEC_POLICIES.get(fed.codec.name, FixedCodec)(fed.codec.name).candidates

@@ -72,6 +72,15 @@ class HFTokenizer:
         """Ids back to text."""
         return self._tok.decode(np.asarray(ids).tolist())
 
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the tokenizer can render chats (`render_chat`): its files define a chat template."""
+        return bool(getattr(self._tok, "chat_template", None))
+
+    def render_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        """`messages` rendered as text with the tokenizer's chat template."""
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
 
 def load_tokenizer(path: str | Path | None) -> ByteTokenizer | HFTokenizer:
     """`AutoTokenizer` from a local directory (never downloads), or the byte tokenizer when `path` is None or

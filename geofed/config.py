@@ -332,7 +332,8 @@ class TrainingConfig(_Section):
     eval_fraction: float = Field(
         0.05, gt=0, lt=0.5,
         description="Fraction of each client's tokens (the tail of its data) held out for the client's own eval "
-        "loss and checkpoint ranking; never trained on.",
+        "loss and checkpoint ranking; never trained on. `geofed local --paradigm --data` holds out this fraction of "
+        "the user's pairs, drawn with --seed, for the run's score (unless --eval-data).",
     )
     warmup_steps: int = Field(
         10, ge=0, description="Linear warm-up steps of the inner learning rate, counted in the client's own steps."
@@ -677,9 +678,14 @@ class ClientConfig(_Section):
     )
     data: str = Field(
         ...,
-        description="Private data: a directory of .txt/.jsonl/.bin files, or a .list file. JSONL records are"
-        " text ('text') or prompt/completion examples ('prompt', 'completion': one example per sequence, the"
-        " loss on the completion only); a run trains on one kind.",
+        description="Private data: a directory (.txt/.md/.py/.jsonl/.bin and suffix-less text files; other suffixes"
+        " ignored) or a .list file. JSONL: prompt/completion, instruction/input/output, text or messages records;"
+        " one kind per run. A bad file or line is refused.",
+    )
+    eval_data: str | None = Field(
+        None,
+        description="Held-out data for this client's eval loss and checkpoint ranking (a directory or .list, read as"
+        " `data` is; the same kind); unset: the tail training.eval_fraction of `data`.",
     )
     tokenizer: str | None = Field(
         None, description="Local Hugging Face tokenizer directory (default: the built-in byte tokenizer). It must be "

@@ -29,6 +29,7 @@ from .links import ClientLinks
 from .local_settings import LOCAL_DEFAULTS, fill_run_duration, merge_settings
 from .privacy_watch import PrivacyWatch, stopped_by_budget
 from .run_dir import new_run_dir
+from .user_data import check_user_data
 
 if TYPE_CHECKING:
     from .evaluate import GlobalEvaluator
@@ -40,7 +41,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                            description="Start a PS and N clients on 127.0.0.1 and train a small GPT-2-style model "
                                        "on the Python standard library's sources, split by module across clients.")
     local.add_argument("--clients", type=int, default=3, help="number of client processes (default 3)")
-    local.add_argument("--data", help="train on this directory of .txt/.jsonl files instead (split across clients)")
+    local.add_argument("--data", help="train on this directory of text/JSONL files instead (split across clients); "
+                                      "with --paradigm, on its prompt/completion pairs, scored on held-out ones")
+    local.add_argument("--eval-data", metavar="DIR",
+                       help="with --data: hold out this directory's files for the score instead of a seeded "
+                            "training.eval_fraction of --data (with --paradigm) or a share of its files")
     local.add_argument("--duration", type=float, default=100.0, help="seconds of training (default 100)")
     local.add_argument("--run-dir", default="runs", help="parent folder of the run directory (default ./runs)")
     local.add_argument("--slow-client", type=float, default=1.0, metavar="FACTOR",
@@ -54,7 +59,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="run the PS as a front plus N shard processes, each holding a slice of the model")
     local.add_argument("--paradigm", metavar="NAME",
                        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
-                            "zo, bitfit, pretrain) on the docstring-parameters QA task; ends with exact match and F1")
+                            "zo, bitfit, pretrain) on the docstring-parameters QA task, or on --data's pairs; ends "
+                            "with exact match and F1")
     local.add_argument("--link", metavar="PROFILE",
                        help="each client dials the PS through its own emulated WAN link, 'LAT[/JITTER[/RATE | "
                             "/UP/DOWN]][,kind@at[+dur]...]' as `geofed wan` reads it ('0ms' shapes nothing); the "
@@ -74,6 +80,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 class LocalOptions:
     clients: int = 3
     data: str | None = None
+    eval_data: str | None = None  # held-out files for the score, instead of a share of `data`
     duration_s: float = 100.0
     run_dir: str = "runs"
     slow_client: float = 1.0
@@ -88,8 +95,8 @@ class LocalOptions:
     renamings: int = 0  # with `paradigm`: renamed copies of each training pair (geofed_apps.finetune.task)
 
 
-_PARADIGM_BYTES = ("--paradigm fine-tunes the built-in byte-level base model and scores its answers byte by byte: "
-                   "tokenizer {tokenizer!r} is not supported with it (train on your own text with --data)")
+_PARADIGM_BYTES = ("--paradigm without --data fine-tunes the built-in byte-level base on the docstring task: tokenizer "
+                   "{tokenizer!r} needs your own pairs (--data) and a base that embeds it (--set model.path=DIR)")
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -99,17 +106,22 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--ps-groups must be between 1 and --clients (every group needs a client)")
     if args.renamings < 0:
         return _fail(f"--renamings must be 0 or more, got {args.renamings}")
-    if args.paradigm and args.tokenizer:
+    if args.paradigm and args.tokenizer and not args.data:
         return _fail(_PARADIGM_BYTES.format(tokenizer=args.tokenizer))
     if args.renamings and not args.paradigm:
         return _fail("--renamings needs --paradigm: it adds copies of the fine-tuning task's pairs")
+    if args.eval_data and not args.data:
+        return _fail("--eval-data needs --data: it holds out files instead of a share of --data")
+    if args.renamings and args.data:
+        return _fail("--renamings renames the docstring task's parameters; it does not apply to --data")
     try:
         link = LinkProfile.parse(args.link) if args.link else None
     except ValueError as exc:
         return _fail(f"--link: {exc}")
     overrides = [*(args.set or []), *([f"model.tokenizer={Path(args.tokenizer).expanduser().resolve()}"]
                                       if args.tokenizer else [])]
-    opts = LocalOptions(clients=args.clients, data=args.data, duration_s=args.duration, run_dir=args.run_dir,
+    opts = LocalOptions(clients=args.clients, data=args.data, eval_data=args.eval_data, duration_s=args.duration,
+                        run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=overrides,
                         quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards,
                         seed=args.seed, link=link, renamings=args.renamings)
@@ -143,8 +155,14 @@ def _model_text(fed: FederationConfig) -> str:
 def _write_lists(run: Path, opts: LocalOptions) -> tuple[list[Path], list[Path]]:
     """Per-client `.list` files and the held-out evaluation files (also written as `eval.list`)."""
     from client_agent.corpus import CorpusError, CorpusSplit, split_directory, stdlib_split, write_split
+    from client_agent.data import collect_files
 
-    if opts.data:
+    if opts.data and opts.eval_data:
+        clients = split_directory(opts.data, opts.clients)
+        if any(not g for g in clients):
+            raise CorpusError(f"{opts.data} has too few top-level entries to split across {opts.clients} clients")
+        split = CorpusSplit(clients=tuple(tuple(g) for g in clients), eval=tuple(collect_files(opts.eval_data)))
+    elif opts.data:
         groups = split_directory(opts.data, opts.clients + 1)
         if any(not g for g in groups):
             raise CorpusError(f"{opts.data} has too few top-level entries to split across {opts.clients} clients "
@@ -176,6 +194,8 @@ class _Tail:
 def run_local_federation(opts: LocalOptions) -> int:
     """Run the whole federation; print progress, `eval loss: A -> B` and the run directory."""
     from client_agent.corpus import CorpusError
+    from client_agent.data import DataError
+    from client_agent.tokenizer import TokenizerError
     from geofed.paradigms import paradigms_with
 
     from .evaluate import GlobalEvaluator
@@ -194,7 +214,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         fed = with_checkpoint_shape(validate_settings(FederationConfig, data))
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))
-    if opts.paradigm and fed.model.tokenizer != BYTE:
+    if opts.paradigm and not opts.data and fed.model.tokenizer != BYTE:
         return _fail(_PARADIGM_BYTES.format(tokenizer=fed.model.tokenizer))
     if fed.model.tokenizer != BYTE:  # every client would refuse it at its preflight: say so once, before starting
         from client_agent.tokenizer import TokenizerError, check_vocab, load_tokenizer
@@ -203,10 +223,20 @@ def run_local_federation(opts: LocalOptions) -> int:
             check_vocab(load_tokenizer(fed.model.tokenizer), fed.model.vocab_size)
         except TokenizerError as exc:
             return _fail(str(exc))
+    try:  # the user's data is read and checked whole before anything starts
+        users = check_user_data(opts.data, opts.eval_data, fed, opts.clients, opts.seed,
+                                pairs=bool(opts.paradigm) and split is None)
+    except (DataError, CorpusError, TokenizerError) as exc:
+        return _fail(str(exc))
     run = new_run_dir(opts.run_dir)
     task = None
     try:
-        if opts.paradigm and split is None:
+        if users is not None:
+            from .finetune.user_task import UserTask
+
+            task = UserTask.write(run / "data", users, fed)
+            lists, held = task.client_files, [task.eval_file]
+        elif opts.paradigm and split is None:
             from .finetune.preset import FinetuneTask
 
             task = FinetuneTask.write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
@@ -220,6 +250,8 @@ def run_local_federation(opts: LocalOptions) -> int:
     _say(f"geofed local: {opts.clients} clients, model {_model_text(fed)}, "
          f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {_codec_text(fed)}, "
          f"{opts.duration_s:.0f}s; run directory {run}")
+    for line in users.lines() if users is not None else ():
+        _say(line)
 
     logs = run / "logs"
     ps_set = LocalPSSet(run, run / "federation.yaml", logs, opts.ps_groups, opts.ps_shards)
@@ -304,7 +336,8 @@ def run_local_federation(opts: LocalOptions) -> int:
             from .finetune.preset import summary_lines
 
             after = task.score_global(fed, ckpt.flat, [run / "clients" / f"client-{i}" for i in range(len(lists))])
-            for line in summary_lines(before, after, fed):
+            lines = task.summary_lines(before, after) if users is not None else summary_lines(before, after, fed)
+            for line in lines:
                 _say(line)
         else:
             _say(f"eval loss: {initial:.2f} -> {final:.2f}")

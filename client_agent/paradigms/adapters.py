@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from geofed.paradigms.lora import DEFAULT_TARGETS, AdapterSettings
+
 from .base import ParadigmError
 
 
@@ -19,6 +21,20 @@ def layer_dims(module: nn.Module) -> tuple[int, int] | None:
         n_in, n_out = module.weight.shape
         return int(n_in), int(n_out)
     return None
+
+
+def target_names(settings: AdapterSettings, model: nn.Module) -> list[str]:
+    """The layer names to wrap: `paradigm.target_modules` when set, else the defaults of the model's
+    architecture (its `config.model_type`) as peft picks them."""
+    model_type = getattr(getattr(model, "config", None), "model_type", "")
+    if settings.target_modules or model_type in DEFAULT_TARGETS:
+        return settings.targets(model_type)
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
+
+    if model_type not in PEFT_TARGETS:
+        raise ParadigmError(f"paradigm.target_modules: peft knows no default layers for a {model_type or '?'} "
+                            "model; name its layers")
+    return list(PEFT_TARGETS[model_type])
 
 
 def target_layers(model: nn.Module, targets: list[str], rank: int) -> dict[str, nn.Module]:

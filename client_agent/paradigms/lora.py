@@ -11,7 +11,7 @@ from torch import nn
 
 from geofed.paradigms.lora import AdapterSettings
 
-from .adapters import is_conv1d, target_layers
+from .adapters import is_conv1d, target_layers, target_names
 from .base import ClientParadigm
 
 
@@ -21,10 +21,11 @@ def inject_lora(model: nn.Module, settings: AdapterSettings) -> nn.Module:
     # start-up of every client.
     from peft import LoraConfig, get_peft_model
 
-    layers = target_layers(model, list(settings.target_modules), settings.rank)
+    targets = target_names(settings, model)
+    layers = target_layers(model, targets, settings.rank)
     config = LoraConfig(
         r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-        target_modules=list(settings.target_modules),
+        target_modules=targets,
         fan_in_fan_out=any(is_conv1d(m) for m in layers.values()),  # GPT-2's Conv1D stores (in, out)
         bias="none",
     )

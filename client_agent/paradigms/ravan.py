@@ -17,7 +17,7 @@ from torch import nn
 from geofed.paradigms.ravan import RavanSettings
 
 from ..trainer import LocalTrainer, TrainStats
-from .adapters import is_conv1d, layer_dims, target_layers
+from .adapters import is_conv1d, layer_dims, target_layers, target_names
 from .base import ClientParadigm
 from .ravan_projections import projections
 
@@ -84,7 +84,7 @@ class Ravan(ClientParadigm):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         s = self.settings
-        layers = target_layers(model, list(s.target_modules), s.rank)
+        layers = target_layers(model, target_names(s, model), s.rank)
         for index, (name, layer) in enumerate(layers.items()):  # named_modules order: the same on every client
             wrapped = RavanLinear(layer, s.heads, s.rank, s.alpha, s.dropout, seed=s.seed, layer=index)
             _replace(model, name, wrapped)

@@ -5,7 +5,9 @@ Averaging A and B separately is not averaging BA (the mean of products is not th
 optimizer, re-factorise to rank r (a truncated SVD, the best rank-r approximation) and carry what rank r
 cannot hold into the next round; `separate` is FedIT's plain averaging.
 `target_modules` and `rank` are checked against the model family here when the model is built from
-config, and against the real layers on every client before it trains.
+config, and against the real layers on every client before it trains. Unset, `target_modules` is the
+architecture's default, as peft picks it by `model_type` (`DEFAULT_TARGETS` here for the families geofed
+builds; peft's table on the client for any other checkpoint).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ FAMILY_LAYERS: dict[str, tuple[str, ...]] = {
     "gpt2": ("c_attn", "c_proj", "c_fc"),
     "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 }
+# peft's default LoRA targets (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) for these families.
+DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
 
 
 class AdapterSettings(ParadigmSettings):
@@ -30,23 +34,32 @@ class AdapterSettings(ParadigmSettings):
     rank: int = Field(8, ge=1, le=4096, description="r: the adapters' rank; at most the wrapped layers' smaller side.")
     alpha: float = Field(16.0, gt=0, le=1e4, description="α: the adapter output is scaled by α / r.")
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input during training.")
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["c_attn"], min_length=1, max_length=64,
+    target_modules: list[str] | None = Field(
+        None, min_length=1, max_length=64,
         description="Layer names to wrap (matched on the last name component, e.g. c_attn, c_proj, c_fc for "
-        "gpt2; q_proj, v_proj for llama).",
+        "gpt2; q_proj, v_proj for llama). Unset: the architecture's defaults as peft picks them (gpt2: c_attn; "
+        "llama: q_proj, v_proj).",
     )
 
     @field_validator("target_modules")
     @classmethod
-    def _names(cls, value: list[str]) -> list[str]:
-        for name in value:
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or ():
             if not name or not name.replace("_", "").replace(".", "").isalnum():
                 raise ValueError(f"paradigm.target_modules: {name!r} is not a layer name")
         return value
 
+    def targets(self, model_type: str) -> list[str]:
+        """The layers to wrap in a `model_type` model: `target_modules` when set, else the family's default."""
+        if self.target_modules:
+            return list(self.target_modules)
+        if model_type not in DEFAULT_TARGETS:
+            raise ValueError(f"paradigm.target_modules: no default for a {model_type} model; name its layers")
+        return list(DEFAULT_TARGETS[model_type])
+
     def check_model(self, model: Any) -> None:
         layers = FAMILY_LAYERS.get(model.family, ())
-        missing = [t for t in self.target_modules if t.rsplit(".", 1)[-1] not in layers]
+        missing = [t for t in self.targets(model.family) if t.rsplit(".", 1)[-1] not in layers]
         if missing:
             raise ValueError(f"paradigm.target_modules: {', '.join(missing)} is not a layer of a {model.family} "
                              f"model (its layers: {', '.join(layers)})")

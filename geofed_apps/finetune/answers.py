@@ -1,24 +1,40 @@
 """Greedy-decoded answers on the held-out pairs: exact match, token F1 and answer loss of one model.
 
-Decoding is greedy (argmax) and stops at a newline, EOS, or `MAX_NEW` bytes. The eval loss is the mean
-cross-entropy of the answer's tokens (and its newline) given the prompt, so it measures the task, not how
-well the model predicts docstrings.
+Decoding is greedy (argmax) and stops at a newline, EOS, or `MAX_NEW` tokens (bytes, unless the caller gives
+the tokenizer the model was trained with). The eval loss is the mean
+cross-entropy of the completion's tokens given the prompt, so it measures the task, not how well the model
+predicts docstrings. A prompt longer than the model's context loses its start, as in training.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from client_agent.tokenizer import Tokenizer
+
 from .metrics import score
-from .task import QAPair
 
 MAX_NEW = 40
 STOP = frozenset(b"\n")
+
+
+class Pair(Protocol):
+    """A held-out example: the prompt the model sees, the completion it is trained on, the answer scored."""
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def completion(self) -> str: ...
+
+    @property
+    def answer(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -29,49 +45,63 @@ class AnswerScores:
     predictions: tuple[str, ...]
 
 
-def _encode(text: str) -> list[int]:
-    return list(text.encode("utf-8"))  # the byte tokenizer: ids 0-255, EOS = 256
+def _encode(text: str, tokenizer: Tokenizer | None) -> list[int]:
+    """Ids of `text`: the tokenizer's (as training encodes prompt and completion apart), else its bytes."""
+    return [int(i) for i in tokenizer.encode(text)] if tokenizer is not None else list(text.encode("utf-8"))
+
+
+def _context(model: nn.Module) -> int:
+    """The model's context in tokens."""
+    return getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 128)
 
 
 @torch.no_grad()
-def greedy_answer(model: nn.Module, prompt: str, eos_id: int, max_new: int = MAX_NEW) -> str:
-    """Greedy continuation of `prompt` up to a stop byte (not included)."""
-    ids = _encode(prompt)
-    context = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 128)
+def greedy_answer(model: nn.Module, prompt: str, eos_id: int, max_new: int = MAX_NEW,
+                  tokenizer: Tokenizer | None = None) -> str:
+    """Greedy continuation of `prompt` up to a stop byte or, with `tokenizer`, a token decoding to a newline
+    (neither included); without one the ids are bytes."""
+    ids = _encode(prompt, tokenizer)
+    context = _context(model)
     out: list[int] = []
     for _ in range(max_new):
         window = (ids + out)[-context:]
         logits = model(input_ids=torch.tensor([window]), use_cache=False).logits[0, -1]
         nxt = int(logits.argmax())
-        if nxt == eos_id or nxt in STOP or nxt > 255:
+        if nxt == eos_id or (tokenizer is None and (nxt in STOP or nxt > 255)):
             break
         out.append(nxt)
-    return bytes(out).decode("utf-8", errors="replace")
+        if tokenizer is not None and "\n" in tokenizer.decode(out):
+            return tokenizer.decode(out).split("\n", 1)[0]
+    return tokenizer.decode(out) if tokenizer is not None else bytes(out).decode("utf-8", errors="replace")
 
 
 @torch.no_grad()
-def answer_loss(model: nn.Module, pairs: Sequence[QAPair]) -> float:
-    """Mean cross-entropy of the answer tokens (and its newline) given each prompt."""
+def answer_loss(model: nn.Module, pairs: Sequence[Pair], tokenizer: Tokenizer | None = None) -> float:
+    """Mean cross-entropy of the completion tokens (the answer and its newline) given each prompt."""
     total, count = 0.0, 0
+    context = _context(model)
     for p in pairs:
-        prompt, answer = _encode(p.prompt), _encode(p.answer + "\n")
-        ids = torch.tensor([prompt + answer])
+        prompt, answer = _encode(p.prompt, tokenizer), _encode(p.completion, tokenizer)
+        ids = torch.tensor([(prompt + answer)[-(context + 1):]])
         logits = model(input_ids=ids[:, :-1], use_cache=False).logits[0]
         targets = ids[0, 1:]
-        n = len(answer)
+        n = min(len(answer), context)
         total += float(F.cross_entropy(logits[-n:].float(), targets[-n:], reduction="sum"))
         count += n
     return total / count
 
 
-def evaluate_answers(model: nn.Module, pairs: Sequence[QAPair], eos_id: int = 256) -> AnswerScores:
-    """Exact match and F1 (percent) of greedy answers, and the answer loss, on `pairs`."""
+def evaluate_answers(model: nn.Module, pairs: Sequence[Pair], eos_id: int = 256,
+                     tokenizer: Tokenizer | None = None) -> AnswerScores:
+    """Exact match and F1 (percent) of greedy answers, and the answer loss, on `pairs`; ids are bytes (EOS
+    `eos_id`) unless a `tokenizer` is given (its EOS, then)."""
     torch.set_num_threads(1)  # one token at a time: more threads only spin against the training processes
+    eos_id = tokenizer.eos_id if tokenizer is not None else eos_id
     was_training = model.training
     model.eval()
     try:
-        preds = tuple(greedy_answer(model, p.prompt, eos_id) for p in pairs)
-        loss = answer_loss(model, pairs)
+        preds = tuple(greedy_answer(model, p.prompt, eos_id, tokenizer=tokenizer) for p in pairs)
+        loss = answer_loss(model, pairs, tokenizer)
     finally:
         model.train(was_training)
     em, f1 = score(preds, [p.answer for p in pairs])

@@ -25,7 +25,7 @@ from geofed_apps.local_settings import merge_settings
 from .answers import AnswerScores
 from .task import QAPair, read_pairs, stdlib_qa_split, write_split
 
-_ADAPTER = {"rank": 16, "alpha": 32.0, "target_modules": ["c_attn", "c_proj", "c_fc"]}
+_ADAPTER = {"rank": 16, "alpha": 32.0}  # wrapped layers: the architecture's defaults (paradigm.target_modules)
 _COMMON: dict = {
     "training": {"batch_size": 8, "local_steps": 20, "warmup_steps": 10, "sync_interval_s": 30.0, "eval_every": 20},
     "aggregation": {"mode": "sync", "quorum": 1.0, "straggler_timeout_s": 60.0, "global_lr": 1.0,
@@ -101,28 +101,36 @@ class FinetuneTask:
 
     def score_global(self, fed: FederationConfig, flat: np.ndarray, client_dirs: list[Path]) -> TaskScores:
         """The published vector in the paradigm's model (with each client's private state, when it has one)."""
-        import torch
-
-        from client_agent.checkpoint import CheckpointManager
-        from client_agent.flat import load_flat_
-        from client_agent.paradigms import client_paradigm
-
-        paradigm = client_paradigm(fed.paradigm)
-        model = paradigm.prepare(paradigm.build(fed, initialise=True))
-        load_flat_(model, torch.as_tensor(flat), paradigm.exchanged)
-        if not paradigm.private_names(model):
-            return self.score(lambda _: model, one_model=True)
         if len(client_dirs) != len(self.own_eval_files):
             raise ValueError(f"{len(client_dirs)} client directories for {len(self.own_eval_files)} clients")
+        model_of_client, one_model = global_models(fed, flat, client_dirs)
+        return self.score(model_of_client, one_model=one_model)
 
-        def with_private_state(i: int) -> nn.Module:
-            ckpt = CheckpointManager(client_dirs[i] / "checkpoints").load_latest()
-            if ckpt is None or not ckpt.private:
-                raise RuntimeError(f"{client_dirs[i]} holds no checkpoint with the client's private state")
-            paradigm.load_private_state(model, ckpt.private)
-            return model
 
-        return self.score(with_private_state, one_model=False)
+def global_models(fed: FederationConfig, flat: np.ndarray,
+                  client_dirs: list[Path]) -> tuple[Callable[[int], nn.Module], bool]:
+    """(client i's model, whether every client's is the same): the published vector in the paradigm's model,
+    with client i's private state from its newest checkpoint when the paradigm keeps one (Hybrid LoRA)."""
+    import torch
+
+    from client_agent.checkpoint import CheckpointManager
+    from client_agent.flat import load_flat_
+    from client_agent.paradigms import client_paradigm
+
+    paradigm = client_paradigm(fed.paradigm)
+    model = paradigm.prepare(paradigm.build(fed, initialise=True))
+    load_flat_(model, torch.as_tensor(flat), paradigm.exchanged)
+    if not paradigm.private_names(model):
+        return (lambda _: model), True
+
+    def with_private_state(i: int) -> nn.Module:
+        ckpt = CheckpointManager(client_dirs[i] / "checkpoints").load_latest()
+        if ckpt is None or not ckpt.private:
+            raise RuntimeError(f"{client_dirs[i]} holds no checkpoint with the client's private state")
+        paradigm.load_private_state(model, ckpt.private)
+        return model
+
+    return with_private_state, False
 
 
 @dataclass(frozen=True)

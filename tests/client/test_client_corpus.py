@@ -96,6 +96,7 @@ def test_split_directory_keeps_groups_and_sidecars_together(tmp_path):
     (tmp_path / "tokens.json").write_text('{"dtype": "uint16"}')
     (tmp_path / "notes.jsonl").write_text('{"text": "hi"}\n' * 20)
     (tmp_path / ".hidden.txt").write_text("secret")
+    (tmp_path / "table.csv").write_text("a,b")
 
     parts = split_directory(tmp_path, 3)
 
@@ -103,7 +104,7 @@ def test_split_directory_keeps_groups_and_sidecars_together(tmp_path):
     assert all(parts)
     by_name = {p.name: i for i, part in enumerate(parts) for p in part}
     assert by_name["a.txt"] == by_name["b.txt"]
-    assert by_name["tokens.bin"] == by_name["tokens.json"]
+    assert "tokens.json" not in by_name and "table.csv" not in by_name  # a sidecar is read beside its .bin
     assert ".hidden.txt" not in by_name
     with pytest.raises(CorpusError, match="only 3 groups"):
         split_directory(tmp_path, 4)

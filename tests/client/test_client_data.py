@@ -1,4 +1,4 @@
-"""A site's data: loading txt/jsonl/bin, skipping bad files, and a resumable batch stream."""
+"""A site's data: loading txt/jsonl/bin, refusing unusable files, and a resumable batch stream."""
 
 from __future__ import annotations
 
@@ -21,27 +21,44 @@ def data_dir(tmp_path):
     (d / "sub").mkdir(parents=True)
     (d / "a.txt").write_text("hello")
     (d / "sub" / "b.md").write_text("héllo")
-    records = [{"text": "one"}, {"text": "two"}, {"title": "no text"}, "not json at all"]
-    (d / "c.jsonl").write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    records = [{"text": "one"}, {"text": "two"}]
+    (d / "c.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     np.array([1, 2, 3, 256], dtype=np.uint16).tofile(d / "d.bin")
-    (d / "e.txt").write_bytes(b"\xff\xfe latin-1 \xe9")  # not UTF-8
+    (d / "README").write_text("no suffix")  # text
     (d / "ignored.csv").write_text("a,b")
     return d
 
 
-def test_loads_every_format_and_counts_skips(data_dir):
+def test_loads_every_format_and_suffixless_files_as_text(data_dir):
     tokens, report = load_tokens(data_dir, TOK)
 
     eos = [TOK.eos_id]
+    readme = list(b"no suffix") + eos
     a_txt = list(b"hello") + eos
     c_jsonl = list(b"one") + eos + list(b"two") + eos
     d_bin = [1, 2, 3, 256]
     b_md = list("héllo".encode()) + eos
-    expected = a_txt + c_jsonl + d_bin + b_md  # sorted path order: a, c, d, sub/b
+    expected = readme + a_txt + c_jsonl + d_bin + b_md  # sorted path order: README, a, c, d, sub/b
     assert tokens.tolist() == expected
-    assert (report.files, report.skipped, report.skipped_records) == (4, 1, 2)
-    assert "e.txt" in report.skipped_paths[0] and "UnicodeDecodeError" in report.skipped_paths[0]
+    assert report.files == 5
     assert report.tokens == len(expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("e.txt", b"\xff\xfe latin-1 \xe9", r"e.txt: not UTF-8 text \(byte 0xff at offset 0\)"),
+        ("blob", b"ELF\x00\x01\x02", r"blob: a binary file \(it holds NUL bytes\)"),
+        ("c.jsonl", b'{"text": "ok"}\n{"text": \n', r"c.jsonl:2: not a JSON line"),
+        ("c.jsonl", b'{"text": "ok"}\n{"title": "t"}\n',
+         r"c.jsonl:2: a record with keys \['title'\] matches no schema"),
+        ("c.jsonl", b'["a"]\n', r"c.jsonl:1: a record must be a JSON object, got list"),
+    ],
+)
+def test_an_unusable_file_or_line_is_a_data_error_naming_it(data_dir, name, content, message):
+    (data_dir / name).write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        load_tokens(data_dir, TOK)
 
 
 def test_bin_sidecar_dtype_and_zero_copy(tmp_path):
@@ -52,7 +69,6 @@ def test_bin_sidecar_dtype_and_zero_copy(tmp_path):
 
     assert isinstance(tokens, np.memmap) and tokens.dtype == np.uint32
     assert tokens.tolist() == list(range(100))
-    assert report.skipped == 0
 
 
 def test_bin_from_another_tokenizer_is_an_error(tmp_path):
@@ -66,7 +82,7 @@ def test_empty_or_missing_directory_is_a_clear_error(tmp_path):
         load_tokens(tmp_path / "missing", TOK)
     with pytest.raises(DataError, match="has no data files"):
         load_tokens(tmp_path, TOK)
-    (tmp_path / "bad.txt").write_bytes(b"\xff\xff")
+    (tmp_path / "empty.txt").write_bytes(b"")
     with pytest.raises(DataError, match="no usable tokens in 1 files"):
         load_tokens(tmp_path, TOK)
 

@@ -64,8 +64,7 @@ def examples_of(prs) -> Examples:
 def test_loads_prompt_completion_records_as_examples(tmp_path):
     path = write_jsonl(
         tmp_path / "d" / "qa.jsonl",
-        [{"prompt": "ab", "completion": "cd", "extra": 1}, "not json", {"title": "neither kind"},
-         {"prompt": "é", "completion": ""}],
+        [{"prompt": "ab", "completion": "cd", "extra": 1}, "", {"prompt": "é", "completion": ""}],
     )
 
     loaded, report = load_data(tmp_path / "d", TOK)
@@ -77,8 +76,8 @@ def test_loads_prompt_completion_records_as_examples(tmp_path):
     assert loaded.starts.tolist() == [0, 5, 5 + 3]
     assert loaded.prompt_lens.tolist() == [2, 2]
     assert loaded.counted.tolist() == [3, 1]  # "cd" + EOS; EOS alone
-    assert loaded.where(1) == f"{path}:4"
-    assert (report.examples, report.tokens, report.skipped_records, report.files) == (2, 8, 2, 1)
+    assert loaded.where(1) == f"{path}:3"
+    assert (report.examples, report.tokens, report.files) == (2, 8, 1)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +88,7 @@ def test_loads_prompt_completion_records_as_examples(tmp_path):
         ({"prompt": "a", "completion": 3}, r"qa.jsonl:2: 'completion' must be a string, got int"),
         ({"prompt": ["a"], "completion": "b"}, r"qa.jsonl:2: 'prompt' must be a string, got list"),
         ({"prompt": "", "completion": "b"}, r"qa.jsonl:2: the prompt is empty"),
-        ({"text": "t", "prompt": "a", "completion": "b"}, r"qa.jsonl:2: a record has both `text` and prompt"),
+        ({"text": "t", "prompt": "a", "completion": "b"}, r"qa.jsonl:2: a record mixes the prompt/completion and text"),
     ],
 )
 def test_a_bad_prompt_completion_record_is_a_data_error_naming_its_line(tmp_path, record, message):
@@ -155,9 +154,20 @@ def test_a_long_prompt_loses_its_start_and_a_completion_that_cannot_fit_is_refus
     assert batch.tokens[0, -1] == EOS
     assert batch.mask[0].tolist() == [False, False, False, True, True, True]
 
-    refused = r"hand.jsonl:2: the completion and EOS are 7 tokens; a row of 7 holds at most 6"
+    refused = r"1 of 3 examples cannot fit a row of 7 tokens .* the first at hand.jsonl:2;"
     with pytest.raises(DataError, match=refused):
         ExampleStream(examples_of([("p", "ok"), ("p", "abcdef")]), 6, eval_examples=examples_of([("p", "q")]))
+
+
+def test_examples_cut_to_fit_are_counted_once_in_a_log_line(caplog):
+    long = [("0123456789", "ab"), ("0123456789", "c")]
+    with caplog.at_level("INFO", logger="client_agent.data"):
+        ExampleStream(examples_of([("p", "q"), *long]), 6, eval_examples=examples_of([("0123456789", "ab")]))
+        held = examples_of(long)
+        ExampleStream(held, 6, eval_examples=held)  # an evaluator's: the same examples, counted once
+    lines = [r.getMessage() for r in caplog.records if "event=examples_cut" in r.getMessage()]
+    assert lines == ["event=examples_cut examples=3 of=4 block_size=6 how=prompt_start_dropped",
+                     "event=examples_cut examples=2 of=2 block_size=6 how=prompt_start_dropped"]
 
 
 def test_masked_loss_is_the_cross_entropy_of_the_completion_and_eos_tokens_only():

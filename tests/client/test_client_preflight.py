@@ -33,6 +33,13 @@ def test_a_fitting_site_passes_and_gets_its_data_stream(tmp_path):
     assert checked.stream.block_size == 32 and checked.stream.tokens.size + checked.stream.eval_tokens.size == 4000
 
 
+def test_a_sites_eval_data_is_held_out_instead_of_the_tail_of_its_data(tmp_path):
+    held = np.arange(500, dtype=np.uint16) % 100
+    checked = check_before_join(_cfg(tmp_path), _fed(), ByteTokenizer(), TOKENS, torch.device("cpu"), held)
+
+    assert checked.stream.tokens.size == 4000 and np.array_equal(checked.stream.eval_tokens, held)
+
+
 @pytest.mark.parametrize(
     ("fed", "tokens", "device", "error", "fragment"),
     [

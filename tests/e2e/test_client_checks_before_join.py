@@ -41,6 +41,8 @@ def site(tmp_path_factory):
     (root / "data" / "a.txt").write_text(WORDS)
     (root / "short").mkdir()
     (root / "short" / "a.txt").write_text("w1 w2 w3 w4 w5")  # 5 tokens: fewer than one window of 33
+    (root / "schema").mkdir()
+    (root / "schema" / "a.jsonl").write_text('{"text": "w1 w2"}\n{"title": "w3"}\n')  # line 2: no known schema
     _hf_tokenizer(root / "tok", 200)
     try:
         yield ps, root
@@ -64,6 +66,8 @@ def _client(ps: PSNode, root: Path, client_id: str, *extra: str) -> subprocess.C
     ("case", "bad", "expected"),
     [
         ("byte-tokenizer", ("--tokenizer", None), ["tokenizer 'byte' has 257 ids (EOS 256)", "embeds 256"]),
+        ("unknown-record", ("--data", "{root}/schema"), ["a.jsonl:2: a record with keys ['title'] matches no schema"]),
+        ("eval-data", ("--eval-data", "{root}/schema"), ["a.jsonl:2: a record with keys ['title'] matches no schema"]),
         pytest.param(
             "short-data",
             ("--data", "{root}/short"),

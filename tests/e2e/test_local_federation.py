@@ -60,7 +60,6 @@ def test_local_federation_on_a_users_own_directory(tmp_path):
     words = ["federated ", "learning ", "across ", "sites ", "with ", "slow ", "links\n"]
     for name in ("alpha", "beta", "gamma", "delta"):
         (data / f"{name}.txt").write_text("".join(rng.choice(words, 20000)))
-    (data / "broken.txt").write_bytes(b"\xff\xfe not utf-8 \xc3\x28")
     out = subprocess.run(
         [GEOFED, "local", "--clients", "2", "--duration", "20", "--data", str(data),
          "--run-dir", str(tmp_path / "runs"), "--quiet"],

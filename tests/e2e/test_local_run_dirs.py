@@ -35,14 +35,16 @@ def test_runs_in_the_same_second_get_distinct_readable_directories(tmp_path):
 
 
 def test_two_local_runs_started_at_once_both_get_a_run_directory(tmp_path):
-    # A data directory with nothing to split: each run creates its run directory, then stops with one line.
+    # Data too small to split (one file for 3 clients and a held-out share): each run creates its run
+    # directory, then stops with one line.
     (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("one file")
     cmd = [GEOFED, "local", "--data", str(tmp_path / "data"), "--run-dir", str(tmp_path / "runs")]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
 
     for p, (_, err) in zip(procs, outs, strict=True):
         assert "Traceback" not in err and "FileExistsError" not in err, err
-        assert p.returncode == 2 and re.search(r"geofed local: .*has no files", err), err
+        assert p.returncode == 2 and re.search(r"geofed local: only 1 groups to share among 4 clients", err), err
     made = sorted(d.name for d in (tmp_path / "runs").iterdir())
     assert len(made) == 2 and all(re.fullmatch(r"\d{8}-\d{6}(-\d+)?", n) for n in made), made

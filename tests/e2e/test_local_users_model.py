@@ -68,7 +68,6 @@ def test_a_stated_vocab_the_checkpoint_contradicts_is_refused_before_anything_st
 @pytest.mark.parametrize(
     ("case", "flags", "expected"),
     [
-        ("paradigm", ("--paradigm", "lora"), "--paradigm fine-tunes the built-in byte-level base model"),
         ("small-vocab", ("--set", "model.vocab_size=300", "--set", "model.path="),
          "has 2000 ids (EOS 0) but the federation's model embeds 300"),
     ],
@@ -79,3 +78,15 @@ def test_a_tokenizer_local_cannot_train_with_is_refused_before_anything_starts(u
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stderr.startswith("geofed local: ") and expected in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_docstring_preset_with_a_users_tokenizer_is_refused_before_anything_starts(user, tmp_path):
+    """Without --data, --paradigm trains the built-in byte-level base on the docstring task: another tokenizer
+    has nothing to train there."""
+    runs = tmp_path / "runs"
+    out = subprocess.run([GEOFED, "local", "--paradigm", "lora", "--tokenizer", str(user["bpe"]), "--run-dir", str(runs)],
+                         capture_output=True, text=True, timeout=120)
+
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stderr.startswith("geofed local: --paradigm without --data fine-tunes the built-in byte-level base")
+    assert not runs.exists()

@@ -1,0 +1,109 @@
+"""JSONL records: the schemas a site's data may use, each read as a text document or a prompt/completion pair.
+
+One schema per record, recognised by its keys:
+
+- `prompt`/`completion`: the pair as given;
+- `instruction`/`input`/`output` (Alpaca): the prompt is the instruction, then a blank line and the input
+  when there is one; the completion is the output;
+- `text`: a text document;
+- `messages`: a chat, a list of `{role, content}` whose last message is the assistant's; rendered with the
+  tokenizer's chat template (the earlier messages with the generation prompt are the prompt, the rest of
+  the rendered chat the completion). A tokenizer without a chat template (the byte tokenizer) cannot
+  render one, so such data is refused, not read as something else.
+
+Anything else (a line that is not JSON, a record of no schema or of two) is a DataError naming the file,
+the line and the schemas expected: a site never trains on silently fewer records than it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+SCHEMAS = "prompt/completion, instruction/input/output, text or messages"
+Record = str | tuple[str, str]  # a text document, or (prompt, completion)
+
+# Each schema's keys, and of those the ones it requires.
+_KEYS = {
+    "prompt/completion": (("prompt", "completion"), ("prompt", "completion")),
+    "instruction/input/output": (("instruction", "input", "output"), ("instruction", "output")),
+    "text": (("text",), ("text",)),
+    "messages": (("messages",), ("messages",)),
+}
+
+
+class DataError(ValueError):
+    """Training data that cannot be used; one readable line."""
+
+
+def _strings(record: dict, keys: tuple[str, ...], where: str) -> list[str]:
+    """The values of `keys`, each a string, or a DataError naming the first that is not."""
+    for key in keys:
+        if not isinstance(record[key], str):
+            raise DataError(f"{where}: {key!r} must be a string, got {type(record[key]).__name__}")
+    return [record[k] for k in keys]
+
+
+def _schema(record: dict, where: str) -> str:
+    """The one schema whose keys the record has (any of them: a partial record names what it lacks)."""
+    found = [name for name, (keys, _) in _KEYS.items() if any(k in record for k in keys)]
+    if not found:
+        raise DataError(f"{where}: a record with keys {sorted(record)[:6]} matches no schema (expected {SCHEMAS})")
+    if len(found) > 1:
+        raise DataError(f"{where}: a record mixes the {' and '.join(found)} schemas; give one per record")
+    missing = [k for k in _KEYS[found[0]][1] if k not in record]
+    if missing:
+        raise DataError(f"{where}: a {found[0]} record has no {missing[0]!r} field")
+    return found[0]
+
+
+def _chat(tokenizer: object, messages: object, where: str) -> tuple[str, str]:
+    """(prompt, completion) of a chat rendered with the tokenizer's chat template."""
+    render = getattr(tokenizer, "render_chat", None)
+    if render is None or not getattr(tokenizer, "has_chat_template", False):
+        raise DataError(f"{where}: a messages record needs a tokenizer with a chat template; "
+                        f"the {getattr(tokenizer, 'name', '?')} tokenizer has none (give prompt/completion records)")
+    ok = isinstance(messages, list) and messages and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages)
+    if not ok:
+        raise DataError(f"{where}: 'messages' must be a non-empty list of {{role, content}} strings")
+    if messages[-1]["role"] != "assistant" or len(messages) < 2:
+        raise DataError(f"{where}: a chat's last message must be the assistant's, after at least one other")
+    prompt = render(messages[:-1], add_generation_prompt=True)
+    whole = render(messages, add_generation_prompt=False)
+    completion = whole[len(prompt):] if whole.startswith(prompt) else messages[-1]["content"]
+    return prompt, completion
+
+
+def read_record(record: object, where: str, tokenizer: object) -> Record:
+    """A JSON value as a text document or a (prompt, completion) pair; a DataError naming `where` otherwise."""
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: a record must be a JSON object, got {type(record).__name__} (expected {SCHEMAS})")
+    schema = _schema(record, where)
+    if schema == "text":
+        return _strings(record, ("text",), where)[0]
+    if schema == "messages":
+        prompt, completion = _chat(tokenizer, record["messages"], where)
+    elif schema == "prompt/completion":
+        prompt, completion = _strings(record, ("prompt", "completion"), where)
+    else:
+        instruction, output = _strings(record, ("instruction", "output"), where)
+        extra = _strings(record, ("input",), where)[0] if record.get("input") is not None else ""
+        prompt, completion = (f"{instruction}\n\n{extra}" if extra else instruction), output
+    if not prompt:
+        raise DataError(f"{where}: the prompt is empty (the completion's first token needs one to follow)")
+    return prompt, completion
+
+
+def jsonl_records(raw: str, path: object, tokenizer: object) -> Iterator[tuple[Record, int]]:
+    """Each non-blank line's record and its 1-based line number; a line that is not JSON is a DataError."""
+    for number, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: not a JSON line ({exc.msg}, column {exc.colno})") from None
+        yield read_record(record, where, tokenizer), number
