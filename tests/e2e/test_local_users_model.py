@@ -84,8 +84,10 @@ def test_the_docstring_preset_with_a_users_tokenizer_is_refused_before_anything_
     """Without --data, --paradigm trains the built-in byte-level base on the docstring task: another tokenizer
     has nothing to train there."""
     runs = tmp_path / "runs"
-    out = subprocess.run([GEOFED, "local", "--paradigm", "lora", "--tokenizer", str(user["bpe"]), "--run-dir", str(runs)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [GEOFED, "local", "--paradigm", "lora", "--tokenizer", str(user["bpe"]), "--run-dir", str(runs)],
+        capture_output=True, text=True, timeout=120,
+    )
 
     assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stderr.startswith("geofed local: --paradigm without --data fine-tunes the built-in byte-level base")
