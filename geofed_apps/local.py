@@ -208,6 +208,10 @@ def run_local_federation(opts: LocalOptions) -> int:
         preset = split.settings() if split else _finetune_preset(opts.paradigm) if opts.paradigm else {}
         data = apply_overrides(merge_settings(merge_settings(LOCAL_DEFAULTS, preset),
                                               load_settings_file(opts.federation_file)), opts.overrides)
+        if opts.paradigm and split is None:
+            from .finetune.preset import with_base_targets
+
+            data = with_base_targets(data, preset["model"]["path"])
         if opts.ps_shards > 1:
             data["ps_shards"] = opts.ps_shards
         fill_run_duration(data, opts.duration_s)

@@ -26,6 +26,8 @@ from .answers import AnswerScores
 from .task import QAPair, read_pairs, stdlib_qa_split, write_split
 
 _ADAPTER = {"rank": 16, "alpha": 32.0}  # wrapped layers: the architecture's defaults (paradigm.target_modules)
+# The built-in base's adapters wrap attention and MLP alike: the layers its benchmarks (docs/benchmarks.md) used.
+BASE_TARGETS = ["c_attn", "c_proj", "c_fc"]
 _COMMON: dict = {
     "training": {"batch_size": 8, "local_steps": 20, "warmup_steps": 10, "sync_interval_s": 30.0, "eval_every": 20},
     "aggregation": {"mode": "sync", "quorum": 1.0, "straggler_timeout_s": 60.0, "global_lr": 1.0,
@@ -50,6 +52,16 @@ def preset_settings(name: str, base_model: Path) -> dict:
     if name not in PRESETS:
         raise KeyError(f"no fine-tuning preset {name!r}; known: {', '.join(sorted(PRESETS))}")
     return merge_settings(merge_settings(_COMMON, PRESETS[name]), {"model": {"path": str(base_model)}})
+
+
+def with_base_targets(settings: dict, base_model: str) -> dict:
+    """`settings` with the built-in base's adapter layers when the model is that base and no layers are stated;
+    any other model keeps its architecture's defaults."""
+    paradigm = settings.get("paradigm") or {}
+    if ("rank" in paradigm and "target_modules" not in paradigm
+            and (settings.get("model") or {}).get("path") == base_model):
+        return merge_settings(settings, {"paradigm": {"target_modules": BASE_TARGETS}})
+    return settings
 
 
 @dataclass

@@ -64,3 +64,19 @@ def test_a_gpt2_model_gets_c_attn_by_default():
     fed = FederationConfig.model_validate({"model": {**LLAMA, "family": "gpt2"},
                                            "paradigm": {"name": "lora", "rank": 4}})
     assert _wrapped(fed) == {"c_attn"}
+
+
+def test_the_built_in_base_keeps_the_layers_its_benchmarks_measured_and_another_model_does_not(llama_dir, tmp_path):
+    from geofed_apps.finetune.preset import BASE_TARGETS, with_base_targets
+
+    base = str(tmp_path / "base")
+    on_base = with_base_targets(preset_settings("lora", base), base)
+    assert on_base["paradigm"]["target_modules"] == BASE_TARGETS == ["c_attn", "c_proj", "c_fc"]
+
+    elsewhere = preset_settings("lora", base)
+    elsewhere["model"] = {**LLAMA, "path": str(llama_dir), "block_size": 64}
+    assert "target_modules" not in with_base_targets(elsewhere, base)["paradigm"]
+
+    stated = preset_settings("lora", base)
+    stated["paradigm"]["target_modules"] = ["c_attn"]
+    assert with_base_targets(stated, base)["paradigm"]["target_modules"] == ["c_attn"]
