@@ -12,11 +12,11 @@ from geofed.wan import cli as wan_cli
 from geofed_operator import cli as operator_cli
 from ps_server import cli as ps_cli
 
-from . import local
+from . import export, local
 
 # Each module defines `add_commands(subparsers)` and keeps heavy imports (torch, kopf) inside its
 # handlers, so `geofed --help` stays fast. The order is the order of `geofed --help`.
-SUBSYSTEMS = (ps_cli, client_cli, local, operator_cli, wan_cli)
+SUBSYSTEMS = (ps_cli, client_cli, local, export, operator_cli, wan_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:
