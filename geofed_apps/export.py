@@ -22,14 +22,13 @@ import argparse
 import json
 import shutil
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from geofed.cli_flags import SettingsError, load_settings_file, validate_settings
 from geofed.config import FederationConfig
-from geofed.manifest import TensorEntry
+from geofed.manifest import manifest_difference
 from ps_server.checkpoint import CheckpointStore, PSCheckpoint
 
 from .shards import newest_sharded
@@ -70,6 +69,9 @@ def run_export(args: argparse.Namespace) -> int:
     """The command's handler: every refusal is one line on stderr and exit code 2, before anything is written."""
     try:
         _require_torch()
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the command's output is its own lines
         ckpt_path = Path(args.checkpoint).expanduser()
         ckpt = load_checkpoint(ckpt_path)
         fed = load_federation(args.federation, ckpt_path)
@@ -90,9 +92,9 @@ def run_export(args: argparse.Namespace) -> int:
 
 def _require_torch() -> None:
     try:
-        import peft  # noqa: F401
-        import torch  # noqa: F401
+        import torch  # noqa: F401 - first: transformers without torch warns on stderr
         import transformers  # noqa: F401
+        import peft  # noqa: F401  # isort: skip
     except ImportError as exc:
         raise ExportError(f"export rebuilds the model with torch, transformers and peft, and this Python lacks "
                           f"{exc.name or 'one of them'}: run it where the client agent is installed") from None
@@ -186,17 +188,16 @@ def build_global_model(fed: FederationConfig) -> GlobalModel:
     return GlobalModel(paradigm, model)
 
 
-def check_manifest(stored: Sequence[TensorEntry], expected: Sequence[TensorEntry]) -> None:
-    """Refuse a checkpoint whose tensors are not the model's exchanged ones, naming the first that differs."""
-    for i in range(max(len(stored), len(expected))):
-        have = (stored[i].name, tuple(stored[i].shape)) if i < len(stored) else None
-        want = (expected[i].name, tuple(expected[i].shape)) if i < len(expected) else None
-        if have != want:
-            def text(t):
-                return "nothing" if t is None else f"{t[0]} {list(t[1])}"
-            raise ExportError(f"the checkpoint does not fit the federation's model: tensor {i} is {text(have)} in the "
-                              f"checkpoint and {text(want)} in the model (other settings, or another federation's "
-                              "checkpoint?)")
+def federation_tokenizer(spec: str, fed: FederationConfig):
+    """The tokenizer written beside the model ("byte" or a local directory), checked against the model's vocabulary."""
+    from client_agent.tokenizer import TokenizerError
+
+    from .hf_tokenizer import federation_tokenizer as hf_tokenizer
+
+    try:
+        return hf_tokenizer(spec, model_max_length=fed.model.block_size, model_vocab=fed.model.vocab_size)
+    except TokenizerError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def export_checkpoint(ckpt: PSCheckpoint, fed: FederationConfig, out: Path, *, tokenizer: str) -> list[str]:
@@ -204,41 +205,39 @@ def export_checkpoint(ckpt: PSCheckpoint, fed: FederationConfig, out: Path, *, t
     from client_agent.model import ModelConfigError
     from client_agent.paradigms import ParadigmError
 
+    hf_tokenizer = federation_tokenizer(tokenizer, fed)  # refused before the model is built
     try:
         built = build_global_model(fed)
     except (ModelConfigError, ParadigmError) as exc:
         raise ExportError(f"cannot build the federation's model: {exc}") from None
-    return export_global_model(built, ckpt, fed, out, tokenizer=tokenizer)
+    return export_global_model(built, ckpt, fed, out, hf_tokenizer, tokenizer_name=tokenizer)
 
 
-def export_global_model(built: GlobalModel, ckpt: PSCheckpoint, fed: FederationConfig, out: Path, *,
-                        tokenizer: str) -> list[str]:
-    """Load `ckpt` into `built` (a client-built model, e.g. `geofed local`'s evaluator's) and write it to `out`.
+def export_global_model(built: GlobalModel, ckpt: PSCheckpoint, fed: FederationConfig, out: Path, tokenizer, *,
+                        tokenizer_name: str) -> list[str]:
+    """Load `ckpt` into `built` (a client-built model, e.g. `geofed local`'s evaluator's) and write it to `out`,
+    with `tokenizer` (`federation_tokenizer`'s) beside it.
 
-    Everything goes to a sibling folder first and is renamed to `out` at the end, so a refusal (a tokenizer
-    that does not load) leaves no half-written directory. The merge may change `built.model` in place.
+    Everything goes to a sibling folder first and is renamed to `out` at the end, so a failure leaves no
+    half-written directory. The merge may change `built.model` in place.
     """
     import torch
 
     from client_agent.flat import load_flat_
-    from client_agent.tokenizer import TokenizerError
-
-    from .hf_tokenizer import write_tokenizer
 
     paradigm, model = built.paradigm, built.model
-    check_manifest(ckpt.manifest, paradigm.manifest(model))
+    difference = manifest_difference(ckpt.manifest, paradigm.manifest(model))
+    if difference is not None:
+        raise ExportError("the checkpoint does not fit the federation's model (other settings, or another "
+                          f"federation's checkpoint?): {difference}")
     load_flat_(model, torch.as_tensor(ckpt.flat), paradigm.exchanged)
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        try:
-            tok_line = write_tokenizer(tokenizer, tmp, model_max_length=fed.model.block_size,
-                                       model_vocab=fed.model.vocab_size)
-        except TokenizerError as exc:
-            raise ExportError(str(exc)) from None
-        report = {"version": ckpt.version, "paradigm": fed.paradigm.name, "model": ".", "tokenizer": tokenizer}
-        lines = [f"model: {out} (AutoModelForCausalLM)", f"tokenizer: {tok_line}"]
+        tokenizer.save_pretrained(tmp)
+        report = {"version": ckpt.version, "paradigm": fed.paradigm.name, "model": ".", "tokenizer": tokenizer_name}
+        lines = [f"model: {out} (AutoModelForCausalLM)", f"tokenizer: {tokenizer_name} ({len(tokenizer)} ids)"]
         adapters = _adapter_names(paradigm, model)
         if adapters and all(paradigm.exchanged(n, p) for n, p in adapters):
             report |= _write_adapter(built, fed, tmp, out)

@@ -45,8 +45,9 @@ def _bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-def write_tokenizer(spec: str, out: Path, *, model_max_length: int, model_vocab: int) -> str:
-    """Save the tokenizer `spec` ("byte" or a local tokenizer directory) into `out`; a line naming what was written.
+def federation_tokenizer(spec: str, *, model_max_length: int, model_vocab: int):
+    """The Hugging Face tokenizer for `spec` ("byte" or a local tokenizer directory), to `save_pretrained` beside
+    the model.
 
     Raises `client_agent.tokenizer.TokenizerError` for a directory that does not load or whose ids the model
     cannot embed.
@@ -55,12 +56,10 @@ def write_tokenizer(spec: str, out: Path, *, model_max_length: int, model_vocab:
 
     if spec == "byte":
         check_vocab(ByteTokenizer(), model_vocab)
-        byte_tokenizer(model_max_length).save_pretrained(out)
-        return "byte (256 bytes + EOS 256)"
+        return byte_tokenizer(model_max_length)
     check_vocab(load_tokenizer(spec), model_vocab)  # loads it, refusing what is not a local tokenizer
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(Path(spec).expanduser(), local_files_only=True)
     tokenizer.model_max_length = model_max_length
-    tokenizer.save_pretrained(out)
-    return f"{spec} ({len(tokenizer)} ids)"
+    return tokenizer

@@ -386,13 +386,16 @@ def _watch(records: list[dict], clients, tails, admin, opts, latest, evaluation:
 def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, ckpt: PSCheckpoint,
                    fed: FederationConfig) -> None:
     """metrics.jsonl, the final global model as `geofed export` writes it (`final_model/`), loss-vs-time PNG."""
-    from .export import GlobalModel, export_global_model
+    from .export import ExportError, GlobalModel, export_global_model, federation_tokenizer
 
     with open(run / "metrics.jsonl", "w") as f:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
-    export_global_model(GlobalModel(evaluator.paradigm, evaluator.model), ckpt, fed, run / "final_model",
-                        tokenizer=fed.model.tokenizer)
+    try:
+        export_global_model(GlobalModel(evaluator.paradigm, evaluator.model), ckpt, fed, run / "final_model",
+                            federation_tokenizer(fed.model.tokenizer, fed), tokenizer_name=fed.model.tokenizer)
+    except ExportError as exc:  # the run's other outputs still matter
+        _say(f"warning: final_model/ not written: {exc}")
     _plot(run / "loss.png", records)
 
 
