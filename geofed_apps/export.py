@@ -74,7 +74,8 @@ def run_export(args: argparse.Namespace) -> int:
         hf_logging.disable_progress_bar()  # the command's output is its own lines
         ckpt_path = Path(args.checkpoint).expanduser()
         ckpt = load_checkpoint(ckpt_path)
-        fed = load_federation(args.federation, ckpt_path)
+        settings = find_settings(args.federation, ckpt_path)
+        fed = load_federation(settings)
         if fed.paradigm.needs_trainer:
             raise ExportError(f"paradigm {fed.paradigm.name} splits the model: the PS holds the client layers only, "
                               "the split trainer the rest, and export cannot put them together")
@@ -85,6 +86,7 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"geofed export: {exc}", file=sys.stderr, flush=True)
         return 2
     print(f"geofed export: global v{ckpt.version} of a {fed.paradigm.name} federation -> {out}", flush=True)
+    print(f"  settings: {settings}", flush=True)
     for line in lines:
         print(f"  {line}", flush=True)
     return 0
@@ -115,21 +117,27 @@ def load_checkpoint(path: Path) -> PSCheckpoint:
         return ckpt
     if not path.is_dir():
         raise ExportError(f"--checkpoint {path} is neither a file nor a directory")
-    dirs = sorted({p.parent for p in path.rglob("ps-v*.safetensors")})
+    # A shard's `prepared/` folder holds a version not yet committed (ps_server.shards.shard.ShardCore).
+    dirs = sorted({p.parent for p in path.rglob("ps-v*.safetensors") if p.parent.name != "prepared"})
     stores = [CheckpointStore(d) for d in dirs]
     stores = [s for s in stores if s.files()]
     if not stores:
         raise ExportError(f"no PS checkpoint (ps-v<version>.safetensors) under {path}")
-    shards = [s for s in stores if _shard_of(_load_file(s.files()[0])) is not None]
+    newest = [_load_file(s.files()[0]) for s in stores]
+    shards = [s for s, c in zip(stores, newest, strict=True) if _shard_of(c) is not None]
     if shards:
         ckpt = newest_sharded([s.dir for s in shards])
         if ckpt is None:
             raise ExportError(f"the {len(shards)} PS shards under {path} hold no version in common")
+        total = max(int(c.aggregator["total"]) for c in newest if _shard_of(c) is not None)
+        if ckpt.flat.size != total:
+            raise ExportError(f"the PS shards under {path} hold {ckpt.flat.size} of the model's {total} elements: "
+                              "a shard's checkpoint directory is missing")
         return ckpt
     if len(stores) > 1:
         raise ExportError(f"{path} holds the checkpoints of {len(stores)} PSs ({', '.join(str(s.dir) for s in stores)})"
                           ": pass one of them")
-    return _load_file(stores[0].files()[0])
+    return newest[0]
 
 
 def _load_file(path: Path) -> PSCheckpoint:
@@ -145,7 +153,7 @@ def _shard_of(ckpt: PSCheckpoint) -> int | None:
     return int(index) if index is not None and "lo" in ckpt.aggregator else None
 
 
-def load_federation(settings: str | None, checkpoint: Path) -> FederationConfig:
+def find_settings(settings: str | None, checkpoint: Path) -> str:
     """`settings`, or the federation.yaml in the checkpoint's folder or one of the three above it."""
     if settings is None:
         start = checkpoint if checkpoint.is_dir() else checkpoint.parent
@@ -153,6 +161,10 @@ def load_federation(settings: str | None, checkpoint: Path) -> FederationConfig:
         if not found:
             raise ExportError(f"no {SETTINGS_NAME} beside {checkpoint} or above it: pass --federation SETTINGS")
         settings = str(found[0])
+    return settings
+
+
+def load_federation(settings: str) -> FederationConfig:
     try:
         return validate_settings(FederationConfig, load_settings_file(settings))
     except SettingsError as exc:

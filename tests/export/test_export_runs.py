@@ -6,6 +6,7 @@ command in a subprocess, loaded back with transformers and peft as a user would.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -43,9 +44,11 @@ def logits(model, text: str = TEXT) -> torch.Tensor:
 
 
 def trained(run: LocalRun) -> Path:
-    """The run directory, once its PS holds a version made of the clients' updates (Θ0 is version 1)."""
+    """The run directory, once its PS holds a version made of the clients' training steps (Θ0 is version 1)."""
     assert run.run_dir is not None, run.stdout
     assert CheckpointStore(run.run_dir / "ps").load_latest().version >= 2, run.stdout
+    records = [json.loads(line) for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("step", 0) for r in records) > 0, "the clients took no training step: CPUs too busy?"
     return run.run_dir
 
 
@@ -56,7 +59,7 @@ def pretrain_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory) -> Path:
-    return trained(run_local(tmp_path_factory.mktemp("lora"), "--clients", "2", "--duration", "12",
+    return trained(run_local(tmp_path_factory.mktemp("lora"), "--clients", "2", "--duration", "20",
                              "--set", "paradigm.name=lora"))
 
 

@@ -6,6 +6,7 @@ builds, with its weights changed as training would change them; the export is th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,15 +26,9 @@ from ps_server.checkpoint import CheckpointStore, PSCheckpoint
 TEXT = "Permission is hereby granted, free of charge, to any person — grüße"
 
 
-@pytest.fixture(scope="module")
-def user_ps(tmp_path_factory) -> Path:
-    """A PS work dir: federation.yaml (Llama at model.path, the BPE tokenizer) and one checkpoint of it."""
-    root = tmp_path_factory.mktemp("user")
-    tok = make_bpe_tokenizer(root / "tokenizer", vocab_size=2000)
-    llama = make_llama_checkpoint(root / "llama", vocab_size=2000, n_layer=2, n_embd=64, n_head=4, eos_id=0)
-    settings = {"model": {"family": "llama", "path": str(llama), "tokenizer": str(tok), "vocab_size": 2000,
-                          "block_size": 128, "n_embd": 64, "n_head": 4, "n_layer": 2}}
-    ps = root / "ps"
+def write_ps(ps: Path, settings: dict) -> Path:
+    """federation.yaml and one checkpoint (version 7) of what the PS would hold: the exchanged vector of the
+    model the clients build, changed as training changes it."""
     (ps / "ckpt").mkdir(parents=True)
     (ps / "federation.yaml").write_text(yaml.safe_dump(settings))
     fed = FederationConfig.model_validate(settings)
@@ -43,6 +38,22 @@ def user_ps(tmp_path_factory) -> Path:
     flat = flat + np.random.default_rng(0).normal(0, 0.01, flat.shape).astype(np.float32)  # "trained"
     CheckpointStore(ps / "ckpt").save(PSCheckpoint(7, flat, tuple(manifest(model, paradigm.exchanged)), {}, {}))
     return ps
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory) -> dict:
+    """The user's model settings: their Llama checkpoint at model.path and their BPE tokenizer."""
+    root = tmp_path_factory.mktemp("user")
+    tok = make_bpe_tokenizer(root / "tokenizer", vocab_size=2000)
+    llama = make_llama_checkpoint(root / "llama", vocab_size=2000, n_layer=2, n_embd=64, n_head=4, eos_id=0)
+    return {"family": "llama", "path": str(llama), "tokenizer": str(tok), "vocab_size": 2000, "block_size": 128,
+            "n_embd": 64, "n_head": 4, "n_layer": 2}
+
+
+@pytest.fixture(scope="module")
+def user_ps(user_files, tmp_path_factory) -> Path:
+    """A PS work dir of a pretraining federation of the user's model."""
+    return write_ps(tmp_path_factory.mktemp("pretrain") / "ps", {"model": user_files})
 
 
 def geofed_export(*args: str, python_prelude: str | None = None) -> subprocess.CompletedProcess:
@@ -62,7 +73,8 @@ def test_llama_export_carries_the_bpe_tokenizer_and_generates(user_ps, tmp_path)
     assert "global v7 of a pretrain federation" in run.stdout
 
     ours = AutoTokenizer.from_pretrained(tmp_path / "model")
-    theirs = AutoTokenizer.from_pretrained(user_ps.parent / "tokenizer")
+    theirs = AutoTokenizer.from_pretrained(FederationConfig.model_validate(
+        yaml.safe_load((user_ps / "federation.yaml").read_text())).model.tokenizer)
     assert len(ours) == len(theirs) == 2000
     assert ours.encode(TEXT) == theirs.encode(TEXT)
     assert ours.eos_token_id == theirs.eos_token_id
@@ -139,3 +151,43 @@ def test_a_tokenizer_the_model_cannot_embed_is_refused(user_ps, tmp_path):
     out = tmp_path / "model"
     run = geofed_export("--checkpoint", str(user_ps / "ckpt"), "--out", str(out), "--tokenizer", str(big))
     refused(run, out, "3000 ids", "embeds 2000")
+
+
+def test_lora_on_a_model_path_writes_adapters_naming_that_base_and_the_merged_model(user_files, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    ps = write_ps(tmp_path / "ps", {"model": user_files, "paradigm": {
+        "name": "lora", "target_modules": ["q_proj", "v_proj"], "rank": 4}})
+    run = geofed_export("--checkpoint", str(ps / "ckpt"), "--out", str(tmp_path / "model"))
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    assert not (tmp_path / "model" / "base").exists()  # the base is the user's own checkpoint
+    config = json.loads((tmp_path / "model" / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(Path(user_files["path"]).resolve())
+    ids = torch.tensor([[5, 17, 300, 1999, 42]])
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"]),
+                                        tmp_path / "model" / "adapter").eval()
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()
+    base = AutoModelForCausalLM.from_pretrained(user_files["path"]).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(ids).logits, merged(ids).logits, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(base(ids).logits, merged(ids).logits, atol=1e-3)
+
+
+def test_hybrid_lora_exports_the_shared_base_and_says_the_adapters_stay_at_the_sites(user_files, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    ps = write_ps(tmp_path / "ps", {"model": user_files, "paradigm": {
+        "name": "hybrid-lora", "target_modules": ["q_proj"], "rank": 4}})
+    run = geofed_export("--checkpoint", str(ps / "ckpt"), "--out", str(tmp_path / "model"))
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    assert "adapters are private to each site" in run.stdout
+    assert not (tmp_path / "model" / "adapter").exists()
+    report = json.loads((tmp_path / "model" / "geofed-export.json").read_text())
+    assert report["paradigm"] == "hybrid-lora" and "shared base" in report["note"]
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    flat = CheckpointStore(ps / "ckpt").load_latest().flat
+    embed = model.model.embed_tokens.weight
+    np.testing.assert_array_equal(embed.detach().numpy().reshape(-1), flat[: embed.numel()])
