@@ -76,9 +76,7 @@ def run_export(args: argparse.Namespace) -> int:
         ckpt = load_checkpoint(ckpt_path)
         settings = find_settings(args.federation, ckpt_path)
         fed = load_federation(settings)
-        if fed.paradigm.needs_trainer:
-            raise ExportError(f"paradigm {fed.paradigm.name} splits the model: the PS holds the client layers only, "
-                              "the split trainer the rest, and export cannot put them together")
+        check_exportable(fed)
         out = Path(args.out).expanduser()
         _check_out(out)
         lines = export_checkpoint(ckpt, fed, out, tokenizer=args.tokenizer or fed.model.tokenizer)
@@ -171,6 +169,13 @@ def load_federation(settings: str) -> FederationConfig:
         raise ExportError(str(exc).strip()) from None
 
 
+def check_exportable(fed: FederationConfig) -> None:
+    """Refuse a paradigm whose model the PS does not hold whole (fsl-sage's server part is the split trainer's)."""
+    if fed.paradigm.needs_trainer:
+        raise ExportError(f"paradigm {fed.paradigm.name} splits the model: the PS holds the client layers only, "
+                          "the split trainer the rest, and export cannot put them together")
+
+
 def _check_out(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"--out {out} exists and is not an empty directory")
@@ -237,6 +242,7 @@ def export_global_model(built: GlobalModel, ckpt: PSCheckpoint, fed: FederationC
 
     from client_agent.flat import load_flat_
 
+    check_exportable(fed)
     paradigm, model = built.paradigm, built.model
     difference = manifest_difference(ckpt.manifest, paradigm.manifest(model))
     if difference is not None:
