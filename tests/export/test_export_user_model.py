@@ -191,3 +191,11 @@ def test_hybrid_lora_exports_the_shared_base_and_says_the_adapters_stay_at_the_s
     flat = CheckpointStore(ps / "ckpt").load_latest().flat
     embed = model.model.embed_tokens.weight
     np.testing.assert_array_equal(embed.detach().numpy().reshape(-1), flat[: embed.numel()])
+
+
+def test_a_split_learning_federation_is_refused(user_ps, tmp_path):
+    (tmp_path / "fed.yaml").write_text(yaml.safe_dump({"paradigm": {"name": "fsl-sage"}}))
+    out = tmp_path / "model"
+    run = geofed_export("--checkpoint", str(user_ps / "ckpt"), "--federation", str(tmp_path / "fed.yaml"),
+                        "--out", str(out))
+    refused(run, out, "paradigm fsl-sage splits the model", "the split trainer the rest")
