@@ -13,11 +13,11 @@ from geofed.wan import cli as wan_cli
 from geofed_operator import cli as operator_cli
 from ps_server import cli as ps_cli
 
-from . import local, tokenizer_id
+from . import export, local, tokenizer_id
 
 # Each module defines `add_commands(subparsers)` and keeps heavy imports (torch, kopf) inside its
 # handlers, so `geofed --help` stays fast. The order is the order of `geofed --help`.
-SUBSYSTEMS = (ps_cli, client_cli, local, tokenizer_id, operator_cli, wan_cli)
+SUBSYSTEMS = (ps_cli, client_cli, local, export, tokenizer_id, operator_cli, wan_cli)
 
 
 def version_text() -> str:

@@ -27,8 +27,9 @@ class GlobalEvaluator:
         import torch
 
         from client_agent.data import load_data, open_stream
-        from client_agent.paradigms import client_paradigm
         from client_agent.tokenizer import load_tokenizer
+
+        from .export import build_global_model
 
         torch.set_num_threads(1)
         # Text or prompt/completion examples, tokenised as every client tokenises them (model.tokenizer).
@@ -37,9 +38,8 @@ class GlobalEvaluator:
         self.batches = self.stream.eval_batches(EVAL_BATCHES, EVAL_BATCH_SIZE)
         # The paradigm builds and reparametrises the model as every client does (seeded init or `model.path`:
         # this is Θ0), and says which parameters the PS's flat vector holds.
-        self.paradigm = client_paradigm(fed.paradigm)
-        self.model = self.paradigm.prepare(self.paradigm.build(fed, initialise=True))
-        self.model.eval()
+        built = build_global_model(fed)
+        self.paradigm, self.model = built.paradigm, built.model
 
     def loss(self, flat: np.ndarray | None = None) -> float:
         """Mean loss over the fixed batches, of Θ0 or of the flat parameters `flat` (which stay loaded)."""

@@ -32,6 +32,8 @@ from .run_dir import new_run_dir
 from .user_data import check_user_data
 
 if TYPE_CHECKING:
+    from ps_server.checkpoint import PSCheckpoint
+
     from .evaluate import GlobalEvaluator
 
 
@@ -310,13 +312,23 @@ def run_local_federation(opts: LocalOptions) -> int:
         )
         t_watch = time.time()
         privacy = PrivacyWatch(admin, _say) if fed.privacy.enabled else None
-        records = _watch(clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy, links)
+        records: list[dict] = []
+        try:
+            _watch(records, clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy, links)
+            interrupted = False
+        except KeyboardInterrupt:  # Ctrl-C: stop training, but keep and export what was trained
+            interrupted = True
+            _say("interrupted: stopping the clients; the parameter server saves the global model "
+                 "(Ctrl-C again to quit without it)")
+            stop_all(clients)
+            for tail in tails:
+                records.extend({**rec, "elapsed_s": time.monotonic() - t0} for rec in tail.new())
         evaluator, initial = evaluation.result()
         records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0})
-        traffic = _traffic(admin)
+        traffic = _traffic(admin) if not interrupted else None  # the PS may be stopping: Ctrl-C reached it too
         admin.close()
         rings = ps_set.ring_summary()
-        failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None)]
+        failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None) and not interrupted]
         if privacy is not None and privacy.spent:  # the PS refused their deltas at the budget: the intended stop
             failed = [i for i in failed if not stopped_by_budget(logs / f"client-{i}.log")]
             _say(f"privacy budget spent at global v{privacy.last['version']}: ε {privacy.last['privacy_epsilon']:.4g} "
@@ -330,12 +342,14 @@ def run_local_federation(opts: LocalOptions) -> int:
         final = evaluator.loss(ckpt.flat) if split is None else split.full_loss(evaluator, fed, ckpt.flat)
         records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": final,
                         "elapsed_s": time.monotonic() - t0})
-        _write_outputs(run, records, evaluator, ckpt.flat)
+        _write_outputs(run, records, evaluator, ckpt, fed)
         if failed:
             _say(f"warning: client(s) {failed} exited with an error; see {logs}")
             for i in failed:
                 _say(_exit_report(i, clients[i].returncode, logs / f"client-{i}.log"))
-        _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed")
+        _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed"
+             + (f" (interrupted after {time.monotonic() - t0:.0f} s; final_model/ holds this version)"
+                if interrupted else ""))
         if task is not None:
             from .finetune.preset import summary_lines
 
@@ -347,13 +361,14 @@ def run_local_federation(opts: LocalOptions) -> int:
             _say(f"eval loss: {initial:.2f} -> {final:.2f}")
             if split is not None:
                 _say(split.memory_line(logs))
-        _say(traffic)
+        if traffic is not None:
+            _say(traffic)
         if links is not None:
             _say(links.summary(records))
         if rings:
             _say(rings)
         _say(f"run directory: {run}")
-        return 0 if not failed else 1
+        return 130 if interrupted else 0 if not failed else 1
     except KeyboardInterrupt:
         return 130
     finally:
@@ -398,11 +413,10 @@ def _finetune_preset(name: str) -> dict:
     return preset_settings(name, ensure_base_model(say=_say))
 
 
-def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float,
+def _watch(records: list[dict], clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float,
            privacy: PrivacyWatch | None = None, links: ClientLinks | None = None) -> list[dict]:
-    """Live progress until every client has exited; periodic global evals (of `latest()`) for the plot, once
-    the evaluator is built."""
-    records: list[dict] = []
+    """Live progress into `records` until every client has exited; periodic global evals (of `latest()`) for
+    the plot, once the evaluator is built. A Ctrl-C leaves what was recorded until then in `records`."""
     last_eval = time.monotonic()
     while True:
         if privacy is not None:
@@ -439,17 +453,19 @@ def _watch(clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, 
         time.sleep(0.5)
 
 
-def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, flat) -> None:
-    """metrics.jsonl, the final global model (safetensors via save_pretrained), loss-vs-time PNG."""
-    import torch
-
-    from client_agent.flat import load_flat_
+def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, ckpt: PSCheckpoint,
+                   fed: FederationConfig) -> None:
+    """metrics.jsonl, the final global model as `geofed export` writes it (`final_model/`), loss-vs-time PNG."""
+    from .export import ExportError, GlobalModel, export_global_model, federation_tokenizer
 
     with open(run / "metrics.jsonl", "w") as f:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
-    load_flat_(evaluator.model, torch.as_tensor(flat), evaluator.paradigm.exchanged)
-    evaluator.paradigm.export(evaluator.model).save_pretrained(run / "final_model")
+    try:
+        export_global_model(GlobalModel(evaluator.paradigm, evaluator.model), ckpt, fed, run / "final_model",
+                            federation_tokenizer(fed.model.tokenizer, fed), tokenizer_name=fed.model.tokenizer)
+    except ExportError as exc:  # the run's other outputs still matter
+        _say(f"warning: final_model/ not written: {exc}")
     _plot(run / "loss.png", records)
 
 
