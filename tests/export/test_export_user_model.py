@@ -199,3 +199,15 @@ def test_a_split_learning_federation_is_refused(user_ps, tmp_path):
     run = geofed_export("--checkpoint", str(user_ps / "ckpt"), "--federation", str(tmp_path / "fed.yaml"),
                         "--out", str(out))
     refused(run, out, "paradigm fsl-sage splits the model", "the split trainer the rest")
+
+
+def test_settings_that_state_only_the_checkpoint_get_its_shape_as_the_ps_does(user_files, user_ps, tmp_path):
+    """A settings file naming only model.path and the tokenizer (the user's guide) exports: the shape and the
+    vocabulary come from the checkpoint's config.json, as `geofed ps` reads them."""
+    plain = tmp_path / "fed.yaml"
+    plain.write_text(yaml.safe_dump({"model": {"path": user_files["path"], "tokenizer": user_files["tokenizer"]}}))
+    run = geofed_export("--checkpoint", str(user_ps / "ckpt"), "--federation", str(plain), "--out",
+                        str(tmp_path / "model"))
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((tmp_path / "model" / "config.json").read_text())["vocab_size"] == 2000
