@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .docs_blocks import commands, shell_blocks
+from geofed_testing.docs_blocks import commands, shell_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 DOC, README = REPO / "docs" / "kubernetes.md", REPO / "README.md"

@@ -1,6 +1,6 @@
 """docs/kubernetes.md's walk-through, run from the doc's own shell blocks with bash.
 
-Each shell block of the doc is run as written by `bash -euo pipefail` (`docs_blocks.py`), with the real
+Each shell block of the doc is run as written by `bash -euo pipefail` (`geofed_testing/docs_blocks.py`), with the real
 `kubectl`, `helm` (tests/k8s/bin/helm: helm-python-sdk's Helm engine behind Helm's command line) and
 `geofed`, in a directory holding the repository's `charts/`, `crds/`, `examples/` and `images/`.
 Only the placeholders the doc names are substituted: `REGISTRY` (the local image names) and
@@ -44,10 +44,10 @@ import kmock
 import pytest
 import yaml
 
+from geofed_testing.docs_blocks import Block, shell_blocks
 from geofed_testing.podman import PODMAN
 
 from .conftest import wait_for
-from .docs_blocks import Block, shell_blocks
 from .emulator import GeofedEmulator
 from .kubelet import ImageConfig, Kubelet, ProcessRuntime, from_dockerfile
 from .node.network import _splice
