@@ -16,6 +16,7 @@ from bench.bench_markers import replace_section_text as replace_section
 from geofed.config import FederationConfig
 
 from .analysis import auto_target, time_to_target
+from .cpu_shares import describe_share
 from .methods import (
     MAIN_METHODS,
     METHODS,
@@ -37,6 +38,7 @@ from .tables import (
     RatePoint,
     equal_token_losses,
     fmt,
+    label,
     loss_table,
     name_of,
     rate_point,
@@ -193,6 +195,17 @@ def _setup(scenario: Scenario, runs: Sequence[RunResult]) -> str:
     )
 
 
+def cpu_line(runs: Sequence[RunResult]) -> str:
+    """How the federated runs' processes got their CPU (`cpu_shares.py`); by method where they differ."""
+    ways: dict[str, list[str]] = {}
+    for r in runs:
+        if r.kind == "federated":
+            ways.setdefault(describe_share(r.cpu_share), []).append(label(r))
+    if len(ways) < 2:
+        return "".join(f"CPU: {way}." for way in ways)
+    return "CPU: " + "; ".join(f"{way} ({', '.join(names)})" for way, names in ways.items()) + "."
+
+
 def federation_section(
     scenario: Scenario,
     runs: Sequence[RunResult],
@@ -226,7 +239,8 @@ def federation_section(
             + "\n\nFirst ≤ target: publication time of the first global version at or below the target; "
             "stays: the time from which every later version stayed at or below it (an oscillating run's "
             "lucky dip does not count). "
-            "`vs single`: final loss against the single-process loss interpolated at the same token count.",
+            "`vs single`: final loss against the single-process loss interpolated at the same token count. "
+            + cpu_line(runs),
             f"![loss vs time, {scenario.name}]({image})",
             "### Bytes on the wire and idle time per client",
             wire_table(runs)

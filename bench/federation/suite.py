@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from .cpu_shares import CpuShares
 from .launch import FederatedRun, prepare_data
 from .methods import federation_for, get_method
 from .references import REFERENCES, SWEEP_LRS, SWEPT, sweep_method
@@ -50,9 +51,13 @@ def run_suite(
     work_root: Path = Path("runs/bench"),
     results_root: Path = RESULTS_DIR,
     log: Callable[[str], None] = say,
+    cpu_share: float | None = None,
 ) -> list[RunResult]:
-    """Run `methods` in order on `scenario`; every result is saved before the next method starts."""
+    """Run `methods` in order on `scenario`; every result is saved before the next method starts.
+
+    `cpu_share`: CPUs each client and the PS of a federated run may use, each in its own cgroup."""
     chosen = [get_method(m) for m in methods]  # unknown names fail before anything starts
+    CpuShares("check", cpu_share)  # so does a CPU share this machine cannot give
     root = work_root.resolve() / scenario.name
     data = prepare_data(scenario, root)
     out = []
@@ -75,7 +80,9 @@ def run_suite(
             result = run_single(scenario, fed_file, data, run_dir, budget, method=method.name)
             result = dataclasses.replace(result, repeat=repeat)
         else:
-            result = FederatedRun(scenario, method.name, fed, data, run_dir, repeat=repeat, log=log).run()
+            result = FederatedRun(
+                scenario, method.name, fed, data, run_dir, repeat=repeat, log=log, cpu_share=cpu_share
+            ).run()
         result = dataclasses.replace(result, load_avg_1m=round(load, 2))
         path = save(result, results_root)
         last = result.curve[-1] if result.curve else None
