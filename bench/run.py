@@ -4,6 +4,8 @@ python bench/run.py all                                   # the whole federation
 python bench/run.py federation --scenario hetero-wan      # FedAvg, DiLoCo, FedNova, ours, single process
 python bench/run.py ratedist --scenario hetero-wan        # the codec rate-distortion runs
 python bench/run.py federation --methods ours,fedavg --repeat 2   # a repeat, for the noise
+python bench/run.py federation --methods single-global,dp-global   # references (b) and (c): lr sweeps
+python bench/run.py federation --cpu-share 0.4            # each client and the PS capped at 0.4 CPU (root)
 python bench/run.py report                                # tables + plots from bench/results/
 python bench/run.py codec|load|reliability [ARGS...]      # the sibling benchmarks in bench/
 """
