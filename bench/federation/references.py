@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .results import RunResult
-from .tables import fmt, markdown, name_of, pct, vs_single
+from .tables import fmt, label, markdown, name_of, order, pct, vs_single
 
 REFERENCES = {"a": "single", "b": "single-global", "c": "dp-global"}
 LABELS = {
@@ -84,12 +84,11 @@ def references_table(runs: Sequence[RunResult]) -> str:
         *(f"vs {LABELS[k]}" + (" (headline)" if k == HEADLINE else "") for k in shown),
     ]
     rows = []
-    for r in runs:
+    for r in order(runs):
         if r.kind != "federated" or not r.curve:
             continue
-        name = r.method if r.repeat == 1 else f"{r.method} (run {r.repeat})"
         gaps = [pct(vs_single(r, refs[k])) for k in shown]
-        rows.append([name, fmt(r.curve[-1].loss), f"{r.tokens / 1e6:.2f}", *gaps])
+        rows.append([label(r), fmt(r.curve[-1].loss), f"{r.tokens / 1e6:.2f}", *gaps])
     return markdown(head, rows)
 
 

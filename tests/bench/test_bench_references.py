@@ -66,8 +66,8 @@ def test_references_table_gives_each_gap_at_equal_tokens_with_b_the_headline():
         "| vs (b) one process, global batch (headline) | vs (c) data-parallel fp32, global batch |"
     )
     # ours 3.57 at 8_000 tokens: (a) 3.08 -> +15.9%, (b) 3.4 -> +5.0%, (c) 3.0 -> +19.0%
-    assert lines[2] == "| ours | 3.570 | 0.01 | +15.9% | +5.0% | +19.0% |"
-    assert lines[3] == "| fedavg | 3.740 | 0.01 | +21.4% | +10.0% | +24.7% |"
+    assert lines[2] == "| sync FedAvg | 3.740 | 0.01 | +21.4% | +10.0% | +24.7% |"
+    assert lines[3] == "| ours (defaults) | 3.570 | 0.01 | +15.9% | +5.0% | +19.0% |"
     assert len(lines) == 4  # references are columns, not rows
 
 
