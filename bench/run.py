@@ -4,6 +4,8 @@ python bench/run.py all                                   # the whole federation
 python bench/run.py federation --scenario hetero-wan      # FedAvg, DiLoCo, FedNova, ours, single process
 python bench/run.py ratedist --scenario hetero-wan        # the codec rate-distortion runs
 python bench/run.py federation --methods ours,fedavg --repeat 2   # a repeat, for the noise
+python bench/run.py federation --methods single-global,dp-global   # references (b) and (c): lr sweeps
+python bench/run.py federation --cpu-share 0.4            # each client and the PS capped at 0.4 CPU (root)
 python bench/run.py report                                # tables + plots from bench/results/
 python bench/run.py codec|load|reliability [ARGS...]      # the sibling benchmarks in bench/
 """
@@ -75,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("all", help="federation + ratedist + a repeat of ours and FedAvg, then the report")
     a.add_argument("--scenario", default="hetero-wan")
     a.add_argument("--work-dir", type=Path, default=Path("runs/bench"))
+    for s in (sub.choices["federation"], sub.choices["ratedist"], a):
+        s.add_argument(
+            "--cpu-share",
+            type=float,
+            default=None,
+            metavar="CPUS",
+            help="cap each client and the PS at CPUS CPUs, each in its own cgroup v1 cpu group, so a waiting "
+            "client's core is not lent to the others (needs root; default: they share the cores)",
+        )
     r = sub.add_parser("report", help="rebuild the docs sections and plots from bench/results/")
     r.add_argument("--scenario", default=None, help="one scenario (default: every scenario with saved results)")
     for name, script in SIBLINGS.items():
@@ -101,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in SIBLINGS:
         return _run_sibling(SIBLINGS[args.command], args.args)
 
+    from bench.federation.cpu_shares import CpuShareError
     from bench.federation.launch import RunError
     from bench.federation.methods import MAIN_METHODS, RATEDIST_METHODS, REPEATED_METHODS
     from bench.federation.report import write_report
@@ -117,17 +129,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.repeat < 1:
                 raise ScenarioError(f"--repeat must be >= 1, got {args.repeat}")
             roots = {"results_root": args.results_dir.resolve()} if args.results_dir else {}
-            run_suite(scenario, args.methods, repeat=args.repeat, work_root=args.work_dir, **roots)
+            run_suite(
+                scenario, args.methods, repeat=args.repeat, work_root=args.work_dir, cpu_share=args.cpu_share,
+                **roots,
+            )  # fmt: skip
             if not args.no_report and not args.results_dir:
                 write_report(None)  # every saved scenario: one section per scenario, none dropped
         elif args.command == "all":
-            run_suite(scenario, MAIN_METHODS, work_root=args.work_dir)
-            run_suite(
-                scenario, [m for m in RATEDIST_METHODS if m not in MAIN_METHODS], work_root=args.work_dir
-            )
-            run_suite(scenario, REPEATED_METHODS, repeat=2, work_root=args.work_dir)
+            share = {"work_root": args.work_dir, "cpu_share": args.cpu_share}
+            run_suite(scenario, MAIN_METHODS, **share)
+            run_suite(scenario, [m for m in RATEDIST_METHODS if m not in MAIN_METHODS], **share)
+            run_suite(scenario, REPEATED_METHODS, repeat=2, **share)
             write_report(scenario)
-    except (ScenarioError, RunError) as exc:
+    except (ScenarioError, RunError, CpuShareError) as exc:
         print(f"bench/run.py: {exc}", file=sys.stderr)
         return 2
     return 0

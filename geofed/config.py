@@ -213,6 +213,14 @@ class AggregationConfig(_Section):
         "against the other sites' recent directions (the upper median of its projections on them) is held to "
         "0.1 × the norm its site's bound is a multiple of. 0 disables all of them (not advised outside tests).",
     )
+    centred_clip: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="Centred clipping (Karimireddy et al. 2021): each delta's deviation from an average of recent "
+        "rounds' combined deltas is clipped to this multiple of the median recent deviation, so momentum carries "
+        "the consensus at full length. 0 turns it off; not with robust.",
+    )
     round_share: bool = Field(
         True,
         description="Async mode, with the norm bound on: a site's deltas in its current round (those since which "
@@ -237,6 +245,15 @@ class AggregationConfig(_Section):
         "distinct clients (kept on disk; entries older than max_staleness versions drop out), so median and "
         "trimmed mean work at buffer size 1. sync mode uses the round's deltas only.",
     )
+
+    @model_validator(mode="after")
+    def _centred_clip_not_robust(self) -> AggregationConfig:
+        if self.centred_clip > 0 and self.robust != "none":
+            raise ValueError(
+                f"centred_clip {self.centred_clip} clips around the weighted mean's consensus; robust "
+                f"{self.robust!r} replaces the mean: set one of them, not both"
+            )
+        return self
 
     @property
     def outer_momentum(self) -> bool:

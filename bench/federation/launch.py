@@ -23,6 +23,7 @@ from geofed_apps.evaluate import load_flat, published
 from geofed_apps.launch import PSProcess, StartError, start_client, stop_all, wait_until
 
 from .accounting import client_result, delta_tokens, read_metrics, within
+from .cpu_shares import CpuShares
 from .evaluate import evaluate_versions
 from .results import RunResult
 from .scenario import Scenario
@@ -64,8 +65,12 @@ class FederatedRun:
         repeat: int = 1,
         log: Log = lambda msg: print(msg, flush=True),
         keep_checkpoints: bool = False,
+        cpu_share: float | None = None,
     ) -> None:
+        """`cpu_share`: CPUs each client and the PS may use, each in its own cgroup (`cpu_shares.py`);
+        None lets them share the machine's cores."""
         self.scenario, self.method, self.fed, self.data = scenario, method, fed, data
+        self.shares = CpuShares(f"{method}-r{repeat}-{run_dir.name}", cpu_share)
         self.dir, self.repeat, self.log, self.keep = run_dir, repeat, log, keep_checkpoints
         self.ps: PSProcess | None = None
         self.clients: list[subprocess.Popen] = []
@@ -81,9 +86,11 @@ class FederatedRun:
                             log=self.dir / "logs" / "ps.log",
                             extra=["--checkpoint-every", "1", "--keep-checkpoints", "1000000"])
         try:
-            return self.ps.start(timeout=90)
+            ps = self.ps.start(timeout=90)
         except (StartError, TimeoutError) as exc:
             raise RunError(f"{str(exc).splitlines()[0]} (see {self.dir / 'logs'})") from None
+        self.shares.place("ps", ps.proc.pid)
+        return ps
 
     def _dead(self) -> str | None:
         if self.ps is None or self.ps.alive():
@@ -106,6 +113,7 @@ class FederatedRun:
                     work_dir=self.dir / "clients" / f"client-{i}", seed=i, slowdown=spec.slowdown,
                     duration_s=self.scenario.budget_s + 600, micro_batch_size=spec.micro_batch,
                 ))  # fmt: skip
+                self.shares.place(f"client-{i}", self.clients[-1].pid)
 
     # ---- the run ----------------------------------------------------------------------------------
 
@@ -162,6 +170,7 @@ class FederatedRun:
             self.ps.terminate()
         for proxy in self.proxies:
             proxy.stop()
+        self.shares.close()
 
     # ---- accounting -------------------------------------------------------------------------------
 
@@ -221,4 +230,5 @@ class FederatedRun:
             repeat=self.repeat,
             started_at=started,
             notes=notes,
+            cpu_share=self.shares.cpus,
         )

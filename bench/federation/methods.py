@@ -244,6 +244,22 @@ METHODS: dict[str, Method] = {
             {},
         ),
         Method(
+            "single-global",
+            "single process, global batch",
+            "single",
+            "one process on the union of the data at the global batch (every client's batch per step), same "
+            "token budget, the best learning rate of a recorded sweep (bench/federation/references.py)",
+            {},
+        ),
+        Method(
+            "dp-global",
+            "data-parallel fp32, global batch",
+            "single",
+            "synchronous data-parallel fp32 at the global batch: each step one client's batch from each site's "
+            "shard, same token budget, the best learning rate of a recorded sweep",
+            {},
+        ),
+        Method(
             "single-run-cosine",
             "single process, run cosine",
             "single",
@@ -280,7 +296,7 @@ SPARSE_METHODS = ("diloco", "ours", "ours-sparse1", "ours-sparse3", "ours-sparse
 METHODS.update({m.name: m for m in (_sparse(1), _sparse(3), _sparse(10))})
 
 OURS_METHODS = ("ours", "ours-auto", "ours-codec-auto", "ours-autotune", "ours-eta1", "ours-damped", "ours-buffered")
-MAIN_METHODS = ("fedavg", "diloco", "fednova", *OURS_METHODS, "single")
+MAIN_METHODS = ("fedavg", "diloco", "fednova", *OURS_METHODS, "single", "single-global", "dp-global")
 # Rate-distortion runs vary the codec of ours at η = 0.5: at η = 1 the global loss swings by more
 # between versions than any codec's distortion, so final losses would not resolve a 1% difference.
 RATEDIST_BASE = "ours-damped"

@@ -67,6 +67,8 @@ class RunResult:
     load_avg_1m: float | None = None
     """The machine's 1-minute load average when the run started (the cores are shared: noise)."""
     notes: list[str] = field(default_factory=list)
+    cpu_share: float | None = None
+    """CPUs each client and the PS were capped at, each in its own cgroup; None: they shared the cores."""
 
     @property
     def tokens(self) -> int:

@@ -1,9 +1,12 @@
-"""The quality ceiling: one process trains on the union of every client's data, no WAN, no PS.
+"""The one-machine references: one process trains on every client's data, no WAN, no PS.
 
-Same model, initialisation, inner optimizer (the agent's `LocalTrainer`), batch and learning rate as
-the federated clients, and the same held-out evaluator; it runs until it has seen as many tokens as
-the most productive federated method, so each method's final loss can be read against it at equal
-tokens (target: within 5%). Run as a subprocess, one thread, like a client.
+Same model, initialisation, inner optimizer (the agent's `LocalTrainer`) and held-out evaluator as the
+federated clients; it runs until it has seen as many tokens as the most productive federated method, so
+each method's final loss can be read against it at equal tokens (`references.py`). By default the batch
+and learning rate are one client's (reference (a)); `--batch-size` and `--lr` set the global batch and a
+sweep point's rate (reference (b)), and `--per-client` draws each step's batch as one equal share from each
+client's own shard, what synchronous data-parallel replicas average each step (reference (c)). Run as a
+subprocess, one thread, like a client.
 
 The inner learning rate follows the federation settings' schedule. With `training.lr_progress` run_time
 (the federated clients decay over the fraction of the run's time budget spent) the run's progress here
@@ -11,11 +14,8 @@ is the fraction of the token budget trained: this run is budgeted in tokens, not
 reaches the schedule's floor at the end of its own budget. The warm-up counts this process's steps, as a
 client's counts its own.
 
-    python -m bench.federation.single --federation F.yaml --data a.list b.list --eval-list e.list \
-        --tokens 2000000 --evals 40 --out curve.jsonl --work DIR
-
     python -m bench.federation.single --federation F.yaml --data a.list b.list --eval-list e.list \\
-        --tokens 2000000 --evals 40 --out curve.jsonl --work DIR
+        --tokens 2000000 --evals 40 --out curve.jsonl --work DIR [--batch-size 48 --lr 0.004 --per-client]
 """
 
 from __future__ import annotations
@@ -37,6 +37,28 @@ from .scenario import Scenario
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the working directory that makes `bench` importable
 
 
+class PerClientStream:
+    """Each batch is an equal share of rows from each client's own stream, concatenated: the global batch
+    that M synchronous data-parallel replicas, one per site, average each step (reference (c))."""
+
+    def __init__(self, shards: list) -> None:
+        self.shards = shards
+        self.block_size = shards[0].block_size
+
+    def next_batch(self, batch_size: int, rank: int = 0, world: int = 1):
+        """`batch_size` rows, split as evenly as the shards allow (the first ones take the remainder)."""
+        import torch
+
+        n = len(self.shards)
+        if batch_size < n or rank != 0 or world != 1:
+            raise ValueError(f"a per-client batch needs >= {n} rows and one rank, got {batch_size} on {world}")
+        sizes = [batch_size // n + (i < batch_size % n) for i in range(n)]
+        return torch.cat([s.next_batch(k) for s, k in zip(self.shards, sizes, strict=True)])
+
+    def state_dict(self) -> dict:
+        return {"shards": [s.state_dict() for s in self.shards]}
+
+
 def train_single(
     fed_file: Path,
     lists: list[Path],
@@ -45,8 +67,16 @@ def train_single(
     evals: int,
     out: Path,
     work: Path,
+    *,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    per_client: bool = False,
 ) -> None:
-    """Train on the union of `lists` for `token_budget` tokens, appending (t, step, loss, tokens) to `out`."""
+    """Train on `lists` for `token_budget` tokens, appending (t, step, loss, tokens) to `out`.
+
+    `batch_size` and `lr` replace the federation's training settings; `per_client` draws each batch as
+    an equal share from each list's own shard instead of from their union.
+    """
     import torch
     import yaml
 
@@ -61,11 +91,24 @@ def train_single(
 
     torch.set_num_threads(1)
     fed = FederationConfig.model_validate(yaml.safe_load(fed_file.read_text(encoding="utf-8")))
-    files = [p for lst in lists for p in read_file_list(lst)]
-    tokens, _ = load_tokens(files, load_tokenizer(None), cache=work / "union-tokens.npy")
+    overrides = {k: v for k, v in (("batch_size", batch_size), ("lr", lr)) if v is not None}
+    if overrides:
+        fed = fed.model_copy(update={"training": fed.training.model_copy(update=overrides)})
+    tokenizer = load_tokenizer(None)
+    if per_client:
+        shards = [
+            TokenStream(load_tokens(read_file_list(lst), tokenizer, cache=work / f"shard-{i}-tokens.npy")[0],
+                        fed.model.block_size, seed=i)
+            for i, lst in enumerate(lists)
+        ]  # fmt: skip
+        stream = PerClientStream(shards)
+    else:
+        files = [p for lst in lists for p in read_file_list(lst)]
+        tokens, _ = load_tokens(files, tokenizer, cache=work / "union-tokens.npy")
+        stream = TokenStream(tokens, fed.model.block_size, seed=0)
     torch.manual_seed(fed.model.seed)
     model = build_model(fed.model)
-    trainer = LocalTrainer(model, fed.training, TokenStream(tokens, fed.model.block_size, seed=0), "cpu")
+    trainer = LocalTrainer(model, fed.training, stream, "cpu")
     evaluator = GlobalEvaluator(fed, eval_files, work / "eval-tokens.npy")
     per_step = fed.training.batch_size * fed.model.block_size
     total_steps = math.ceil(token_budget / per_step)
@@ -97,8 +140,11 @@ def run_single(
     evals: int = 40,
     timeout_s: float = 3600.0,
     method: str = "single",
+    batch_size: int | None = None,
+    lr: float | None = None,
+    per_client: bool = False,
 ) -> RunResult:
-    """Run the baseline in a one-thread subprocess and read its token-indexed loss curve."""
+    """Run a reference in a one-thread subprocess and read its token-indexed loss curve."""
     from client_agent.corpus import write_file_list
 
     (run_dir / "logs").mkdir(parents=True, exist_ok=False)
@@ -122,6 +168,9 @@ def run_single(
         str(out),
         "--work",
         str(run_dir),
+        *(["--batch-size", str(batch_size)] if batch_size is not None else []),
+        *(["--lr", repr(lr)] if lr is not None else []),
+        *(["--per-client"] if per_client else []),
     ]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     with open(run_dir / "logs" / "single.log", "wb") as log:
@@ -161,9 +210,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--evals", type=int, default=40, help="evaluations along the way (default 40)")
     p.add_argument("--out", type=Path, required=True, help="JSON-lines loss curve to write")
     p.add_argument("--work", type=Path, required=True, help="directory for token caches")
+    p.add_argument("--batch-size", type=int, help="sequences per step (default: the federation's batch)")
+    p.add_argument("--lr", type=float, help="inner learning rate (default: the federation's)")
+    p.add_argument(
+        "--per-client", action="store_true", help="each batch an equal share from each --data list's shard"
+    )
     args = p.parse_args(argv)
     if args.tokens < 1 or args.evals < 1:
         p.error(f"--tokens and --evals must be >= 1, got {args.tokens} and {args.evals}")
+    if args.batch_size is not None and args.batch_size < (len(args.data) if args.per_client else 1):
+        p.error(f"--batch-size must be >= {len(args.data) if args.per_client else 1}, got {args.batch_size}")
+    if args.lr is not None and not 0 < args.lr < 1:
+        p.error(f"--lr must lie in (0, 1), got {args.lr}")
     from client_agent.corpus import read_file_list
 
     train_single(
@@ -174,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         args.evals,
         args.out,
         args.work,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        per_client=args.per_client,
     )
     return 0
 

@@ -15,13 +15,16 @@ from pathlib import Path
 
 import yaml
 
+from .cpu_shares import CpuShares
 from .launch import FederatedRun, prepare_data
 from .methods import federation_for, get_method
+from .references import REFERENCES, SWEEP_LRS, SWEPT, sweep_method
 from .results import RESULTS_DIR, RunResult, load_all, save
 from .scenario import Scenario, ScenarioError
 from .single import run_single
 
 SINGLE_MARGIN = 1.05  # train the baseline a little past the largest federated token count
+SWEPT_BASES = {REFERENCES[k]: k for k in SWEPT}  # references run as a learning-rate sweep, to their letter
 
 
 def say(msg: str) -> None:
@@ -48,9 +51,13 @@ def run_suite(
     work_root: Path = Path("runs/bench"),
     results_root: Path = RESULTS_DIR,
     log: Callable[[str], None] = say,
+    cpu_share: float | None = None,
 ) -> list[RunResult]:
-    """Run `methods` in order on `scenario`; every result is saved before the next method starts."""
+    """Run `methods` in order on `scenario`; every result is saved before the next method starts.
+
+    `cpu_share`: CPUs each client and the PS of a federated run may use, each in its own cgroup."""
     chosen = [get_method(m) for m in methods]  # unknown names fail before anything starts
+    CpuShares("check", cpu_share)  # so does a CPU share this machine cannot give
     root = work_root.resolve() / scenario.name
     data = prepare_data(scenario, root)
     out = []
@@ -67,10 +74,15 @@ def run_suite(
             fed_file.write_text(
                 yaml.safe_dump(fed.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
             )
+            if method.name in SWEPT_BASES:
+                out += _sweep(scenario, method.name, fed_file, data, run_dir, budget, repeat, results_root, log)
+                continue
             result = run_single(scenario, fed_file, data, run_dir, budget, method=method.name)
             result = dataclasses.replace(result, repeat=repeat)
         else:
-            result = FederatedRun(scenario, method.name, fed, data, run_dir, repeat=repeat, log=log).run()
+            result = FederatedRun(
+                scenario, method.name, fed, data, run_dir, repeat=repeat, log=log, cpu_share=cpu_share
+            ).run()
         result = dataclasses.replace(result, load_avg_1m=round(load, 2))
         path = save(result, results_root)
         last = result.curve[-1] if result.curve else None
@@ -84,5 +96,37 @@ def run_suite(
             + f"; saved {path}"
             + "".join(f"\n  note: {n}" for n in result.notes)
         )
+        out.append(result)
+    return out
+
+
+def _sweep(
+    scenario: Scenario,
+    base: str,
+    fed_file: Path,
+    data,
+    run_dir: Path,
+    budget: int,
+    repeat: int,
+    results_root: Path,
+    log: Callable[[str], None],
+) -> list[RunResult]:
+    """Reference (b) or (c): one run per learning rate of SWEEP_LRS at the global batch, each saved."""
+    from geofed.config import FederationConfig
+
+    fed = FederationConfig.model_validate(yaml.safe_load(fed_file.read_text(encoding="utf-8")))
+    batch = fed.training.batch_size * len(scenario.clients)
+    out = []
+    for lr in SWEEP_LRS:
+        name = sweep_method(base, lr)
+        load = os.getloadavg()[0]
+        result = run_single(
+            scenario, fed_file, data, run_dir / f"lr{lr:g}", budget, method=name, batch_size=batch, lr=lr,
+            per_client=SWEPT_BASES[base] == "c",
+        )  # fmt: skip
+        result = dataclasses.replace(result, repeat=repeat, load_avg_1m=round(load, 2))
+        path = save(result, results_root)
+        log(f"{scenario.name}: {name} (batch {batch}) final loss {result.curve[-1].loss:.3f} at "
+            f"{result.tokens / 1e6:.2f} M tokens, load average {load:.2f}; saved {path}")  # fmt: skip
         out.append(result)
     return out

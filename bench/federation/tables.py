@@ -67,7 +67,10 @@ def median_time(runs: Sequence[RunResult], method: str, target: float, *, stay: 
 
 
 def single_run(runs: Sequence[RunResult]) -> RunResult | None:
-    return next((r for r in runs if r.kind == "single"), None)
+    """Reference (a), one process at one client's batch: the `single` run, else the first single-kind one."""
+    return next((r for r in runs if r.method == "single"), None) or next(
+        (r for r in runs if r.kind == "single" and "@lr=" not in r.method), None
+    )
 
 
 def vs_single(run: RunResult, single: RunResult | None) -> float | None:

@@ -1,13 +1,15 @@
 """The harness end to end with tiny settings: real PS and clients over WAN proxies, then the report.
 
-About 50 s on two busy cores: `ours` on the 2-client `smoke` scenario (10 s budget, one thin link with
-a blackhole), the single-process baseline at the same token budget, then the docs sections and PNGs.
+About 80 s on two busy cores: `ours` on the 2-client `smoke` scenario (10 s budget, one thin link with
+a blackhole), the single-process baseline at the same token budget, reference (b)'s learning-rate sweep at
+the global batch, then the docs sections and PNGs.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from bench.federation.references import SWEEP_LRS
 from bench.federation.report import write_report
 from bench.federation.scenario import load_scenario
 from bench.federation.suite import run_suite
@@ -18,9 +20,10 @@ def test_smoke_run_produces_curves_accounting_and_report(tmp_path):
     scenario = load_scenario("smoke")
     results = tmp_path / "results"
     lines: list[str] = []
-    ours, single = run_suite(
-        scenario, ["ours", "single"], work_root=tmp_path / "runs", results_root=results, log=lines.append
-    )
+    ours, single, *sweep = run_suite(
+        scenario, ["ours", "single", "single-global"], work_root=tmp_path / "runs", results_root=results,
+        log=lines.append,
+    )  # fmt: skip
 
     # The global model: Θ0 at t = 0, then versions that learned something, all within the budget.
     assert (ours.curve[0].t, ours.curve[0].version, ours.curve[0].tokens) == (0.0, 1, 0)
@@ -36,6 +39,10 @@ def test_smoke_run_produces_curves_accounting_and_report(tmp_path):
     # The baseline trained at least as many tokens, indexed by tokens.
     assert single.kind == "single" and single.tokens >= ours.tokens
     assert single.curve[-1].loss < single.curve[0].loss
+    # Reference (b): one saved run per swept rate, at twice a client's batch, to the same token budget.
+    assert [r.method for r in sweep] == [f"single-global@lr={lr:g}" for lr in SWEEP_LRS]
+    assert all(r.tokens == single.tokens and r.curve[-1].loss < r.curve[0].loss for r in sweep)
+    assert sweep[0].curve[1].version * 2 == single.curve[1].version  # half the steps for the same tokens
 
     written = write_report(
         scenario, results_root=results, doc=tmp_path / "benchmarks.md", img_dir=tmp_path / "img"
@@ -51,5 +58,6 @@ def test_smoke_run_produces_curves_accounting_and_report(tmp_path):
         and "| single process |" in text
         and "![loss vs time, smoke](img/federation-smoke.png)" in text
     )
+    assert "| vs (b) one process, global batch (headline) |" in text and "| kept |" in text
     png = tmp_path / "img" / "federation-smoke.png"
     assert png in written and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -18,6 +18,7 @@ from geofed.config import FederationConfig
 from ...errors import InvalidPush
 from ...global_model import Manifest, Snapshot
 from ..accumulator import DeltaAccumulator
+from ..centred_clip import CentredClip
 from ..outer import OuterOptimizer, build_outer_optimizer, restore_outer
 from ..outer_bound import OuterBound
 from ..robust import RobustRound, RobustWindow
@@ -35,15 +36,21 @@ log = logging.getLogger("geofed.ps")
 class DeltaAveraging(Strategy):
     """Algorithm 1's weighted mean of δ's, followed by the configured outer step."""
 
+    centred_clipping = True
+    """Whether aggregation.centred_clip applies: the payloads are dense deltas of the exchanged vector."""
+
     def __init__(self, fed: FederationConfig) -> None:
         super().__init__(fed)
         self.outer: OuterOptimizer | None = None
         self.outer_bound = OuterBound(fed.aggregation.norm_bound_multiple)
         self.window: RobustWindow | None = None
+        self.centred = CentredClip(0.0, 0)
 
     def install(self, numel: int, manifest: Manifest) -> None:
         self.outer = build_outer_optimizer(self.cfg, numel)
         self.outer_bound = OuterBound(self.cfg.norm_bound_multiple)
+        multiple = self.cfg.centred_clip if self.centred_clipping and self.cfg.robust == "none" else 0.0
+        self.centred = CentredClip(multiple, numel)
         if self.window is not None:
             self.window.clear()
         self.window = None
@@ -73,7 +80,10 @@ class DeltaAveraging(Strategy):
             raise InvalidPush("overflow", f"a delta of norm {push.norm:.3g} would overflow the round's sum; "
                               "it was not folded in")
         self.check_payload(push)
-        self.add_payload(acc, push, scale)
+        if self.centred.enabled and not robust:
+            self.add_centred(acc, push, scale)
+        else:
+            self.add_payload(acc, push, scale)
         acc.mass += scale * push.norm
         if robust:
             # One window entry per site: a site's client ids replace each other's entry, they never add one.
@@ -87,6 +97,15 @@ class DeltaAveraging(Strategy):
 
     def check_payload(self, push: Payload) -> None:  # noqa: B027 - optional hook
         """Refuse (InvalidPush) a payload this strategy must not fold, before anything of it is added."""
+
+    def add_centred(self, acc: Accumulator, push: Payload, scale: float) -> None:
+        """Add scale · (s·δ + (1 − s)·c): δ's deviation from the centre c clipped (centred_clip.py)."""
+        s, dev, tau = self.centred.factor(push.iter_values(acc.numel), push.norm)
+        self.add_payload(acc, push, scale * s)
+        if s < 1.0:
+            self.centred.add_centre(acc.add, scale * (1.0 - s))
+            log.info("event=delta_bounded client=%r site=%r rule=centred_clip factor=%.4g deviation=%.4g radius=%.4g",
+                     push.client_id, getattr(push, "site", push.client_id), s, dev, tau)  # fmt: skip
 
     def add_payload(self, acc: Accumulator, push: Payload, scale: float) -> None:
         """Add scale · δ to the round (decoded piece by piece)."""
@@ -110,6 +129,8 @@ class DeltaAveraging(Strategy):
         (outer_bound): the pseudo-gradient before the optimizer's state sees it, the step (and the momentum
         it leaves) after."""
         assert self.outer is not None, "install() first"
+        if self.centred.enabled:
+            self.centred.update_(update)
         self.outer_bound.gradient.bound_(update)
         self.outer.increment_(update)
         factor = self.outer_bound.step.bound_(update)
@@ -120,10 +141,12 @@ class DeltaAveraging(Strategy):
     def state_dict(self) -> dict:
         if not self.outer:
             return {}
-        return {"outer": self.outer.state_dict(), "outer_bound": self.outer_bound.state_dict()}
+        state = {"outer": self.outer.state_dict(), "outer_bound": self.outer_bound.state_dict()}
+        return state | ({"centred_clip": self.centred.state_dict()} if self.centred.enabled else {})
 
     def load_state_dict(self, state: dict) -> None:
         self.outer_bound.load_state_dict(state.get("outer_bound", {}))
+        self.centred.load_state_dict(state.get("centred_clip", {}))
         if self.outer is not None and state.get("outer"):
             why = restore_outer(self.outer, state["outer"])
             if why is not None:

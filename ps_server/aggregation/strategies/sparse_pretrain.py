@@ -31,6 +31,8 @@ from .pretrain import Pretrain
 class SparsePretrain(Pretrain):
     """`Pretrain` with sparse folding and a sparse model stream; same name, same checkpoints' paradigm."""
 
+    centred_clipping = False  # sparse payloads: mixing in a dense centre would undo the sparsity
+
     delta_form = "sparse"
 
     def __init__(self, fed: FederationConfig) -> None:
