@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from geofed.codec.registry import codec_class, codec_names
 from geofed.paradigms import ParadigmConfig, PretrainSettings, paradigms_with
 from geofed.privacy.settings import PrivacyConfig, check_federation
 from geofed.ps_groups import PSGroup, RingConfig, check_groups
@@ -60,10 +61,15 @@ class ModelConfig(_Section):
         return self
 
 
+# 'auto' picks a dense codec per round, so it is listed after the dense ones.
+_DENSE_CODECS = tuple(n for n in codec_names() if codec_class(n).delta_form == "dense")
+CodecName = Literal[(*_DENSE_CODECS, "auto", *(n for n in codec_names() if n not in _DENSE_CODECS))]
+
+
 class CodecConfig(_Section):
     """How deltas are compressed on the wire (paper §III-B3: flattened min-max quantisation + Huffman)."""
 
-    name: Literal["fp32", "bf16", "int8", "int16", "auto", "sparse"] = Field(
+    name: CodecName = Field(
         "int8",
         description="Delta codec: fp32, bf16, int8 or int16 min-max quantisation (int8 with error feedback is the "
         "default; docs/benchmarks.md compares them); 'auto' picks int8 or int16 from the measured link rate and "
@@ -111,7 +117,7 @@ class CodecConfig(_Section):
         """The form of the deltas this codec pushes, which selects the PS's fold of the paradigm (its strategy
         variant): 'sparse' (chunk-wise top-k, summed and published sparsely) or 'dense' (every element; 'auto'
         chooses among dense codecs only)."""
-        return "sparse" if self.name == "sparse" else "dense"
+        return "dense" if self.name == "auto" else codec_class(self.name).delta_form
 
     @property
     def elementwise(self) -> bool:

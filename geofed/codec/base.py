@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
@@ -17,11 +18,53 @@ from geofed import shard_map
 from geofed.codec.errors import CodecError
 from geofed.codec.header import MAX_FRAME_ELEMS
 
+if TYPE_CHECKING:
+    from geofed.codec.sparse import SparseParams
+
 DEFAULT_FRAME_ELEMS = 1 << 20
+
+CODECS: dict[str, type[Codec]] = {}
+"""The codecs a federation can name (`codec.name`), in declaration order: a subclass of `Codec` that sets
+`setting` enters it by being defined."""
 
 
 class Codec(ABC):
-    """Encodes a flattened fp32 delta into (header, lazy frames); see `geofed.codec` for the contract."""
+    """Encodes a flattened fp32 delta into (header, lazy frames); see `geofed.codec` for the contract.
+
+    A codec class declares its facts once, and everything outside `geofed.codec` asks them instead of
+    comparing names: `setting` (its `codec.name`, which registers it in `CODECS`), `delta_form` (which PS
+    fold its deltas take), `splittable` (ranks may encode slices of one stream, `SliceCodec`), `lossless` (it carries
+    the values exactly, as raw little-endian fp32 words a sharded PS front cuts by bytes: the first model
+    travels so) and, per instance, `value_bits`. `build` and `from_wire` make one from settings or a header.
+    """
+
+    setting: ClassVar[str | None] = None
+    delta_form: ClassVar[Literal["dense", "sparse"]] = "dense"
+    splittable: ClassVar[bool] = False
+    lossless: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "setting" in cls.__dict__ and cls.setting is not None:
+            if cls.setting in CODECS:
+                raise CodecError(f"codec {cls.setting!r} is declared twice ({CODECS[cls.setting].__qualname__}, "
+                                 f"{cls.__qualname__})")
+            CODECS[cls.setting] = cls
+
+    @classmethod
+    def build(cls, entropy: str, block_scales: int, sparse: SparseParams | None) -> Codec:
+        """This codec from a `geofed.config.CodecConfig`'s entropy, block scales and sparse parameters."""
+        return cls()
+
+    @classmethod
+    def from_wire(cls, wire: str) -> Codec | None:
+        """This codec if `wire` is one of its header names, else None (CodecError for a malformed one)."""
+        return cls() if wire == cls.setting else None
+
+    @property
+    def value_bits(self) -> int | None:
+        """Bits per element value on the wire; None when the codec does not send every element."""
+        return None
 
     @property
     @abstractmethod

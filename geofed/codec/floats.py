@@ -34,6 +34,11 @@ class _FloatCodec(Codec):
     """Shared framing of the pass-through float codecs; subclasses say how one frame is written and read."""
 
     bytes_per_elem: int
+    splittable = True
+
+    @property
+    def value_bits(self) -> int:
+        return 8 * self.bytes_per_elem
 
     @abstractmethod
     def _body(self, x: np.ndarray) -> bytes:
@@ -72,6 +77,8 @@ class _FloatCodec(Codec):
 class Fp32Codec(_FloatCodec):
     """Lossless: the values' own little-endian bytes."""
 
+    setting = "fp32"
+    lossless = True
     bytes_per_elem = 4
     name = "fp32"
 
@@ -88,6 +95,7 @@ class Fp32Codec(_FloatCodec):
 class Bf16Codec(_FloatCodec):
     """Top 16 bits of each float after rounding: 2 bytes per element, ~3 significant digits."""
 
+    setting = "bf16"
     bytes_per_elem = 2
     name = "bf16"
 

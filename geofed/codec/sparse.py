@@ -128,8 +128,22 @@ def _code_bytes(n: int, bits: int) -> int:
 class SparseCodec(Codec):
     """Chunk-wise top-k with low-bit values and compact indices (see the module docstring)."""
 
+    setting = "sparse"
+    delta_form = "sparse"
+
     def __init__(self, params: SparseParams) -> None:
         self.params = params
+
+    @classmethod
+    def build(cls, entropy: str, block_scales: int, sparse: SparseParams | None) -> SparseCodec:
+        if sparse is None:
+            raise CodecError("the sparse codec needs its parameters (chunk, k, value bits, index coding)")
+        return cls(sparse)
+
+    @classmethod
+    def from_wire(cls, wire: str) -> SparseCodec | None:
+        params = parse_sparse_name(wire)
+        return None if params is None else cls(params)
 
     @property
     def name(self) -> str:
@@ -239,8 +253,22 @@ def _max_index_bytes(entries: int, count: int, p: SparseParams) -> int:
 class SparseFrameDecoder(FrameDecoder):
     """Validating decoder of one sparse frame, dense (`decode`) or as (positions, values) (`decode_sparse`)."""
 
+    setting = "sparse"
+    delta_form = "sparse"
+
     def __init__(self, params: SparseParams) -> None:
         self.params = params
+
+    @classmethod
+    def build(cls, entropy: str, block_scales: int, sparse: SparseParams | None) -> SparseCodec:
+        if sparse is None:
+            raise CodecError("the sparse codec needs its parameters (chunk, k, value bits, index coding)")
+        return cls(sparse)
+
+    @classmethod
+    def from_wire(cls, wire: str) -> SparseCodec | None:
+        params = parse_sparse_name(wire)
+        return None if params is None else cls(params)
 
     def max_body_bytes(self, offset: int, count: int) -> int:
         p = self.params

@@ -1,0 +1,84 @@
+"""A codec is one class that declares its facts: defining it here, in a test module, makes it a codec the
+registry builds, the header names and the PS and client questions (value bits, first model, shard-wise) answer
+for, with no edit anywhere else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+
+from client_agent.sync.route import _shard_wise_codec
+from geofed.codec import CodecError, decoder_for, make_codec
+from geofed.codec.base import CODECS, DEFAULT_FRAME_ELEMS, Codec, FrameDecoder, check_encode_args, frame_ranges
+from geofed.codec.header import StreamHeader, pack_frame, pack_header
+from geofed.codec.registry import codec_class, codec_from_wire_name
+from ps_server.errors import InvalidPush, check_first_model_codec
+from ps_server.metrics import value_bits
+
+
+class Fp16Codec(Codec):
+    """IEEE half floats, 2 bytes a value: a codec no geofed module knows."""
+
+    setting = "fp16"
+    name = "fp16"
+
+    @property
+    def value_bits(self) -> int:
+        return 16
+
+    def encode(self, flat: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS,
+               residual_out: np.ndarray | None = None, cuts: Sequence[int] = ()) -> tuple[bytes, Iterator[bytes]]:
+        check_encode_args(flat, frame_elems, residual_out)
+        if residual_out is not None:
+            np.subtract(flat, flat.astype(np.float16).astype(np.float32), out=residual_out)
+        header = pack_header(StreamHeader(self.name, flat.size, int(frame_elems), b""))
+        return header, (pack_frame(a, b - a, flat[a:b].astype("<f2").tobytes())
+                        for a, b in frame_ranges(flat.size, frame_elems, cuts))
+
+    def frame_decoder(self, params: bytes) -> FrameDecoder:
+        return _Fp16Frames()
+
+
+class _Fp16Frames(FrameDecoder):
+    def max_body_bytes(self, offset: int, count: int) -> int:
+        return 2 * count
+
+    def decode(self, offset: int, count: int, body: bytes | memoryview) -> np.ndarray:
+        if len(body) != 2 * count:
+            raise CodecError(f"fp16 frame at {offset} has {len(body)} bytes, {count} values need {2 * count}")
+        return np.frombuffer(body, dtype="<f2").astype(np.float32)
+
+
+def test_a_declared_codec_round_trips_through_the_registry_and_its_header():
+    x = np.random.default_rng(0).standard_normal(2500).astype(np.float32)
+    header, frames = make_codec("fp16").encode(x, frame_elems=1000)
+    dec = decoder_for(header, max_numel=x.size)
+    out = np.empty_like(x)
+    for frame in frames:
+        for offset, values in dec.feed(frame):
+            out[offset:offset + values.size] = values
+    dec.finish()
+    np.testing.assert_array_equal(out, x.astype(np.float16).astype(np.float32))
+    assert isinstance(codec_from_wire_name("fp16"), Fp16Codec) and codec_class("fp16") is Fp16Codec
+
+
+def test_the_ps_and_the_client_ask_the_codecs_facts():
+    assert value_bits("fp16") == 16 and value_bits("int8+huffman/b4096") == 8 and value_bits("sparse") is None
+    assert not decoder_for(make_codec("fp16").encode(np.zeros(4, np.float32))[0], max_numel=4).lossless
+    with pytest.raises(InvalidPush, match="initial model"):
+        check_first_model_codec(codec_from_wire_name("fp16").lossless)
+    assert _shard_wise_codec(["int8", "fp16"]) == "codec 'fp16' has no shard-wise encoder"
+    assert _shard_wise_codec(["int8", "int16", "bf16", "fp32"]) is None
+
+
+def test_a_name_is_declared_once():
+    with pytest.raises(CodecError, match="declared twice"):
+        type("Again", (Fp16Codec,), {"setting": "fp16"})
+    assert CODECS["fp16"] is Fp16Codec
+
+
+def test_an_unknown_name_says_which_are_known():
+    with pytest.raises(CodecError, match=r"unknown codec 'int4'; known: fp32, bf16, int8, int16, sparse"):
+        make_codec("int4")
