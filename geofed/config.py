@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from geofed.codec.registry import codec_class, codec_names
+from geofed.outer_optimizers import OUTER_SPECS, outer_spec
 from geofed.paradigms import ParadigmConfig, PretrainSettings, paradigms_with
 from geofed.privacy.settings import PrivacyConfig, check_federation
 from geofed.ps_groups import PSGroup, RingConfig, check_groups
@@ -131,9 +132,7 @@ class CodecConfig(_Section):
         return self
 
 
-# The outer learning rates global_lr leaves to the outer optimizer (its description says why).
-FEDAVG_LR = 0.5
-ADAM_LR = 0.01
+OuterName = Literal[tuple(OUTER_SPECS)]
 
 
 class AggregationConfig(_Section):
@@ -146,7 +145,7 @@ class AggregationConfig(_Section):
         "/ sync_below), only between rounds, each switch logged and exported; the sync-only and async-only "
         "settings apply while their mode runs. One PS only (not with groups or ps_shards > 1).",
     )
-    outer_optimizer: Literal["fedavg", "nesterov", "adam"] = Field(
+    outer_optimizer: OuterName = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
     )
     global_lr: float | None = Field(
@@ -248,17 +247,20 @@ class AggregationConfig(_Section):
     def outer_momentum(self) -> bool:
         """Whether the outer step carries earlier rounds' updates forward (so the model overshoots along them):
         Nesterov with momentum > 0, Adam with beta1 > 0."""
-        return (self.outer_optimizer == "nesterov" and self.momentum > 0) or (
-            self.outer_optimizer == "adam" and self.beta1 > 0
-        )
+        return outer_spec(self.outer_optimizer).momentum(self)
+
+    @property
+    def deltas_agree(self) -> bool:
+        """Whether honest deltas agree with the other sites' recent ones under this outer step, so the PS's
+        consensus bound applies (`geofed.outer_optimizers.OuterSpec.deltas_agree`)."""
+        return outer_spec(self.outer_optimizer).deltas_agree(self)
 
     @property
     def outer_lr(self) -> float:
         """The global (outer) learning rate η in use: global_lr, or the outer optimizer's own when unset."""
         if self.global_lr is not None:
             return self.global_lr
-        return {"fedavg": FEDAVG_LR, "nesterov": FEDAVG_LR * (1.0 - self.momentum), "adam": ADAM_LR}[
-            self.outer_optimizer]
+        return outer_spec(self.outer_optimizer).lr(self)
 
 
 class DownlinkConfig(_Section):
