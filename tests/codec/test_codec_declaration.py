@@ -1,54 +1,19 @@
-"""A codec is one class that declares its facts: defining it here, in a test module, makes it a codec the
-registry builds, the header names and the PS and client questions (value bits, first model, shard-wise) answer
-for, with no edit anywhere else."""
+"""A codec is one class that declares its facts: `Fp16Codec`, defined in a test-support file and imported here,
+is a codec the registry builds, the header names and the PS and client questions (value bits, first model,
+shard-wise) answer for, with no edit anywhere else."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
 
 from client_agent.sync.route import _shard_wise_codec
 from geofed.codec import CodecError, decoder_for, make_codec
-from geofed.codec.base import CODECS, DEFAULT_FRAME_ELEMS, Codec, FrameDecoder, check_encode_args, frame_ranges
-from geofed.codec.header import StreamHeader, pack_frame, pack_header
+from geofed.codec.base import CODECS
 from geofed.codec.registry import codec_class, codec_from_wire_name
 from ps_server.errors import InvalidPush, check_first_model_codec
 from ps_server.metrics import value_bits
-
-
-class Fp16Codec(Codec):
-    """IEEE half floats, 2 bytes a value: a codec no geofed module knows."""
-
-    setting = "fp16"
-    name = "fp16"
-
-    @property
-    def value_bits(self) -> int:
-        return 16
-
-    def encode(self, flat: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS,
-               residual_out: np.ndarray | None = None, cuts: Sequence[int] = ()) -> tuple[bytes, Iterator[bytes]]:
-        check_encode_args(flat, frame_elems, residual_out)
-        if residual_out is not None:
-            np.subtract(flat, flat.astype(np.float16).astype(np.float32), out=residual_out)
-        header = pack_header(StreamHeader(self.name, flat.size, int(frame_elems), b""))
-        return header, (pack_frame(a, b - a, flat[a:b].astype("<f2").tobytes())
-                        for a, b in frame_ranges(flat.size, frame_elems, cuts))
-
-    def frame_decoder(self, params: bytes) -> FrameDecoder:
-        return _Fp16Frames()
-
-
-class _Fp16Frames(FrameDecoder):
-    def max_body_bytes(self, offset: int, count: int) -> int:
-        return 2 * count
-
-    def decode(self, offset: int, count: int, body: bytes | memoryview) -> np.ndarray:
-        if len(body) != 2 * count:
-            raise CodecError(f"fp16 frame at {offset} has {len(body)} bytes, {count} values need {2 * count}")
-        return np.frombuffer(body, dtype="<f2").astype(np.float32)
+from tests.plugins.fp16_codec import Fp16Codec
 
 
 def test_a_declared_codec_round_trips_through_the_registry_and_its_header():
