@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from geofed.codec.registry import codec_class, codec_names
+from geofed.codec_specs import CODEC_SPECS, codec_spec
 from geofed.outer_optimizers import OUTER_SPECS, outer_spec
 from geofed.paradigms import ParadigmConfig, PretrainSettings, paradigms_with
 from geofed.privacy.settings import PrivacyConfig, check_federation
@@ -63,8 +63,8 @@ class ModelConfig(_Section):
 
 
 # 'auto' picks a dense codec per round, so it is listed after the dense ones.
-_DENSE_CODECS = tuple(n for n in codec_names() if codec_class(n).delta_form == "dense")
-CodecName = Literal[(*_DENSE_CODECS, "auto", *(n for n in codec_names() if n not in _DENSE_CODECS))]
+_DENSE_CODECS = tuple(n for n, spec in CODEC_SPECS.items() if spec.delta_form == "dense")
+CodecName = Literal[(*_DENSE_CODECS, "auto", *(n for n in CODEC_SPECS if n not in _DENSE_CODECS))]
 
 
 class CodecConfig(_Section):
@@ -118,7 +118,7 @@ class CodecConfig(_Section):
         """The form of the deltas this codec pushes, which selects the PS's fold of the paradigm (its strategy
         variant): 'sparse' (chunk-wise top-k, summed and published sparsely) or 'dense' (every element; 'auto'
         chooses among dense codecs only)."""
-        return "dense" if self.name == "auto" else codec_class(self.name).delta_form
+        return "dense" if self.name == "auto" else codec_spec(self.name).delta_form
 
     @property
     def elementwise(self) -> bool:

@@ -23,7 +23,7 @@ class InvalidPush(PushRejected):
 
 
 def check_first_model_codec(lossless: bool) -> None:
-    """The initial model travels exactly (`Codec.lossless`): every client starts from the same weights."""
+    """The initial model travels exactly (`CodecSpec.lossless`): every client starts from the same weights."""
     if not lossless:
         raise InvalidPush("codec", "the initial model must be sent with the fp32 codec")
 

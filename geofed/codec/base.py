@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -20,36 +20,33 @@ from geofed.codec.header import MAX_FRAME_ELEMS
 
 if TYPE_CHECKING:
     from geofed.codec.sparse import SparseParams
+    from geofed.codec_specs import CodecSpec
 
 DEFAULT_FRAME_ELEMS = 1 << 20
 
 CODECS: dict[str, type[Codec]] = {}
-"""The codecs a federation can name (`codec.name`), in declaration order: a subclass of `Codec` that sets
-`setting` enters it by being defined."""
+"""The codec class for each `geofed.codec_specs.CodecSpec` name: a subclass of `Codec` that sets `spec`
+enters it by being defined."""
 
 
 class Codec(ABC):
     """Encodes a flattened fp32 delta into (header, lazy frames); see `geofed.codec` for the contract.
 
-    A codec class declares its facts once, and everything outside `geofed.codec` asks them instead of
-    comparing names: `setting` (its `codec.name`, which registers it in `CODECS`), `delta_form` (which PS
-    fold its deltas take), `splittable` (ranks may encode slices of one stream, `SliceCodec`), `lossless` (it carries
-    the values exactly, as raw little-endian fp32 words a sharded PS front cuts by bytes: the first model
-    travels so) and, per instance, `value_bits`. `build` and `from_wire` make one from settings or a header.
+    A codec class names its `spec` once (delta form, splittable, lossless, value bits: the facts the settings,
+    the PS and the clients ask instead of comparing names), and defining it registers it in `CODECS`;
+    `build` and `from_wire` make one from settings or a header name.
     """
 
-    setting: ClassVar[str | None] = None
-    delta_form: ClassVar[Literal["dense", "sparse"]] = "dense"
-    splittable: ClassVar[bool] = False
-    lossless: ClassVar[bool] = False
+    spec: ClassVar[CodecSpec]
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if "setting" in cls.__dict__ and cls.setting is not None:
-            if cls.setting in CODECS:
-                raise CodecError(f"codec {cls.setting!r} is declared twice ({CODECS[cls.setting].__qualname__}, "
+        spec = cls.__dict__.get("spec")
+        if spec is not None:
+            if spec.name in CODECS:
+                raise CodecError(f"codec {spec.name!r} has two classes ({CODECS[spec.name].__qualname__}, "
                                  f"{cls.__qualname__})")
-            CODECS[cls.setting] = cls
+            CODECS[spec.name] = cls
 
     @classmethod
     def build(cls, entropy: str, block_scales: int, sparse: SparseParams | None) -> Codec:
@@ -59,12 +56,12 @@ class Codec(ABC):
     @classmethod
     def from_wire(cls, wire: str) -> Codec | None:
         """This codec if `wire` is one of its header names, else None (CodecError for a malformed one)."""
-        return cls() if wire == cls.setting else None
+        return cls() if wire == cls.spec.name else None
 
     @property
     def value_bits(self) -> int | None:
         """Bits per element value on the wire; None when the codec does not send every element."""
-        return None
+        return self.spec.value_bits
 
     @property
     @abstractmethod

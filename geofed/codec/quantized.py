@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterator, Sequence
-from typing import ClassVar
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from geofed.codec.base import DEFAULT_FRAME_ELEMS, Codec, FrameDecoder, check_en
 from geofed.codec.entropy import ENTROPY_KINDS, NEEDS_HISTOGRAM, EntropyStage, build_stage, read_stage
 from geofed.codec.errors import CodecError
 from geofed.codec.header import Reader, StreamHeader, pack_frame, pack_header
+from geofed.codec_specs import INT8, INT16
 
 
 class _Ranges:
@@ -54,9 +54,6 @@ MAX_BLOCK = 1 << 26
 class QuantizedCodec(Codec):
     """Min-max quantisation to `bits` (8 or 16) with an entropy stage; `block` = 0 means one global range."""
 
-    bits: ClassVar[int]
-    splittable = True
-
     def __init__(self, entropy: str, block: int) -> None:
         self.entropy, self.block = entropy, block
 
@@ -76,12 +73,12 @@ class QuantizedCodec(Codec):
 
     @classmethod
     def from_wire(cls, wire: str) -> QuantizedCodec | None:
-        m = re.fullmatch(rf"int{cls.bits}\+([a-z]+)(?:/b([0-9]{{1,9}}))?", wire)
+        m = re.fullmatch(rf"int{cls.spec.value_bits}\+([a-z]+)(?:/b([0-9]{{1,9}}))?", wire)
         return cls.build(m.group(1), int(m.group(2) or 0)) if m else None
 
     @property
-    def value_bits(self) -> int:
-        return self.bits
+    def bits(self) -> int:
+        return self.spec.value_bits
 
     @property
     def name(self) -> str:
@@ -181,12 +178,10 @@ class _QuantizedFrameDecoder(FrameDecoder):
 class Int8Codec(QuantizedCodec):
     """256 levels: the default codec, a quarter of fp32's bytes before the entropy stage."""
 
-    setting = "int8"
-    bits = 8
+    spec = INT8
 
 
 class Int16Codec(QuantizedCodec):
     """65536 levels: 256x finer steps than int8, for links that carry them within the sync budget."""
 
-    setting = "int16"
-    bits = 16
+    spec = INT16

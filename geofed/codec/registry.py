@@ -15,13 +15,8 @@ from geofed.codec.sparse import SparseParams
 from geofed.codec.stream import StreamDecoder
 
 
-def codec_names() -> tuple[str, ...]:
-    """Every codec a federation can name, in declaration order."""
-    return tuple(CODECS)
-
-
 def codec_class(name: str) -> type[Codec]:
-    """The codec class `codec.name` selects; its facts (delta form, splittable, lossless) need no instance."""
+    """The codec class `codec.name` selects."""
     try:
         return CODECS[name]
     except KeyError:
@@ -52,4 +47,5 @@ def decoder_for(header: bytes, *, max_numel: int) -> StreamDecoder:
     if h.numel > max_numel:
         raise CodecError(f"header announces {h.numel} elements, more than the allowed {max_numel}")
     codec = codec_from_wire_name(h.name)
-    return StreamDecoder(codec.name, h.numel, h.frame_elems, codec.frame_decoder(h.params), lossless=codec.lossless)
+    return StreamDecoder(codec.name, h.numel, h.frame_elems, codec.frame_decoder(h.params),
+                         lossless=codec.spec.lossless)

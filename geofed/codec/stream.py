@@ -72,7 +72,7 @@ class StreamDecoder:
     def __init__(self, codec_name: str, numel: int, frame_elems: int, frames: FrameDecoder, *,
                  lossless: bool = False) -> None:
         self.codec_name = codec_name
-        self.lossless = lossless  # the stream's codec can carry a first model (`Codec.lossless`)
+        self.lossless = lossless  # the stream's codec can carry a first model (`CodecSpec.lossless`)
         self.numel = numel
         self.frame_elems = frame_elems
         self._frames = frames

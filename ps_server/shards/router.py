@@ -36,7 +36,7 @@ class FrameRouter:
             raise InvalidPush("shape", f"delta has {h.numel} elements but the federation exchanges "
                               f"{shard_map.numel}")
         if init:
-            check_first_model_codec(codec.lossless)
+            check_first_model_codec(codec.spec.lossless)
         self.map, self.init, self.codec_name = shard_map, init, codec.name
         self._buf = bytearray()
         self._need: int | None = None  # whole length of the frame being assembled

@@ -11,6 +11,7 @@ from client_agent.sync.route import _shard_wise_codec
 from geofed.codec import CodecError, decoder_for, make_codec
 from geofed.codec.base import CODECS
 from geofed.codec.registry import codec_class, codec_from_wire_name
+from geofed.codec_specs import CODEC_SPECS, CodecSpec
 from ps_server.errors import InvalidPush, check_first_model_codec
 from ps_server.metrics import value_bits
 from tests.plugins.fp16_codec import Fp16Codec
@@ -33,15 +34,17 @@ def test_the_ps_and_the_client_ask_the_codecs_facts():
     assert value_bits("fp16") == 16 and value_bits("int8+huffman/b4096") == 8 and value_bits("sparse") is None
     assert not decoder_for(make_codec("fp16").encode(np.zeros(4, np.float32))[0], max_numel=4).lossless
     with pytest.raises(InvalidPush, match="initial model"):
-        check_first_model_codec(codec_from_wire_name("fp16").lossless)
+        check_first_model_codec(codec_from_wire_name("fp16").spec.lossless)
     assert _shard_wise_codec(["int8", "fp16"]) == "codec 'fp16' has no shard-wise encoder"
     assert _shard_wise_codec(["int8", "int16", "bf16", "fp32"]) is None
 
 
 def test_a_name_is_declared_once():
-    with pytest.raises(CodecError, match="declared twice"):
-        type("Again", (Fp16Codec,), {"setting": "fp16"})
-    assert CODECS["fp16"] is Fp16Codec
+    with pytest.raises(CodecError, match="two classes"):
+        type("Again", (Fp16Codec,), {"spec": Fp16Codec.spec})
+    with pytest.raises(ValueError, match="declared twice"):
+        CodecSpec("fp16")
+    assert CODECS["fp16"] is Fp16Codec and CODEC_SPECS["fp16"] is Fp16Codec.spec
 
 
 def test_an_unknown_name_says_which_are_known():

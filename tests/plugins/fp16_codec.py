@@ -1,4 +1,4 @@
-"""A codec geofed does not ship, declared by its class alone: IEEE half floats, 2 bytes a value.
+"""A codec geofed does not ship, its facts declared once: IEEE half floats, 2 bytes a value.
 
 Tests import it, and `GEOFED_PLUGINS=tests.plugins.fp16_codec` makes it a codec every geofed process of a
 federation knows (`geofed.plugins`).
@@ -13,17 +13,16 @@ import numpy as np
 from geofed.codec import CodecError
 from geofed.codec.base import DEFAULT_FRAME_ELEMS, Codec, FrameDecoder, check_encode_args, frame_ranges
 from geofed.codec.header import StreamHeader, pack_frame, pack_header
+from geofed.codec_specs import CodecSpec
+
+FP16 = CodecSpec("fp16", value_bits=16)  # dense, not split by ranks, not exact
 
 
 class Fp16Codec(Codec):
     """IEEE half floats, 2 bytes a value: a codec no geofed module knows."""
 
-    setting = "fp16"
+    spec = FP16
     name = "fp16"
-
-    @property
-    def value_bits(self) -> int:
-        return 16
 
     def encode(self, flat: np.ndarray, *, frame_elems: int = DEFAULT_FRAME_ELEMS,
                residual_out: np.ndarray | None = None, cuts: Sequence[int] = ()) -> tuple[bytes, Iterator[bytes]]:
