@@ -134,6 +134,11 @@ class LinkRateCodec(FixedCodec):
 CODEC_POLICIES: dict[str, type[FixedCodec]] = {"auto": LinkRateCodec}
 
 
+def codec_policy(name: str) -> FixedCodec:
+    """How a federation whose `codec.name` is `name` picks each round's codec."""
+    return CODEC_POLICIES.get(name, FixedCodec)(name)
+
+
 class FixedInterval:
     """The configured T and H, every round."""
 
@@ -166,7 +171,7 @@ class LinkTuner:
 
     def __init__(self, fed: FederationConfig, meter: LinkMeter, numel: int, client_id: str) -> None:
         self.fed, self.meter, self.numel, self.client_id = fed, meter, numel, client_id
-        self.codec_policy = CODEC_POLICIES.get(fed.codec.name, FixedCodec)(fed.codec.name)
+        self.codec_policy = codec_policy(fed.codec.name)
         self.interval_policy = LinkInterval() if fed.autotune.interval else FixedInterval()
         self.step_s: float | None = None  # seconds per local step in the last round (the interval's input)
         self._codec: str | None = None

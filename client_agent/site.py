@@ -30,7 +30,7 @@ from .errors import JoinError
 from .flat import ManifestMismatch, check_manifest
 from .fsdp import build_on_meta, shard_model
 from .join_spec import JoinSpec
-from .link_tuner import CODEC_POLICIES, FixedCodec, LinkTuner
+from .link_tuner import LinkTuner, codec_policy
 from .paradigms import ClientParadigm, client_paradigm
 from .preflight import check_before_join
 from .ps_client import GlobalVersion, PSClient
@@ -115,7 +115,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     checked = check_before_join(cfg, fed, tokenizer, data, device, held)
     log.info("event=settings_checked client=%s paradigm=%s device=%s", cfg.client_id, fed.paradigm.name, device)
     paradigm = checked.paradigm
-    codecs = CODEC_POLICIES.get(fed.codec.name, FixedCodec)(fed.codec.name).candidates
+    codecs = codec_policy(fed.codec.name).candidates
     route = sync_route(
         ranks.world,
         paradigm,

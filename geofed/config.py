@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from geofed.codec_specs import CODEC_SPECS, codec_spec
+from geofed.outer_optimizers import OUTER_SPECS, outer_spec
 from geofed.paradigms import ParadigmConfig, PretrainSettings, paradigms_with
 from geofed.privacy.settings import PrivacyConfig, check_federation
 from geofed.ps_groups import PSGroup, RingConfig, check_groups
@@ -60,10 +62,15 @@ class ModelConfig(_Section):
         return self
 
 
+# 'auto' picks a dense codec per round, so it is listed after the dense ones.
+_DENSE_CODECS = tuple(n for n, spec in CODEC_SPECS.items() if spec.delta_form == "dense")
+CodecName = Literal[(*_DENSE_CODECS, "auto", *(n for n in CODEC_SPECS if n not in _DENSE_CODECS))]
+
+
 class CodecConfig(_Section):
     """How deltas are compressed on the wire (paper §III-B3: flattened min-max quantisation + Huffman)."""
 
-    name: Literal["fp32", "bf16", "int8", "int16", "auto", "sparse"] = Field(
+    name: CodecName = Field(
         "int8",
         description="Delta codec: fp32, bf16, int8 or int16 min-max quantisation (int8 with error feedback is the "
         "default; docs/benchmarks.md compares them); 'auto' picks int8 or int16 from the measured link rate and "
@@ -111,7 +118,7 @@ class CodecConfig(_Section):
         """The form of the deltas this codec pushes, which selects the PS's fold of the paradigm (its strategy
         variant): 'sparse' (chunk-wise top-k, summed and published sparsely) or 'dense' (every element; 'auto'
         chooses among dense codecs only)."""
-        return "sparse" if self.name == "sparse" else "dense"
+        return "dense" if self.name == "auto" else codec_spec(self.name).delta_form
 
     @property
     def elementwise(self) -> bool:
@@ -125,9 +132,7 @@ class CodecConfig(_Section):
         return self
 
 
-# The outer learning rates global_lr leaves to the outer optimizer (its description says why).
-FEDAVG_LR = 0.5
-ADAM_LR = 0.01
+OuterName = Literal[tuple(OUTER_SPECS)]
 
 
 class AggregationConfig(_Section):
@@ -140,7 +145,7 @@ class AggregationConfig(_Section):
         "/ sync_below), only between rounds, each switch logged and exported; the sync-only and async-only "
         "settings apply while their mode runs. One PS only (not with groups or ps_shards > 1).",
     )
-    outer_optimizer: Literal["fedavg", "nesterov", "adam"] = Field(
+    outer_optimizer: OuterName = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
     )
     global_lr: float | None = Field(
@@ -259,17 +264,20 @@ class AggregationConfig(_Section):
     def outer_momentum(self) -> bool:
         """Whether the outer step carries earlier rounds' updates forward (so the model overshoots along them):
         Nesterov with momentum > 0, Adam with beta1 > 0."""
-        return (self.outer_optimizer == "nesterov" and self.momentum > 0) or (
-            self.outer_optimizer == "adam" and self.beta1 > 0
-        )
+        return outer_spec(self.outer_optimizer).momentum(self)
+
+    @property
+    def deltas_agree(self) -> bool:
+        """Whether honest deltas agree with the other sites' recent ones under this outer step, so the PS's
+        consensus bound applies (`geofed.outer_optimizers.OuterSpec.deltas_agree`)."""
+        return outer_spec(self.outer_optimizer).deltas_agree(self)
 
     @property
     def outer_lr(self) -> float:
         """The global (outer) learning rate η in use: global_lr, or the outer optimizer's own when unset."""
         if self.global_lr is not None:
             return self.global_lr
-        return {"fedavg": FEDAVG_LR, "nesterov": FEDAVG_LR * (1.0 - self.momentum), "adam": ADAM_LR}[
-            self.outer_optimizer]
+        return outer_spec(self.outer_optimizer).lr(self)
 
 
 class DownlinkConfig(_Section):

@@ -4,3 +4,7 @@
 federation on one machine, `evaluate` scores published global models, `launch` starts PS and client
 processes. Nothing below this layer imports it (the import-linter contract in pyproject.toml).
 """
+
+from geofed.plugins import load_plugins
+
+load_plugins()  # before anything reads the settings: plug-ins add codec and outer-optimizer names

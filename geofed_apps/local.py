@@ -142,7 +142,7 @@ def _fail(msg: str) -> int:
 def _codec_text(fed: FederationConfig) -> str:
     """The banner's codec: e.g. "int8+huffman", or "sparse 2% 2-bit" (the sparse mode has no entropy stage)."""
     c = fed.codec
-    if c.name == "sparse":
+    if c.delta_form == "sparse":
         return f"sparse {100 * c.sparse_density:g}% {c.sparse_value_bits}-bit"
     return f"{c.name}+{c.entropy}"
 

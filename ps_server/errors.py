@@ -22,6 +22,12 @@ class InvalidPush(PushRejected):
     """Malformed: protocol order, shape, codec, sizes, non-finite values, bad manifest."""
 
 
+def check_first_model_codec(lossless: bool) -> None:
+    """The initial model travels exactly (`CodecSpec.lossless`): every client starts from the same weights."""
+    if not lossless:
+        raise InvalidPush("codec", "the initial model must be sent with the fp32 codec")
+
+
 class PushTooLarge(PushRejected):
     """Over a size or rate limit the PS enforces."""
 

@@ -22,7 +22,7 @@ import numpy as np
 from geofed.codec import CodecError, decoder_for
 
 from .aggregation.displacement import DeltaSketch
-from .errors import CorruptPayload, InvalidPush, NotReady, PushRejected, PushTooLarge
+from .errors import CorruptPayload, InvalidPush, NotReady, PushRejected, PushTooLarge, check_first_model_codec
 from .global_model import TensorEntry, validate_manifest
 
 __all__ = ["PushHeader", "PushReceiver", "PushRejected", "ReceivedPush"]
@@ -167,8 +167,8 @@ class PushReceiver:
             raise InvalidPush("shape",
                 f"delta has {self._decoder.numel} elements but the federation exchanges {expected}",
             )
-        if header.init and not self._decoder.codec_name.startswith("fp32"):
-            raise InvalidPush("codec", "the initial model must be sent with the fp32 codec")
+        if header.init:
+            check_first_model_codec(self._decoder.lossless)
         self.header = header
         self._spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_RAM)
         if not self._decoder.sparse and KEPT_DECODED.take(4 * expected):  # a sparse push is re-decoded: O(nnz)

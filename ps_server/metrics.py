@@ -6,14 +6,19 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from .aggregation.round_times import RoundTimes
+from geofed.codec.errors import CodecError
+from geofed.codec.registry import codec_from_wire_name
 
-_VALUE_BITS = {"int8": 8, "int16": 16, "bf16": 16, "fp32": 32}
+from .aggregation.round_times import RoundTimes
 
 
 def value_bits(codec_name: str) -> int | None:
-    """Bits per value of a codec by its header name ('int8+huffman/b4096' -> 8); None for other codecs."""
-    return _VALUE_BITS.get(codec_name.split("+", 1)[0].split("/", 1)[0])
+    """Bits per value of a codec by its header name ('int8+huffman/b4096' -> 8); None for a codec that does
+    not send every value, or a name no codec answers to."""
+    try:
+        return codec_from_wire_name(codec_name).value_bits
+    except CodecError:
+        return None
 
 # Contributions.report() key -> (metric name suffix, help)
 CONTRIBUTION_METRICS = {

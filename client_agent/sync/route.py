@@ -8,7 +8,7 @@ pays, and only fits, when
 - the paradigm exchanges parameters element by element (`ClientParadigm.elementwise`): the others exchange
   small vectors (adapters, seeds, cut-layer tensors) through their own `delta`/`adopt`, which the slices
   do not model;
-- every codec the round can choose has a shard-wise encoder (`SliceCodec`: fp32, bf16, int8, int16).
+- every codec the round can choose declares a shard-wise encoder (`CodecSpec.splittable`: fp32, bf16, int8, int16).
 A sharded PS is served too: each rank's frames also end at the PS's shard bounds inside its slice
 (`SliceCodec` with `cuts`; a slice starts on the frame grid, so the frames are the one-rank stream's).
 Anything else takes the whole-vector path, which works for all of them; the reason is logged, never silent.
@@ -22,10 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from geofed.codec import make_codec
-from geofed.codec.errors import CodecError
-from geofed.codec.sharded import SliceCodec
-from geofed.config import AggregationConfig, CodecConfig
+from geofed.codec_specs import codec_spec
+from geofed.config import AggregationConfig
 
 from ..paradigms import ClientParadigm
 from .base import SyncPath
@@ -44,25 +42,14 @@ class Route:
         return self.path.slices_only
 
 
-class _NoAgreement:
-    """Construction only: a `SliceCodec` built to ask whether the codec has a shard-wise encoder."""
-
-    def max(self, values):  # pragma: no cover - never called
-        raise AssertionError("not for encoding")
-
-    sum = max
-
-
 def _shard_wise_codec(names: Sequence[str]) -> str | None:
-    """Why one of `names` has no shard-wise encoder, or None; asks `SliceCodec` itself rather than keeping a list."""
+    """Why one of `names` has no shard-wise encoder, or None; asks each codec's declared facts."""
     for name in names:
-        settings = CodecConfig.model_construct(name=name)
-        if not settings.elementwise:  # e.g. chunk-wise top-k: a chunk's k is not split by rank
-            return f"codec {name!r} pushes {settings.delta_form} deltas, which have no shard-wise encoder"
-        try:
-            SliceCodec(make_codec(name), 0, 0, _NoAgreement())
-        except CodecError as exc:
-            return str(exc)
+        codec = codec_spec(name)
+        if codec.delta_form != "dense":  # e.g. chunk-wise top-k: a chunk's k is not split by rank
+            return f"codec {name!r} pushes {codec.delta_form} deltas, which have no shard-wise encoder"
+        if not codec.splittable:
+            return f"codec {name!r} has no shard-wise encoder"
     return None
 
 

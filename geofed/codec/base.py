@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -17,11 +18,50 @@ from geofed import shard_map
 from geofed.codec.errors import CodecError
 from geofed.codec.header import MAX_FRAME_ELEMS
 
+if TYPE_CHECKING:
+    from geofed.codec.sparse import SparseParams
+    from geofed.codec_specs import CodecSpec
+
 DEFAULT_FRAME_ELEMS = 1 << 20
+
+CODECS: dict[str, type[Codec]] = {}
+"""The codec class for each `geofed.codec_specs.CodecSpec` name: a subclass of `Codec` that sets `spec`
+enters it by being defined."""
 
 
 class Codec(ABC):
-    """Encodes a flattened fp32 delta into (header, lazy frames); see `geofed.codec` for the contract."""
+    """Encodes a flattened fp32 delta into (header, lazy frames); see `geofed.codec` for the contract.
+
+    A codec class names its `spec` once (delta form, splittable, lossless, value bits: the facts the settings,
+    the PS and the clients ask instead of comparing names), and defining it registers it in `CODECS`;
+    `build` and `from_wire` make one from settings or a header name.
+    """
+
+    spec: ClassVar[CodecSpec]
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("spec")
+        if spec is not None:
+            if spec.name in CODECS:
+                raise CodecError(f"codec {spec.name!r} has two classes ({CODECS[spec.name].__qualname__}, "
+                                 f"{cls.__qualname__})")
+            CODECS[spec.name] = cls
+
+    @classmethod
+    def build(cls, entropy: str, block_scales: int, sparse: SparseParams | None) -> Codec:
+        """This codec from a `geofed.config.CodecConfig`'s entropy, block scales and sparse parameters."""
+        return cls()
+
+    @classmethod
+    def from_wire(cls, wire: str) -> Codec | None:
+        """This codec if `wire` is one of its header names, else None (CodecError for a malformed one)."""
+        return cls() if wire == cls.spec.name else None
+
+    @property
+    def value_bits(self) -> int | None:
+        """Bits per element value on the wire; None when the codec does not send every element."""
+        return self.spec.value_bits
 
     @property
     @abstractmethod

@@ -14,6 +14,7 @@ import numpy as np
 from geofed.codec.base import DEFAULT_FRAME_ELEMS, Codec, FrameDecoder, check_encode_args, frame_ranges
 from geofed.codec.errors import CodecError
 from geofed.codec.header import StreamHeader, pack_frame, pack_header
+from geofed.codec_specs import BF16, FP32
 
 
 def to_bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -72,6 +73,7 @@ class _FloatCodec(Codec):
 class Fp32Codec(_FloatCodec):
     """Lossless: the values' own little-endian bytes."""
 
+    spec = FP32
     bytes_per_elem = 4
     name = "fp32"
 
@@ -88,6 +90,7 @@ class Fp32Codec(_FloatCodec):
 class Bf16Codec(_FloatCodec):
     """Top 16 bits of each float after rounding: 2 bytes per element, ~3 significant digits."""
 
+    spec = BF16
     bytes_per_elem = 2
     name = "bf16"
 

@@ -11,6 +11,7 @@ Per-block ranges travel inside the frames that use them, so every frame decodes 
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator, Sequence
 
@@ -18,8 +19,10 @@ import numpy as np
 
 from geofed.codec import quantize as qz
 from geofed.codec.base import DEFAULT_FRAME_ELEMS, Codec, FrameDecoder, check_encode_args, frame_ranges
-from geofed.codec.entropy import NEEDS_HISTOGRAM, EntropyStage, build_stage, read_stage
+from geofed.codec.entropy import ENTROPY_KINDS, NEEDS_HISTOGRAM, EntropyStage, build_stage, read_stage
+from geofed.codec.errors import CodecError
 from geofed.codec.header import Reader, StreamHeader, pack_frame, pack_header
+from geofed.codec_specs import INT8, INT16
 
 
 class _Ranges:
@@ -45,11 +48,37 @@ class _Ranges:
         return self.lo[f:s].astype("<f4").tobytes() + self.hi[f:s].astype("<f4").tobytes()
 
 
+MAX_BLOCK = 1 << 26
+
+
 class QuantizedCodec(Codec):
     """Min-max quantisation to `bits` (8 or 16) with an entropy stage; `block` = 0 means one global range."""
 
-    def __init__(self, bits: int, entropy: str, block: int) -> None:
-        self.bits, self.entropy, self.block = bits, entropy, block
+    def __init__(self, entropy: str, block: int) -> None:
+        self.entropy, self.block = entropy, block
+
+    @classmethod
+    def build(cls, entropy: str, block_scales: int, sparse: object = None) -> QuantizedCodec:
+        if entropy not in ENTROPY_KINDS:
+            raise CodecError(f"unknown entropy stage {entropy!r}; known: {', '.join(ENTROPY_KINDS)}")
+        if (
+            isinstance(block_scales, bool)
+            or not isinstance(block_scales, int)
+            or (block_scales and not qz.MIN_BLOCK <= block_scales <= MAX_BLOCK)
+        ):
+            raise CodecError(
+                f"block_scales must be 0 (global) or an int in [{qz.MIN_BLOCK}, {MAX_BLOCK}], got {block_scales!r}"
+            )
+        return cls(entropy, block_scales)
+
+    @classmethod
+    def from_wire(cls, wire: str) -> QuantizedCodec | None:
+        m = re.fullmatch(rf"int{cls.spec.value_bits}\+([a-z]+)(?:/b([0-9]{{1,9}}))?", wire)
+        return cls.build(m.group(1), int(m.group(2) or 0)) if m else None
+
+    @property
+    def bits(self) -> int:
+        return self.spec.value_bits
 
     @property
     def name(self) -> str:
@@ -144,3 +173,15 @@ class _QuantizedFrameDecoder(FrameDecoder):
         syms = self.stage.decode(r, count)
         mid, step, _ = ranges.for_frame(offset, offset + count)
         return qz.dequantize_into(syms, mid, step, self.codec.bits, np.empty(count, np.float32))
+
+
+class Int8Codec(QuantizedCodec):
+    """256 levels: the default codec, a quarter of fp32's bytes before the entropy stage."""
+
+    spec = INT8
+
+
+class Int16Codec(QuantizedCodec):
+    """65536 levels: 256x finer steps than int8, for links that carry them within the sync budget."""
+
+    spec = INT16

@@ -7,21 +7,20 @@ The header carries the name, so the receiver needs no out-of-band agreement.
 
 from __future__ import annotations
 
-import re
-
-from geofed.codec.base import Codec
-from geofed.codec.entropy import ENTROPY_KINDS
+from geofed.codec import floats, quantized  # noqa: F401  (defining a codec class registers it; sparse below)
+from geofed.codec.base import CODECS, Codec
 from geofed.codec.errors import CodecError
-from geofed.codec.floats import Bf16Codec, Fp32Codec
 from geofed.codec.header import parse_header
-from geofed.codec.quantize import BITS, MIN_BLOCK
-from geofed.codec.quantized import QuantizedCodec
-from geofed.codec.sparse import SparseCodec, SparseParams, parse_sparse_name
+from geofed.codec.sparse import SparseParams
 from geofed.codec.stream import StreamDecoder
 
-CODEC_NAMES = ("fp32", "bf16", "int8", "int16", "sparse")
-MAX_BLOCK = 1 << 26
-_WIRE = re.compile(r"^(int8|int16)\+([a-z]+)(?:/b([0-9]{1,9}))?$")
+
+def codec_class(name: str) -> type[Codec]:
+    """The codec class `codec.name` selects."""
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise CodecError(f"unknown codec {name!r}; known: {', '.join(CODECS)}") from None
 
 
 def make_codec(name: str, entropy: str = "huffman", block_scales: int = 0, *,
@@ -30,41 +29,16 @@ def make_codec(name: str, entropy: str = "huffman", block_scales: int = 0, *,
 
     "sparse" takes its chunk, k, value bits and index coding from `sparse` (`CodecConfig.sparse_params()`).
     """
-    if name == "sparse":
-        if sparse is None:
-            raise CodecError("the sparse codec needs its parameters (chunk, k, value bits, index coding)")
-        return SparseCodec(sparse)
-    if name == "fp32":
-        return Fp32Codec()
-    if name == "bf16":
-        return Bf16Codec()
-    if name not in BITS:
-        raise CodecError(f"unknown codec {name!r}; known: {', '.join(CODEC_NAMES)}")
-    if entropy not in ENTROPY_KINDS:
-        raise CodecError(f"unknown entropy stage {entropy!r}; known: {', '.join(ENTROPY_KINDS)}")
-    if (
-        isinstance(block_scales, bool)
-        or not isinstance(block_scales, int)
-        or (block_scales and not MIN_BLOCK <= block_scales <= MAX_BLOCK)
-    ):
-        raise CodecError(
-            f"block_scales must be 0 (global) or an int in [{MIN_BLOCK}, {MAX_BLOCK}], got {block_scales!r}"
-        )
-    return QuantizedCodec(BITS[name], entropy, block_scales)
+    return codec_class(name).build(entropy, block_scales, sparse)
 
 
 def codec_from_wire_name(wire: str) -> Codec:
     """Inverse of `Codec.name`; CodecError for anything this version does not know."""
-    if wire in ("fp32", "bf16"):
-        return make_codec(wire)
-    sparse = parse_sparse_name(wire)
-    if sparse is not None:
-        return SparseCodec(sparse)
-    m = _WIRE.match(wire)
-    codec = make_codec(m.group(1), m.group(2), int(m.group(3) or 0)) if m else None
-    if codec is None or codec.name != wire:  # only canonical spellings: one name, one byte format
-        raise CodecError(f"unknown codec {wire!r} in header")
-    return codec
+    for cls in CODECS.values():
+        codec = cls.from_wire(wire)
+        if codec is not None and codec.name == wire:  # only canonical spellings: one name, one byte format
+            return codec
+    raise CodecError(f"unknown codec {wire!r} in header")
 
 
 def decoder_for(header: bytes, *, max_numel: int) -> StreamDecoder:
@@ -73,4 +47,5 @@ def decoder_for(header: bytes, *, max_numel: int) -> StreamDecoder:
     if h.numel > max_numel:
         raise CodecError(f"header announces {h.numel} elements, more than the allowed {max_numel}")
     codec = codec_from_wire_name(h.name)
-    return StreamDecoder(codec.name, h.numel, h.frame_elems, codec.frame_decoder(h.params))
+    return StreamDecoder(codec.name, h.numel, h.frame_elems, codec.frame_decoder(h.params),
+                         lossless=codec.spec.lossless)

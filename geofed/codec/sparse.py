@@ -33,6 +33,7 @@ import numpy as np
 from geofed.codec.base import DEFAULT_FRAME_ELEMS, Codec, FrameDecoder, check_encode_args, frame_ranges
 from geofed.codec.errors import CodecError
 from geofed.codec.header import MAX_FRAME_ELEMS, Reader, StreamHeader, pack_frame, pack_header
+from geofed.codec_specs import SPARSE
 
 VALUE_BITS = (2, 4, 8)
 INDEX_CODINGS = ("rice", "fixed")
@@ -128,8 +129,21 @@ def _code_bytes(n: int, bits: int) -> int:
 class SparseCodec(Codec):
     """Chunk-wise top-k with low-bit values and compact indices (see the module docstring)."""
 
+    spec = SPARSE
+
     def __init__(self, params: SparseParams) -> None:
         self.params = params
+
+    @classmethod
+    def build(cls, entropy: str, block_scales: int, sparse: SparseParams | None) -> SparseCodec:
+        if sparse is None:
+            raise CodecError("the sparse codec needs its parameters (chunk, k, value bits, index coding)")
+        return cls(sparse)
+
+    @classmethod
+    def from_wire(cls, wire: str) -> SparseCodec | None:
+        params = parse_sparse_name(wire)
+        return None if params is None else cls(params)
 
     @property
     def name(self) -> str:

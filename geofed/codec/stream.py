@@ -69,8 +69,10 @@ class StreamDecoder:
     After any CodecError the decoder refuses further input.
     """
 
-    def __init__(self, codec_name: str, numel: int, frame_elems: int, frames: FrameDecoder) -> None:
+    def __init__(self, codec_name: str, numel: int, frame_elems: int, frames: FrameDecoder, *,
+                 lossless: bool = False) -> None:
         self.codec_name = codec_name
+        self.lossless = lossless  # the stream's codec can carry a first model (`CodecSpec.lossless`)
         self.numel = numel
         self.frame_elems = frame_elems
         self._frames = frames

@@ -25,7 +25,7 @@ bound stays off. One direction per site, so client ids and pushing often buy no 
 from the deltas' count sketches (`displacement.BUCKETS` buckets: about 2% of the delta's length), so the bound
 costs no pass over a delta.
 
-Only where the outer optimizer says honest deltas agree (`OuterOptimizer.deltas_agree`): FedAvg (the default)
+Only where the outer optimizer says honest deltas agree (`OuterSpec.deltas_agree`): FedAvg (the default)
 and Adam, whose momentum is normalised per coordinate. Under Nesterov with momentum the model overshoots along
 what the deltas so far added up to, and honest deltas then point back against it (docs/reliability.md), so
 there the bound is off. Plain numpy, no gRPC.

@@ -18,7 +18,7 @@ client ids.
 - **A consensus bound** (`consensus.ConsensusBound`): a delta's component along the other sites' recent
   directions (the upper median of its projections) may not be below −0.1 × its site's reference norm, so a
   site cannot undo what the others train (a sign flip) at the norm bound; where the outer optimizer says honest
-  deltas agree (`OuterOptimizer.deltas_agree`: FedAvg and Adam, not Nesterov with momentum).
+  deltas agree (`OuterSpec.deltas_agree`: FedAvg and Adam, not Nesterov with momentum).
 - **A displacement budget** (`displacement.DisplacementBudget`): what a site's latest deltas add up to is
   bounded too, so a drift just under the norm bound in one direction stops adding up.
 - **A site's share of a round**: in async mode every push makes a version and a site's base versions only
@@ -56,7 +56,6 @@ from ..global_model import Snapshot
 from .consensus import ConsensusBound
 from .displacement import OVER_NORM_BOUND, WINDOW, DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
-from .outer import OUTER_OPTIMIZERS
 from .weighting import max_tokens_per_sync
 
 
@@ -85,7 +84,7 @@ class DeltaGuard:
         self.budget = DisplacementBudget(
             OVER_NORM_BOUND * agg.norm_bound_multiple if fed.paradigm.cumulative else 0.0, agg.norm_bound_window
         )
-        self.consensus = ConsensusBound(self.budget, enabled=OUTER_OPTIMIZERS[agg.outer_optimizer].deltas_agree(agg))
+        self.consensus = ConsensusBound(self.budget, enabled=agg.deltas_agree)
         self._sketches: dict[str, np.ndarray] = {}  # client -> sketch of its bounded delta, until accepted
         self.applied_base: dict[str, int] = {}  # site -> newest base version of its applied deltas
         self.round_base: dict[str, tuple[str, int]] = {}  # site -> (client, base version) of its open-round delta

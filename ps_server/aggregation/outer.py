@@ -5,15 +5,20 @@ DiLoCo's outer step (torch SGD, nesterov=True); Adam is FedOpt's FedAdam. Everyt
 flat fp32 numpy buffers, slice by slice, so temporaries stay O(slice), never O(model): each
 optimizer turns the averaged delta *in place* into the increment u, and the PS builds θ + u in that
 same buffer, so an outer step needs no model-sized allocation beyond the optimizer's own state.
+
+Each class names its `geofed.outer_optimizers.OuterSpec` (the facts the settings and clients read too) and
+enters `OUTER_OPTIMIZERS` under that name by being defined.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import numpy as np
 
 from geofed.config import AggregationConfig
+from geofed.outer_optimizers import ADAM, FEDAVG, NESTEROV, OuterSpec
 
 _SLICE = 1 << 22  # elements per in-place slice: bounds temporaries to ~16 MiB
 
@@ -23,19 +28,28 @@ def _slices(n: int):
         yield slice(start, min(n, start + _SLICE))
 
 
+OUTER_OPTIMIZERS: dict[str, type[OuterOptimizer]] = {}
+"""The PS's step for each `OuterSpec` name; a subclass of `OuterOptimizer` that sets `spec` enters it."""
+
+
 class OuterOptimizer(ABC):
     """Applies an averaged delta to the flat global parameters, in place."""
 
-    name: str = ""
+    spec: ClassVar[OuterSpec]
+    name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "spec" in cls.__dict__:
+            if cls.spec.name in OUTER_OPTIMIZERS:
+                raise ValueError(f"outer optimizer {cls.spec.name!r} has two PS steps")
+            cls.name = cls.spec.name
+            OUTER_OPTIMIZERS[cls.name] = cls
 
     @classmethod
-    def deltas_agree(cls, cfg: AggregationConfig) -> bool:
-        """Whether honest deltas point along what the other sites' recent deltas add up to, so that one
-        pointing clearly against them is an attack (the consensus bound applies). They do under FedAvg and
-        under Adam, whose momentum is normalised per coordinate (each step moves a coordinate by about η at
-        most; docs/reliability.md); not where the step carries momentum at full length (Nesterov): the model
-        then overshoots along the recent deltas and honest deltas point back against them."""
-        return True
+    @abstractmethod
+    def build(cls, cfg: AggregationConfig, numel: int) -> OuterOptimizer:
+        """This step for the federation's aggregation settings and a `numel`-element model."""
 
     @abstractmethod
     def increment_(self, delta: np.ndarray) -> None:
@@ -81,7 +95,11 @@ def _guess_name(state: dict) -> str:
 class FedAvg(OuterOptimizer):
     """θ ← θ + η·Δ; η = 1 is plain federated averaging."""
 
-    name = "fedavg"
+    spec = FEDAVG
+
+    @classmethod
+    def build(cls, cfg: AggregationConfig, numel: int) -> FedAvg:
+        return cls(cfg.outer_lr)
 
     def __init__(self, lr: float) -> None:
         self.lr = lr
@@ -93,12 +111,11 @@ class FedAvg(OuterOptimizer):
 class Nesterov(OuterOptimizer):
     """DiLoCo's outer step: SGD with Nesterov momentum on g = -Δ (buf ← μ·buf + g; θ ← θ - η(g + μ·buf))."""
 
-    name = "nesterov"
+    spec = NESTEROV
 
     @classmethod
-    def deltas_agree(cls, cfg: AggregationConfig) -> bool:
-        """Its momentum steps at full length (docs/reliability.md: honest deltas then point back)."""
-        return cfg.momentum == 0
+    def build(cls, cfg: AggregationConfig, numel: int) -> Nesterov:
+        return cls(cfg.outer_lr, cfg.momentum, numel)
 
     def __init__(self, lr: float, momentum: float, numel: int) -> None:
         self.lr, self.momentum = lr, momentum
@@ -127,7 +144,11 @@ class Nesterov(OuterOptimizer):
 class Adam(OuterOptimizer):
     """FedAdam (Reddi et al., FedOpt) with bias correction; ε plays FedOpt's τ."""
 
-    name = "adam"
+    spec = ADAM
+
+    @classmethod
+    def build(cls, cfg: AggregationConfig, numel: int) -> Adam:
+        return cls(cfg.outer_lr, cfg.beta1, cfg.beta2, cfg.adam_eps, numel)
 
     def __init__(self, lr: float, beta1: float, beta2: float, eps: float, numel: int) -> None:
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
@@ -165,15 +186,10 @@ class Adam(OuterOptimizer):
         self.t = int(state["t"])
 
 
-OUTER_OPTIMIZERS: dict[str, type[OuterOptimizer]] = {c.name: c for c in (FedAvg, Nesterov, Adam)}
-
-
 def build_outer_optimizer(cfg: AggregationConfig, numel: int) -> OuterOptimizer:
     """The outer optimizer named in the federation's aggregation settings."""
-    if cfg.outer_optimizer == "fedavg":
-        return FedAvg(cfg.outer_lr)
-    if cfg.outer_optimizer == "nesterov":
-        return Nesterov(cfg.outer_lr, cfg.momentum, numel)
-    if cfg.outer_optimizer == "adam":
-        return Adam(cfg.outer_lr, cfg.beta1, cfg.beta2, cfg.adam_eps, numel)
-    raise ValueError(f"unknown outer optimizer {cfg.outer_optimizer!r}")
+    try:
+        step = OUTER_OPTIMIZERS[cfg.outer_optimizer]
+    except KeyError:
+        raise ValueError(f"outer optimizer {cfg.outer_optimizer!r} has no PS step in this version") from None
+    return step.build(cfg, numel)

@@ -17,7 +17,7 @@ from geofed.codec.header import FRAME_PREFIX, pack_frame, parse_frame_prefix, pa
 from geofed.codec.registry import codec_from_wire_name
 from geofed.shard_map import ShardMap
 
-from ..errors import InvalidPush
+from ..errors import InvalidPush, check_first_model_codec
 
 _FP32_WORD = 4
 
@@ -35,8 +35,8 @@ class FrameRouter:
         if h.numel != shard_map.numel:
             raise InvalidPush("shape", f"delta has {h.numel} elements but the federation exchanges "
                               f"{shard_map.numel}")
-        if init and codec.name != "fp32":
-            raise InvalidPush("codec", "the initial model must be sent with the fp32 codec")
+        if init:
+            check_first_model_codec(codec.spec.lossless)
         self.map, self.init, self.codec_name = shard_map, init, codec.name
         self._buf = bytearray()
         self._need: int | None = None  # whole length of the frame being assembled
