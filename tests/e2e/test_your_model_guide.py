@@ -9,9 +9,11 @@ a tokenizer trained on far more text, durations of hours rather than a minute.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +41,14 @@ def test_the_guide_runs_as_written(tmp_path):
     assert not [b for b in blocks if b.skip], "every block of the guide runs here"
     script = "".join(f"echo '== {b}'\n{b.text}" for b in blocks)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=1700)
+    bash = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        stdout, stderr = bash.communicate(timeout=1700)
+    finally:  # a block that failed leaves its background processes (the PS, the sites): end them with it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bash.pid, signal.SIGKILL)
+    done = subprocess.CompletedProcess(bash.args, bash.returncode, stdout, stderr)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-8000:]
 
