@@ -4,8 +4,9 @@ With `model.path` set, the checkpoint decides the family, depth, width, heads, v
 settings that said otherwise would describe a model nobody trains (the banner, the status page, the vocabulary
 check a client's tokenizer goes through). A value the settings state and the checkpoint contradicts is refused
 naming both; an unstated one is taken from the checkpoint. `block_size` may be stated shorter than the
-checkpoint's context (training on shorter windows), never longer. Read where settings are resolved (`geofed
-local`, `geofed ps`), so the PS and every client see the loaded shape; no torch or transformers needed.
+checkpoint's context (training on shorter windows), never longer. Filled into the settings data before they
+are validated (`geofed local`, `geofed ps`, `geofed export`), so a paradigm's layer names are checked against
+the loaded family and the PS and every client see the loaded shape; no torch or transformers needed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from geofed.cli_flags import SettingsError
-from geofed.config import FederationConfig
 
 # ModelConfig field -> the config.json keys that hold it, by family (Llama-style names first, GPT-2's second).
 _KEYS = {
@@ -58,30 +58,25 @@ def _contradicts(field: str, stated: Any, loaded: Any) -> bool:
     return stated > loaded if field == "block_size" else stated != loaded
 
 
-def with_checkpoint_shape(fed: FederationConfig) -> FederationConfig:
-    """`fed` with its model's shape taken from `model.path`'s config.json (see the module docstring); `fed`
-    itself when there is no path or no config.json here. CheckpointShapeError names a contradiction."""
-    model = fed.model
-    shape = checkpoint_shape(model.path) if model.path else None
+def fill_checkpoint_shape(data: dict[str, Any]) -> dict[str, Any]:
+    """Settings data (before validation) with the model's shape taken from `model.path`'s config.json (see the
+    module docstring): every setting that depends on the model (a paradigm's layer names) is then validated
+    against the loaded shape. `data` itself when there is no path or no config.json here; CheckpointShapeError
+    names a contradiction."""
+    model = data.get("model") or {}
+    path = model.get("path") if isinstance(model, dict) else None
+    shape = checkpoint_shape(str(path)) if path else None
     if not shape:
-        return fed
-    stated = model.model_fields_set
+        return data
     differing = [
-        f"model.{field} {getattr(model, field)!r} is stated but the checkpoint's config.json has {key} {value!r}"
+        f"model.{field} {model[field]!r} is stated but the checkpoint's config.json has {key} {value!r}"
         for field, (value, key) in shape.items()
-        if field in stated and _contradicts(field, getattr(model, field), value)
+        if field in model and _contradicts(field, model[field], value)
     ]
     if differing:
         raise CheckpointShapeError(
-            f"the settings contradict model.path {model.path!r}: {'; '.join(differing)}; drop the setting (it is "
+            f"the settings contradict model.path {path!r}: {'; '.join(differing)}; drop the setting (it is "
             "read from the checkpoint) or point model.path at the checkpoint you mean"
         )
-    filled = {field: value for field, (value, _) in shape.items() if field not in stated}
-    if not filled:
-        return fed
-    data = fed.model_dump(mode="json", exclude_unset=True)
-    data["model"] = {**model.model_dump(mode="json", exclude_unset=True), **filled}
-    try:
-        return FederationConfig.model_validate(data)
-    except ValueError as exc:
-        raise CheckpointShapeError(f"model.path {model.path!r}'s shape does not fit the settings: {exc}") from None
+    filled = {field: value for field, (value, _) in shape.items() if field not in model}
+    return {**data, "model": {**model, **filled}} if filled else data

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from geofed.checkpoint_shape import with_checkpoint_shape
+from geofed.checkpoint_shape import fill_checkpoint_shape
 from geofed.cli_flags import SettingsError, load_settings_file, validate_settings
 from geofed.config import FederationConfig
 from geofed.manifest import manifest_difference
@@ -165,7 +165,7 @@ def find_settings(settings: str | None, checkpoint: Path) -> str:
 
 def load_federation(settings: str) -> FederationConfig:
     try:
-        return with_checkpoint_shape(validate_settings(FederationConfig, load_settings_file(settings)))
+        return validate_settings(FederationConfig, fill_checkpoint_shape(load_settings_file(settings)))
     except SettingsError as exc:
         raise ExportError(str(exc).strip()) from None
 

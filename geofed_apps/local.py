@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from geofed.checkpoint_shape import with_checkpoint_shape
+from geofed.checkpoint_shape import fill_checkpoint_shape
 from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, validate_settings
 from geofed.config import FederationConfig
 from geofed.tokenizer_identity import BYTE
@@ -217,7 +217,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         if opts.ps_shards > 1:
             data["ps_shards"] = opts.ps_shards
         fill_run_duration(data, opts.duration_s)
-        fed = with_checkpoint_shape(validate_settings(FederationConfig, data))
+        fed = validate_settings(FederationConfig, fill_checkpoint_shape(data))
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))
     if opts.paradigm and not opts.data and fed.model.tokenizer != BYTE:

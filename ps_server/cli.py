@@ -65,7 +65,7 @@ def _admin_client(args):
 
 
 def run_ps(args) -> int:
-    from geofed.checkpoint_shape import with_checkpoint_shape
+    from geofed.checkpoint_shape import fill_checkpoint_shape
     from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, model_from_flags, validate_settings
     from geofed.config import FederationConfig, ServerConfig
     from geofed.logs import setup_logging
@@ -74,9 +74,8 @@ def run_ps(args) -> int:
 
     setup_logging(args.log_level)
     try:
-        fed = with_checkpoint_shape(
-            validate_settings(FederationConfig, apply_overrides(load_settings_file(args.federation), args.set))
-        )
+        data = fill_checkpoint_shape(apply_overrides(load_settings_file(args.federation), args.set))
+        fed = validate_settings(FederationConfig, data)
         cfg = model_from_flags(ServerConfig, args)
         return serve(fed, cfg, ready_file=args.ready_file)
     except (SettingsError, ConfigError) as exc:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from geofed.checkpoint_shape import CheckpointShapeError, with_checkpoint_shape
+from geofed.checkpoint_shape import CheckpointShapeError, fill_checkpoint_shape
 from geofed.config import FederationConfig
 
 LLAMA = {"model_type": "llama", "num_hidden_layers": 3, "num_attention_heads": 4, "hidden_size": 192,
@@ -15,9 +15,14 @@ LLAMA = {"model_type": "llama", "num_hidden_layers": 3, "num_attention_heads": 4
 GPT2 = {"model_type": "gpt2", "n_layer": 5, "n_head": 2, "n_embd": 64, "vocab_size": 50257, "n_positions": 1024}
 
 
-def _fed(tmp_path, config: dict, **model) -> FederationConfig:
+def _fed(tmp_path, config: dict, **model) -> dict:
+    """Settings data naming the checkpoint at `tmp_path` (written with `config`), before validation."""
     (tmp_path / "config.json").write_text(json.dumps(config))
-    return FederationConfig.model_validate({"model": {"path": str(tmp_path), **model}})
+    return {"model": {"path": str(tmp_path), **model}}
+
+
+def with_checkpoint_shape(data: dict) -> FederationConfig:
+    return FederationConfig.model_validate(fill_checkpoint_shape(data))
 
 
 @pytest.mark.parametrize(
@@ -52,14 +57,23 @@ def test_a_shorter_stated_context_is_kept_and_a_longer_one_refused(tmp_path):
 
 
 def test_settings_stay_as_they_are_without_the_checkpoint_here(tmp_path):
-    fed = FederationConfig.model_validate({"model": {"path": str(tmp_path / "on-the-clients"), "n_layer": 7}})
+    data = {"model": {"path": str(tmp_path / "on-the-clients"), "n_layer": 7}}
 
-    assert with_checkpoint_shape(fed) is fed
+    assert fill_checkpoint_shape(data) is data
 
 
 def test_an_unreadable_config_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    fed = FederationConfig.model_validate({"model": {"path": str(tmp_path)}})
-
     with pytest.raises(CheckpointShapeError, match="cannot read .*config.json"):
-        with_checkpoint_shape(fed)
+        fill_checkpoint_shape({"model": {"path": str(tmp_path)}})
+
+
+def test_a_paradigms_layer_names_are_checked_against_the_checkpoints_family(tmp_path):
+    """LoRA layers named for a Llama checkpoint whose family the settings leave unstated are the checkpoint's,
+    not the default family's (gpt2)."""
+    data = _fed(tmp_path, LLAMA)
+    data["paradigm"] = {"name": "lora", "rank": 4, "target_modules": ["q_proj", "o_proj", "down_proj"]}
+
+    fed = with_checkpoint_shape(data)
+
+    assert (fed.model.family, fed.paradigm.target_modules) == ("llama", ["q_proj", "o_proj", "down_proj"])
