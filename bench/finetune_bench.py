@@ -46,6 +46,7 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "hybrid-lora": ("fed", "hybrid-lora", ()),
     "ravan": ("fed", "ravan", ()),
     "zo": ("fed", "zo", ()),
+    "zo-lora": ("fed", "zo-lora", ()),
     "zo-wallclock": ("fed-wallclock", "zo", ()),
 }
 _LINE = re.compile(r"^(exact match|F1|eval loss|own-domain F1): ([0-9.]+) -> ([0-9.]+)$", re.M)

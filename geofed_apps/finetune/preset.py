@@ -44,6 +44,10 @@ PRESETS: dict[str, dict] = {
     "zo": {"paradigm": {"name": "zo", "seeds": 32, "eps": 1e-3, "lr": 5e-3, "params": "bias"},
            "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
            "aggregation": {"norm_bound_multiple": 0.0}},
+    # MeZO on LoRA: the adapters first-order LoRA learns the task with, perturbed; still one scalar per seed.
+    "zo-lora": {"paradigm": {"name": "zo", **_ADAPTER, "seeds": 32, "eps": 1e-3, "lr": 1e-2, "params": "lora"},
+                "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
+                "aggregation": {"norm_bound_multiple": 0.0}},
 }
 
 
