@@ -61,8 +61,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="run the PS as a front plus N shard processes, each holding a slice of the model")
     local.add_argument("--paradigm", metavar="NAME",
                        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
-                            "zo, zo-lora, bitfit, pretrain) on the docstring-parameters QA task, or on --data's pairs; "
-                            "ends with exact match and F1")
+                            "ravan-matched, zo, zo-lora, bitfit, pretrain) on the docstring-parameters QA task, or on "
+                            "--data's pairs; ends with exact match and F1")
     local.add_argument("--link", metavar="PROFILE",
                        help="each client dials the PS through its own emulated WAN link, 'LAT[/JITTER[/RATE | "
                             "/UP/DOWN]][,kind@at[+dur]...]' as `geofed wan` reads it ('0ms' shapes nothing); the "
