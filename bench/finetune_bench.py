@@ -79,11 +79,14 @@ def _trainable(paradigm: str, overrides: tuple[str, ...]) -> tuple[int, int]:
     from geofed.cli_flags import apply_overrides
     from geofed.config import FederationConfig
     from geofed_apps.finetune.base_model import ensure_base_model
-    from geofed_apps.finetune.preset import preset_settings
+    from geofed_apps.finetune.preset import preset_settings, with_base_targets
     from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
-    settings = merge_settings(LOCAL_DEFAULTS, preset_settings(paradigm, ensure_base_model()))
-    fed = FederationConfig.model_validate(apply_overrides(settings, list(overrides)))
+    base = ensure_base_model()
+    settings = merge_settings(LOCAL_DEFAULTS, preset_settings(paradigm, base))
+    # the adapter layers `geofed local` wraps on the built-in base
+    settings = with_base_targets(apply_overrides(settings, list(overrides)), str(base))
+    fed = FederationConfig.model_validate(settings)
     p = client_paradigm(fed.paradigm)
     model = p.prepare(p.build(fed, initialise=True))
     trainable = sum(q.numel() for n, q in model.named_parameters() if p.trainable(n, q))
