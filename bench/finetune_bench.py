@@ -41,25 +41,37 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "central-lora": ("central", "lora", ()),
     "central-lora-steps": ("central-steps", "lora", ()),
     "central-ravan": ("central", "ravan", ()),
+    "central-ravan-matched": ("central", "ravan-matched", ()),
     "central-bitfit": ("central", "bitfit", ()),
     "lora": ("fed", "lora", ()),
     "hybrid-lora": ("fed", "hybrid-lora", ()),
     "ravan": ("fed", "ravan", ()),
+    "ravan-matched": ("fed", "ravan-matched", ()),
     "zo": ("fed", "zo", ()),
+    "zo-lora": ("fed", "zo-lora", ()),
     "zo-wallclock": ("fed-wallclock", "zo", ()),
 }
 _LINE = re.compile(r"^(exact match|F1|eval loss|own-domain F1): ([0-9.]+) -> ([0-9.]+)$", re.M)
 _BASE = re.compile(r"^base model: sha256 ([0-9a-f]{64})", re.M)
+_INTERVAL = re.compile(r"^95% interval on .+$", re.M)
 _RECEIVED = re.compile(r"event=model_received version=(\d+) encoding=(\S+) bytes=(\d+)")
 
 
 def _summary(stdout: str) -> dict:
     found = {m.group(1): [float(m.group(2)), float(m.group(3))] for m in _LINE.finditer(stdout)}
     base = _BASE.search(stdout)
-    if len(found) != 4 or base is None:
+    interval = _INTERVAL.search(stdout)
+    if not {"exact match", "F1", "eval loss"} <= found.keys() or (base is None and interval is None):
         raise RuntimeError(f"the run did not end with its summary lines:\n{stdout[-2000:]}")
-    return {"em": found["exact match"], "f1": found["F1"], "eval_loss": found["eval loss"],
-            "own_f1": found["own-domain F1"], "base_sha256": base[1]}
+    # a --task run scores one held-out set and states its 95 % interval; the docstring task has own-domain F1
+    summary = {"em": found["exact match"], "f1": found["F1"], "eval_loss": found["eval loss"]}
+    if "own-domain F1" in found:
+        summary["own_f1"] = found["own-domain F1"]
+    if base:
+        summary["base_sha256"] = base[1]
+    if interval:
+        summary["interval"] = interval[0]
+    return summary
 
 
 def _commit(paths: tuple[str, ...] = ()) -> str:
@@ -76,11 +88,14 @@ def _trainable(paradigm: str, overrides: tuple[str, ...]) -> tuple[int, int]:
     from geofed.cli_flags import apply_overrides
     from geofed.config import FederationConfig
     from geofed_apps.finetune.base_model import ensure_base_model
-    from geofed_apps.finetune.preset import preset_settings
+    from geofed_apps.finetune.preset import preset_settings, with_base_targets
     from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
-    settings = merge_settings(LOCAL_DEFAULTS, preset_settings(paradigm, ensure_base_model()))
-    fed = FederationConfig.model_validate(apply_overrides(settings, list(overrides)))
+    base = ensure_base_model()
+    settings = merge_settings(LOCAL_DEFAULTS, preset_settings(paradigm, base))
+    # the adapter layers `geofed local` wraps on the built-in base
+    settings = with_base_targets(apply_overrides(settings, list(overrides)), str(base))
+    fed = FederationConfig.model_validate(settings)
     p = client_paradigm(fed.paradigm)
     model = p.prepare(p.build(fed, initialise=True))
     trainable = sum(q.numel() for n, q in model.named_parameters() if p.trainable(n, q))
@@ -152,6 +167,7 @@ def run_fed(row: str, kind: str, paradigm: str, overrides: tuple[str, ...], i: i
             *budget,
             *[a for o in (*overrides, *args.set) for a in ("--set", o)],
             *(["--renamings", str(args.renamings)] if args.renamings else []),
+            *(["--task", args.task] if args.task != "docstring-params" else []),
         ]
         t0 = time.monotonic()
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.max_seconds + 600)
@@ -272,7 +288,7 @@ def report() -> str:
         )
     every = [json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))]
     if every:
-        hashes = sorted({r["base_sha256"] for r in every})
+        hashes = sorted({r["base_sha256"] for r in every if "base_sha256" in r})
         commits = sorted({r["algorithms_commit"] for r in every})
         lines += ["", f"Base model sha256: {', '.join(hashes)}. Paradigm algorithms at commit {', '.join(commits)}."]
     return "\n".join(lines)
@@ -289,9 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--again", action="store_true", help="re-measure runs that have saved results")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results/finetune)")
     parser.add_argument("--renamings", type=int, default=0, help="renamed copies of each training pair, every row")
+    parser.add_argument("--task", default="docstring-params", choices=("docstring-params", "stdlib-package"),
+                        help="the task of the federated rows (`geofed local --task`); central and rule rows: "
+                        "docstring-params only")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting every row trains with (`geofed local --set`), after the row's own")
     args = parser.parse_args(argv)
+    if args.task != "docstring-params" and any(r == "rule" or ROWS[r][0].startswith("central")
+                                               for r in args.rows.split(",") if r in ROWS or r == "rule"):
+        parser.error(f"--task {args.task} runs federated rows only; leave out rule and central-* rows")
     global OUT
     OUT = args.out or OUT
     if not args.report:

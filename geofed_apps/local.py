@@ -61,8 +61,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="run the PS as a front plus N shard processes, each holding a slice of the model")
     local.add_argument("--paradigm", metavar="NAME",
                        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
-                            "zo, bitfit, pretrain) on the docstring-parameters QA task, or on --data's pairs; ends "
-                            "with exact match and F1")
+                            "ravan-matched, zo, zo-lora, bitfit, pretrain) on the docstring-parameters QA task, or on "
+                            "--data's pairs; ends with exact match and F1")
     local.add_argument("--link", metavar="PROFILE",
                        help="each client dials the PS through its own emulated WAN link, 'LAT[/JITTER[/RATE | "
                             "/UP/DOWN]][,kind@at[+dur]...]' as `geofed wan` reads it ('0ms' shapes nothing); the "
@@ -75,6 +75,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--renamings", type=int, default=0, metavar="N",
                        help="with --paradigm: each client also trains on N copies of each of its pairs with the "
                             "parameters renamed to other words of its own docstrings (default 0)")
+    local.add_argument("--task", default="docstring-params", choices=("docstring-params", "stdlib-package"),
+                       help="with --paradigm: the task, docstring-params (default) or stdlib-package (which stdlib "
+                            "package a docstring is from; 1,200 held-out pairs)")
     local.set_defaults(func=run_local)
 
 
@@ -116,6 +119,12 @@ def run_local(args: argparse.Namespace) -> int:
         return _fail("--eval-data needs --data: it holds out files instead of a share of --data")
     if args.renamings and args.data:
         return _fail("--renamings renames the docstring task's parameters; it does not apply to --data")
+    if args.task != "docstring-params":
+        if not args.paradigm or args.data or args.renamings:
+            return _fail(f"--task {args.task} needs --paradigm and brings its own pairs (no --data, --renamings)")
+        from .finetune.package_task import task_dirs
+
+        args.data, args.eval_data = (str(p) for p in task_dirs(args.seed))
     try:
         link = LinkProfile.parse(args.link) if args.link else None
     except ValueError as exc:

@@ -4,7 +4,8 @@ A round (`local_update`) estimates, for each of the round's `seeds` directions z
 the global version it starts from), gₖ = (L(θ + εzₖ) − L(θ − εzₖ)) / 2ε on a fresh batch of its own data:
 two forward passes, no backward, no optimizer state. It does not move θ itself; the PS averages the gₖ
 and every client applies the same update from the scalars streamed back (`downlink_decoders`), so the
-model a client trains on is always exactly a published global version.
+model a client trains on is always exactly a published global version. With `params: lora` the model is
+first wrapped with LoRA adapters (`inject_lora`) and only they are perturbed and exchanged.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from ..model import lm_loss
 from ..trainer import LocalTrainer, TrainStats
 from .base import ClientParadigm, DownlinkDecoder
 from .bitfit import _is_norm
+from .lora import inject_lora, is_adapter, merged
 
 ENCODING = "zo_scalars"  # the PS's ps_server.aggregation.strategies.zo.ENCODING
 
 
 class ZO(ClientParadigm):
     name = "zo"
-    shell_ok = False  # params=bias leaves the rest frozen as built
+    shell_ok = False  # params=bias or lora leaves the rest frozen as built
 
     def __init__(self, settings: ZOSettings) -> None:
         super().__init__(settings)
@@ -43,6 +45,9 @@ class ZO(ClientParadigm):
                 if _is_norm(module):
                     names.update(f"{mod_name}.{p}" for p, _ in module.named_parameters(recurse=False))
             self._names = frozenset(names)
+        elif self.settings.params == "lora":
+            model = inject_lora(model, self.settings)
+            self._names = frozenset(n for n, _ in model.named_parameters() if is_adapter(n))
         model = super().prepare(model)
         for param in model.parameters():
             param.requires_grad_(False)  # no backward pass: gradients would only cost memory
@@ -50,6 +55,9 @@ class ZO(ClientParadigm):
 
     def exchanged(self, name: str, param: nn.Parameter) -> bool:
         return self._names is None or name in self._names
+
+    def export(self, model: nn.Module) -> nn.Module:
+        return merged(model) if self.settings.params == "lora" else model
 
     def payload_numel(self, exchanged_numel: int) -> int:
         return self.settings.seeds

@@ -4,6 +4,9 @@ For round v the PS and every client derive `seeds` directions zₖ from (`seed`,
 (`geofed.zo`); a client returns one scalar per direction, gₖ = (L(θ+εzₖ) − L(θ−εzₖ)) / 2ε on its data; the
 PS averages them and θ ← θ − lr·Σₖ ḡₖ zₖ / seeds. Clients that hold version v−1 receive just the ḡ's and apply
 the same update themselves, so both directions carry O(seeds) bytes, not O(model).
+`params: lora` perturbs LoRA adapters on the frozen base (MeZO on LoRA): the parameter set first-order
+LoRA learns the task with, still one scalar per seed on the wire. The adapters' starting A (peft's
+Kaiming-uniform draw) is the master's; the others adopt it with the first whole vector, as LoRA's do.
 """
 
 from __future__ import annotations
@@ -13,19 +16,20 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from .base import ParadigmSettings
+from .lora import AdapterSettings
 
 
-class ZOSettings(ParadigmSettings):
-    """Seeds in, one scalar per seed out."""
+class ZOSettings(AdapterSettings):
+    """Seeds in, one scalar per seed out; rank, alpha and target_modules apply to `params: lora` only."""
 
     name: Literal["zo"] = Field("zo", description="Zeroth-order (MeZO/SPSA): exchange one scalar per seed.")
     cumulative: ClassVar[bool] = False  # scalars along each round's own directions: their sum means nothing
     seeds: int = Field(16, description="Directions per round, each one scalar up and one down; at least 1.")
     eps: float = Field(1e-3, gt=0, le=1, description="ε: the perturbation scale of the two-point estimate.")
     lr: float = Field(1e-4, gt=0, le=10, description="Step size of the zeroth-order update on the PS and clients.")
-    params: Literal["all", "bias"] = Field(
-        "all", description="Parameters perturbed and exchanged: all, or bias vectors and norms only (BitFit's set)."
+    params: Literal["all", "bias", "lora"] = Field(
+        "all", description="Parameters perturbed and exchanged: all, bias vectors and norms only (BitFit's set), "
+        "or LoRA adapters of rank `rank` on `target_modules` (MeZO on LoRA), the base frozen.",
     )
     seed: int = Field(0, ge=0, le=2**63 - 1, description="Federation seed the per-round directions derive from.")
     history: int = Field(64, ge=1, le=100_000,
@@ -43,5 +47,10 @@ class ZOSettings(ParadigmSettings):
         within ln(vocab) of each other is at most ln(vocab) / ε; `seeds` of them."""
         return math.sqrt(self.seeds) * math.log(max(2, model.vocab_size)) / self.eps
 
+    @property
+    def transformers_model(self) -> bool:  # type: ignore[override]
+        return self.params == "lora"  # peft wraps the model
+
     def check_model(self, model: Any) -> None:
-        return None
+        if self.params == "lora":
+            super().check_model(model)

@@ -41,9 +41,18 @@ PRESETS: dict[str, dict] = {
     "hybrid-lora": {"paradigm": {"name": "hybrid-lora", **_ADAPTER, "lora_steps": 10, "base_steps": 10},
                     "training": {"lr": 5e-4}},
     "ravan": {"paradigm": {"name": "ravan", **_ADAPTER, "heads": 4}, "training": {"lr": 1e-2}},
+    # RAVAN at LoRA's budget, as its paper compares them: 8 heads of 32 × 32 exchange 8192 numbers per wrapped
+    # layer; over the built-in base's layers that is LoRA's rank 16 × (in + out) in total (the scalings sᵢ add 8
+    # per layer, trained, not exchanged); α / r stays LoRA's 2.
+    "ravan-matched": {"paradigm": {"name": "ravan", "rank": 32, "alpha": 64.0, "heads": 8},
+                      "training": {"lr": 1e-2}},
     "zo": {"paradigm": {"name": "zo", "seeds": 32, "eps": 1e-3, "lr": 5e-3, "params": "bias"},
            "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
            "aggregation": {"norm_bound_multiple": 0.0}},
+    # MeZO on LoRA: the adapters first-order LoRA learns the task with, perturbed; still one scalar per seed.
+    "zo-lora": {"paradigm": {"name": "zo", **_ADAPTER, "seeds": 32, "eps": 1e-3, "lr": 1e-2, "params": "lora"},
+                "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
+                "aggregation": {"norm_bound_multiple": 0.0}},
 }
 
 

@@ -26,6 +26,7 @@ from client_agent.tokenizer import Tokenizer
 from geofed.config import FederationConfig
 
 from .answers import AnswerScores
+from .interval import interval_line
 
 
 def tokenizer_of(fed: FederationConfig) -> Tokenizer:
@@ -161,5 +162,6 @@ class UserTask:
             f"exact match: {before.exact_match:.1f} -> {after.exact_match:.1f}",
             f"F1: {before.f1:.1f} -> {after.f1:.1f}",
             f"eval loss: {before.eval_loss:.2f} -> {after.eval_loss:.2f}",
+            interval_line(after.predictions, [p.answer for p in self.split.eval]),
             *self.split.lines(),
         ]

@@ -178,3 +178,25 @@ def test_hybrid_lora_adapters_never_appear_in_anything_the_client_sends(tmp_path
     assert private and all(t.abs().sum() > 0 for t in private.values())  # trained, non-zero adapters
     leaked = [name for name, t in private.items() if _found(sent, t) or _found(sent, t.reshape(-1)[t.numel() // 2:])]
     assert not leaked
+
+
+@pytest.mark.long
+def test_geofed_local_zo_on_lora_adapters_lowers_the_held_out_answer_loss(tmp_path):
+    cache = tmp_path / "cache"
+    store(build_model(FederationConfig.model_validate({"model": TINY}).model), BaseRecipe(), cache)
+
+    out = subprocess.run(
+        [GEOFED, "local", "--paradigm", "zo-lora", "--clients", "2", "--duration", "120", "--run-dir", str(tmp_path),
+         "--quiet", "--set", "training.max_steps=192", "--set", "paradigm.rank=4", "--set", "paradigm.lr=0.3"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "GEOFED_CACHE": str(cache)},
+    )
+
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    loss = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)
+    assert loss and float(loss.group(2)) < float(loss.group(1))  # the answers became likelier
+    run = Path(out.stdout.strip().splitlines()[-1].removeprefix("run directory: "))
+    fed = FederationConfig.model_validate(yaml.safe_load((run / "federation.yaml").read_text()))
+    assert fed.paradigm.name == "zo" and fed.paradigm.params == "lora"
+    pushed = [json.loads(line)["payload_bytes"] for line in (run / "metrics.jsonl").read_text().splitlines()
+              if "payload_bytes" in line]
+    assert pushed and max(pushed) <= 1024  # every round: one scalar per seed

@@ -38,8 +38,10 @@ def _wait_for(client: PSClient, version: int) -> None:
     assert got is not None and got.version == version
 
 
-def test_a_zo_round_is_under_a_kilobyte_per_client_at_the_socket(tmp_path, reaper):
-    ps = PSNode(tmp_path / "ps", ZO).start()
+@pytest.mark.parametrize("params", ["all", "lora"])
+def test_a_zo_round_is_under_a_kilobyte_per_client_at_the_socket(params, tmp_path, reaper):
+    settings = {**ZO, "paradigm": {**ZO["paradigm"], "params": params}}  # lora: MeZO on the adapters
+    ps = PSNode(tmp_path / "ps", settings).start()
     reaper.proc(ps.proc)
     master = join(ps, "site.master", master=True, reaper=reaper, start=False)
     push(master, 0, np.random.default_rng(0).standard_normal(NUMEL).astype(np.float32), init=True, manifest=MANIFEST)
@@ -47,7 +49,7 @@ def test_a_zo_round_is_under_a_kilobyte_per_client_at_the_socket(tmp_path, reape
     proxy = RecordingProxy(int(ps.address.rsplit(":", 1)[1]))
     reaper.add(proxy.close)
     token = mint(ps, "site.b")
-    fed = FederationConfig.model_validate(ZO)
+    fed = FederationConfig.model_validate(settings)
     decoders = client_paradigm(fed.paradigm).downlink_decoders()
     client = PSClient(f"127.0.0.1:{proxy.port}", "site.b", lambda: token, insecure=True, state_dir=tmp_path / "b")
     reaper.add(client.close)
