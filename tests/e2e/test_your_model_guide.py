@@ -29,7 +29,8 @@ def test_the_guide_has_the_steps_a_user_needs():
     text = "\n".join(b.text for b in shell_blocks(GUIDE))
     for step in ("geofed local --clients 2 --tokenizer my-tokenizer", "--paradigm lora", "--eval-data task/eval",
                  "geofed ps --federation fed.yaml", "--master", "geofed client", "--tokenizer my-tokenizer",
-                 "geofed export --checkpoint ps-work", "AutoModelForCausalLM.from_pretrained",
+                 "geofed export --checkpoint ps-work", "geofed ps --federation fed-lora.yaml",
+                 "geofed export --checkpoint ps-lora", "AutoModelForCausalLM.from_pretrained",
                  "PeftModel.from_pretrained"):
         assert step in text, step
 
@@ -55,10 +56,12 @@ def test_the_guide_runs_as_written(tmp_path):
     assert re.search(r"^[0-9a-f]{64}$", done.stdout, re.MULTILINE), "geofed tokenizer-id prints the identity"
     assert out.count("eval loss: ") >= 2 and "F1: " in out and "held out: 110 pairs from task/eval" in out
     for exported in (*tmp_path.glob("runs/*/final_model"), *tmp_path.glob("runs-lora/*/final_model"),
-                     tmp_path / "exported"):
+                     tmp_path / "exported", tmp_path / "exported-lora"):
         assert (exported / "tokenizer.json").exists() and (exported / "config.json").exists(), exported
         assert json.loads((exported / "config.json").read_text())["vocab_size"] == 2000, exported
     assert (next(tmp_path.glob("runs-lora/*/final_model")) / "adapter" / "adapter_config.json").exists()
+    assert (tmp_path / "exported-lora" / "adapter" / "adapter_config.json").exists()  # from the sites' PS
+    assert json.loads((tmp_path / "exported-lora" / "geofed-export.json").read_text())["paradigm"] == "lora"
     assert re.search(r"^uni\.gpu0 ", done.stdout, re.MULTILINE), "geofed status lists the sites"
     assert re.search(r"^lab\.gpu0 ", done.stdout, re.MULTILINE)
     assert "Permission is hereby granted" in out  # the exported model generated after its prompt
