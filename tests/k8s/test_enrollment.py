@@ -167,7 +167,7 @@ def test_tls_failures_are_named_not_blamed_on_the_firewall(tmp_path: Path) -> No
     (tmp_path / "tls.crt").write_bytes(served.cert_pem)
     (tmp_path / "tls.key").write_bytes(served.key_pem)
     ready = tmp_path / "ready"
-    cmd = [sys.executable, "-m", "geofed_apps.cli", "ps", "--port", "0", "--metrics-port", "0",
+    cmd = [sys.executable, "-m", "geofed_apps.cli", "ps", "--port", "0", "--metrics-port", "0", "--status-port", "0",
            "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key"),
            "--ready-file", str(ready), "--admin-token-file", str(tmp_path / "admin"),
            "--checkpoint-dir", str(tmp_path / "ckpt")]  # fmt: skip

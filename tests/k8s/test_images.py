@@ -261,8 +261,8 @@ def test_the_ps_runs_with_only_the_ps_image_packages(tmp_path: Path) -> None:
     allowed |= FIRST_PARTY | {"geofed_apps", "_distutils_hack", "__editable___geofed_0_1_0_finder"}
     ready = tmp_path / "ready"
     cmd = [sys.executable, "-c", BLOCKER, ",".join(sorted(allowed)), "ps", "--insecure", "--port", "0",
-           "--metrics-port", "0", "--ready-file", str(ready), "--checkpoint-dir", str(tmp_path / "ckpt"),
-           "--admin-token-file", str(tmp_path / "admin")]  # fmt: skip
+           "--metrics-port", "0", "--status-port", "0", "--ready-file", str(ready),
+           "--checkpoint-dir", str(tmp_path / "ckpt"), "--admin-token-file", str(tmp_path / "admin")]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 90

@@ -38,7 +38,7 @@ def _started(ps: PSNode, reaper) -> PSNode:
 
 
 def test_ps_refuses_to_start_without_tls_unless_told_insecure(tmp_path):
-    cmd = [*GEOFED, "ps", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+    cmd = [*GEOFED, "ps", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", "--status-port", "0",
            "--admin-token-file", str(tmp_path / "admin.token"), "--checkpoint-dir", str(tmp_path / "ckpt")]
 
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=child_env())
