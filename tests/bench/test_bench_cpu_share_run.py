@@ -13,9 +13,9 @@ from bench.federation.suite import run_suite
 
 
 def watch_groups(seen: dict[str, tuple[str, str]], stop: threading.Event) -> None:
-    """Record each of this harness's groups with its quota and the command line of a process in it."""
+    """Record each group of the run of method `ours` with its quota and the command line of a process in it."""
     while not stop.wait(0.2):
-        for group in CGROUP_CPU.glob(f"{PREFIX}-*"):
+        for group in CGROUP_CPU.glob(f"{PREFIX}-ours-*"):
             try:
                 pids = (group / "cgroup.procs").read_text().split()
                 quota = (group / "cpu.cfs_quota_us").read_text().strip()
