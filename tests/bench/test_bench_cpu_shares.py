@@ -14,10 +14,17 @@ from bench.federation.cpu_shares import CGROUP_CPU, CpuShareError, CpuShares
 from bench.federation.report import cpu_line
 from bench.federation.results import CurvePoint, RunResult
 
-needs_cgroup = pytest.mark.skipif(
-    not (CGROUP_CPU / "cpu.cfs_quota_us").is_file() or not os.access(CGROUP_CPU, os.W_OK),
-    reason="needs a writable cgroup v1 cpu controller (root)",
-)
+
+@pytest.fixture
+def writable_cgroup() -> None:
+    """These machines (and CI's) mount cgroup v1 with a writable `cpu` controller as root: without it the CPU
+    shares cannot be checked, which is a failure, not a skip."""
+    assert (CGROUP_CPU / "cpu.cfs_quota_us").is_file() and os.access(CGROUP_CPU, os.W_OK), (
+        f"{CGROUP_CPU} is not a writable cgroup v1 cpu controller: run as root on a kernel that mounts it"
+    )
+
+
+needs_cgroup = pytest.mark.usefixtures("writable_cgroup")
 
 
 def cpu_seconds(pid: int) -> float:
