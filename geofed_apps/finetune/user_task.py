@@ -33,7 +33,7 @@ def tokenizer_of(fed: FederationConfig) -> Tokenizer:
     """The federation's tokenizer (`model.tokenizer`): the byte tokenizer, or a local Hugging Face directory."""
     from client_agent.tokenizer import load_tokenizer
 
-    return load_tokenizer(None if fed.model.tokenizer == "byte" else fed.model.tokenizer)
+    return load_tokenizer(fed.model.tokenizer)
 
 
 @dataclass(frozen=True)
