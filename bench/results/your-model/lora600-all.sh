@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# LoRA on every linear layer at lr 5e-3 for 600 s from the base that run.sh pretrained.
+# LoRA on every linear layer at lr 5e-3 for 600 s from the base that run.sh pretrained; SEED (default 0) seeds
+# the clients' data order and the split.
 set -euo pipefail
 export PATH=/work/main/.venv/bin:$PATH
 cd "$(dirname "$0")"
 uptime
 base=$(ls -d runs/*/final_model | tail -1)
-geofed local --clients 2 --paradigm lora --tokenizer my-tokenizer --set model.path="$base" --data task/train --eval-data task/eval --duration 600 --run-dir runs-lora600-all --set "paradigm.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]" --set training.lr=5e-3 --quiet
+geofed local --clients 2 --paradigm lora --tokenizer my-tokenizer --set model.path="$base" --data task/train --eval-data task/eval --duration 600 --seed "${SEED:-0}" --run-dir runs-lora600-all-s"${SEED:-0}" --set "paradigm.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]" --set training.lr=5e-3 --quiet
 uptime
