@@ -183,6 +183,14 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         world=ranks.world,
         micro_batch_size=cfg.micro_batch_size or None,
     )
+    log.info(
+        "event=trainer_ready client=%s device=%s precision=%s micro_batch=%d micro_steps=%d",
+        cfg.client_id,
+        device,
+        trainer.precision.name,
+        trainer.micro_batch_size,
+        len(trainer.plan),
+    )
     clock = None
     if fed.training.lr_progress == "run_time" and ranks.leader:
         clock = RunClock(fed.training.run_duration_s, lambda: ps.run_started_at)
