@@ -199,6 +199,10 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         "securityContext": nonroot_pod_security(),
     }
     pod_spec.update(pod_placement(spec))
+    if spec.gpu_tolerations:
+        pod_spec["tolerations"] = [k8s_dump(t) for t in spec.gpu_tolerations]
+    if spec.runtime_class_name:
+        pod_spec["runtimeClassName"] = spec.runtime_class_name
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
     template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}

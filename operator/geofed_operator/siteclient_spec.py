@@ -33,6 +33,10 @@ from geofed_operator.keys import from_k8s_keys
 _IMMUTABLE = "self == oldSelf"
 HOST_PATH_MESSAGE = "data.hostPath.path must be a data directory: not / and without '..'"
 # host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address, and port is 1..65535.
+# Each training process takes its own GPU (cuda:LOCAL_RANK); without GPUs the processes are CPU ranks.
+PROCS_WITHIN_GPUS_RULE = "!has(self.procsPerPod) || self.gpusPerPod == 0 || self.procsPerPod <= self.gpusPerPod"
+PROCS_WITHIN_GPUS_MESSAGE = "procsPerPod must not exceed gpusPerPod: each training process needs a GPU of its own"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 PS_ADDRESS = rf"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):{PORT}$"
 
 
@@ -115,7 +119,8 @@ class SiteClientSpec(K8sModel):
                 {
                     "rule": "!(has(self.caSecretRef) && self.insecure)",
                     "message": "caSecretRef and insecure exclude each other",
-                }
+                },
+                {"rule": PROCS_WITHIN_GPUS_RULE, "message": PROCS_WITHIN_GPUS_MESSAGE},
             ]
         }
     )
@@ -168,7 +173,21 @@ class SiteClientSpec(K8sModel):
         None,
         ge=1,
         le=64,
-        description="Training processes (torchrun --nproc-per-node); defaults to gpusPerPod or 1.",
+        description="Training processes (torchrun --nproc-per-node); defaults to gpusPerPod or 1. At most "
+        "gpusPerPod when GPUs are requested (a process per GPU); any number of CPU ranks without.",
+    )
+    gpu_toleration: bool = Field(
+        True,
+        description="With gpusPerPod > 0, tolerate the NoSchedule taint keyed gpuResourceName (any value) that GPU "
+        "node pools carry (EKS, GKE), as ExtendedResourceToleration would; a toleration in tolerations with that key "
+        "replaces it. false: tolerations only.",
+    )
+    runtime_class_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="RuntimeClass of the client pod: 'nvidia' where the NVIDIA runtime is not the nodes' default "
+        "(k3s, RKE2, some GPU Operator set-ups). Unset: the node's default runtime.",
     )
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements, description="Client container resources."
@@ -221,7 +240,18 @@ class SiteClientSpec(K8sModel):
     def _check(self) -> SiteClientSpec:
         if self.ca_secret_ref is not None and self.insecure:
             raise ValueError("caSecretRef and insecure exclude each other")
+        if self.procs_per_pod and self.gpus_per_pod and self.procs_per_pod > self.gpus_per_pod:
+            raise ValueError(PROCS_WITHIN_GPUS_MESSAGE)
         return self
+
+    @property
+    def gpu_tolerations(self) -> list[Toleration]:
+        """`tolerations`, plus the GPU taint's (gpuResourceName, Exists, NoSchedule) when GPUs are requested,
+        `gpu_toleration` is on and no toleration of `tolerations` names that key."""
+        key = self.gpu_resource_name
+        if not self.gpus_per_pod or not self.gpu_toleration or any(t.key == key for t in self.tolerations):
+            return list(self.tolerations)
+        return [*self.tolerations, Toleration(key=key, operator="Exists", effect="NoSchedule")]
 
     @property
     def nproc(self) -> int:

@@ -218,7 +218,7 @@ def test_children_names_stay_valid_for_long_names() -> None:
         ({"gpusPerPod": 0}, ["geofed", "client"]),
         ({"gpusPerPod": 4}, ["torchrun", "--standalone", "--nproc-per-node", "4", "-m", "client_agent"]),
         (
-            {"gpusPerPod": 1, "procsPerPod": 2},
+            {"gpusPerPod": 0, "procsPerPod": 2},
             ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "client_agent"],
         ),
     ],
@@ -264,6 +264,53 @@ def test_client_job(spec: dict[str, Any], check: Any) -> None:
     assert _volume(job, "token")["secret"]["secretName"] == "gpu0-token-3"
     assert job["spec"]["template"]["metadata"]["labels"][names.LABEL_ATTEMPT] == "3"
     assert check(job)
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+PREEMPTIBLE = {"key": "preemptible", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "tolerations"),
+    [
+        ({"gpusPerPod": 1}, [GPU_TAINT]),
+        ({"gpusPerPod": 0}, None),
+        ({"gpusPerPod": 1, "gpuToleration": False}, None),
+        ({"gpusPerPod": 2, "tolerations": [PREEMPTIBLE]}, [PREEMPTIBLE, GPU_TAINT]),
+        ({"gpusPerPod": 1, "gpuToleration": False, "tolerations": [PREEMPTIBLE]}, [PREEMPTIBLE]),
+        # A toleration of the site's own for the GPU key replaces the default one.
+        ({"gpusPerPod": 1, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}]},
+         [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}]),
+        ({"gpusPerPod": 1, "gpuResourceName": "amd.com/gpu"}, [{**GPU_TAINT, "key": "amd.com/gpu"}]),
+    ],
+)  # fmt: skip
+def test_gpu_pods_tolerate_the_gpu_taint_unless_told_otherwise(spec: dict[str, Any], tolerations: Any) -> None:
+    job = valid(build_client_job(site(**spec), 1, names.token_secret_name("gpu0", 1)))
+    assert job["spec"]["template"]["spec"].get("tolerations") == tolerations
+
+
+@pytest.mark.parametrize(("spec", "runtime"), [({"runtimeClassName": "nvidia"}, "nvidia"), ({}, None)])
+def test_the_client_pod_runs_with_the_runtime_class_given(spec: dict[str, Any], runtime: str | None) -> None:
+    job = valid(build_client_job(site(**spec), 1, names.token_secret_name("gpu0", 1)))
+    assert job["spec"]["template"]["spec"].get("runtimeClassName") == runtime
+
+
+@pytest.mark.parametrize(
+    ("spec", "accepted"),
+    [
+        ({"gpusPerPod": 2, "procsPerPod": 2}, True),
+        ({"gpusPerPod": 4, "procsPerPod": 2}, True),
+        ({"gpusPerPod": 0, "procsPerPod": 4}, True),  # CPU ranks
+        ({"gpusPerPod": 1, "procsPerPod": 2}, False),
+        ({"runtimeClassName": "Nvidia_Runtime"}, False),  # not a DNS subdomain
+    ],
+)
+def test_processes_beyond_the_gpus_are_refused_by_the_operator_model(spec: dict[str, Any], accepted: bool) -> None:
+    if accepted:
+        assert site(**spec).spec.nproc == spec["procsPerPod"]
+    else:
+        with pytest.raises(ValidationError):
+            site(**spec)
 
 
 def test_job_refuses_another_attempts_token() -> None:

@@ -120,3 +120,19 @@ def test_names_that_would_give_invalid_children_are_refused(plural: str, name: s
     activation = {"self": celpy.json_to_cel({"metadata": {"name": name}, "spec": {}})}
     results = [bool(ENV.program(ENV.compile(rule)).evaluate(activation)) for rule in _root_rules(plural)]
     assert all(results) is accepted
+
+
+@pytest.mark.parametrize(
+    ("spec", "accepted"),
+    [
+        ({"gpusPerPod": 1}, True),
+        ({"gpusPerPod": 2, "procsPerPod": 2}, True),
+        ({"gpusPerPod": 4, "procsPerPod": 1}, True),
+        ({"gpusPerPod": 0, "procsPerPod": 4}, True),  # CPU ranks
+        ({"gpusPerPod": 1, "procsPerPod": 2}, False),  # a process without a GPU of its own
+        ({"gpusPerPod": 2, "procsPerPod": 8}, False),
+    ],
+)
+def test_siteclient_processes_within_its_gpus(spec: dict[str, Any], accepted: bool) -> None:
+    # The spec as the API server validates it: defaults (insecure) filled in.
+    assert check("siteclients", "", {"insecure": False, **spec}) is accepted

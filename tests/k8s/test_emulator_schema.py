@@ -172,3 +172,18 @@ async def test_siteclient_rules(api: GeofedEmulator) -> None:
         body["message"]
         == 'SiteClient.geofed.io "gpu0" is invalid: spec.site: Invalid value: "string": site is immutable'
     )
+
+
+async def test_a_siteclient_with_more_processes_than_gpus_is_refused(api: GeofedEmulator) -> None:
+    path = resource_path("geofed.io/v1alpha1", "SiteClient", NAMESPACE)
+    crowded = copy.deepcopy(SITECLIENT)
+    crowded["spec"].update(gpusPerPod=1, procsPerPod=2)
+    status, body = await call(api, "POST", path, crowded)
+    assert status == 422
+    assert body["message"] == (
+        'SiteClient.geofed.io "gpu0" is invalid: spec: Invalid value: "object": procsPerPod must not exceed '
+        "gpusPerPod: each training process needs a GPU of its own"
+    )
+    cpu = copy.deepcopy(SITECLIENT)
+    cpu["spec"].update(gpusPerPod=0, procsPerPod=2)
+    assert (await call(api, "POST", path, cpu))[0] == 201

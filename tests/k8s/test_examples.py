@@ -49,7 +49,7 @@ async def test_the_examples_become_a_ps_and_a_master_client(api, fake_ps) -> Non
         assert base64.b64decode(token).decode() == fake_ps.tokens[0][0]
         pod = job["spec"]["template"]["spec"]
         assert pod["containers"][0]["command"][:4] == ["torchrun", "--standalone", "--nproc-per-node", "2"]
-        assert {t["key"] for t in pod["tolerations"]} == {"preemptible"}
+        assert {t["key"] for t in pod["tolerations"]} == {"preemptible", "nvidia.com/gpu"}  # its own + GPU taint
     assert runner.exception is None
 
 
