@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,23 @@ def test_notes_enrol_command_is_the_documented_one() -> None:
     assert "--server-name <federation>-ps.<namespace>.svc" in notes and "--master" in notes
     assert "ca.crt" in notes.split("geofed site enroll")[0]  # the CA it passes is fetched first
     assert "geofed site enroll" not in _notes({"role": "site"})
+
+
+@pytest.mark.parametrize("gpus", [2, 0])
+def test_notes_enrol_command_sets_the_gpus_per_client_pod(gpus: int) -> None:
+    """The enrol command, placeholders filled in, is one `geofed site enroll` accepts, with the GPU count given;
+    the notes say which count is the CPU case."""
+    from geofed_apps.cli import build_parser
+
+    notes = _notes({"role": "cloud"})
+    lines = notes[notes.index("geofed site enroll"):].splitlines()
+    command = " ".join(line.strip().rstrip("\\") for line in lines[: next(i for i, line in enumerate(lines)
+                                                                           if not line.endswith("\\")) + 1])
+    filled = re.sub(r"<gpus-per-client-pod>", str(gpus), command)
+    filled = re.sub(r"<[^>]+>", "x", filled)
+    args = build_parser().parse_args(shlex.split(filled)[1:])
+    assert args.gpus == gpus and args.site == "x"
+    assert "--gpus 0 for a site that trains\n  on CPU" in notes
 
 
 def test_notes_warn_about_cluster_wide_secret_access_unless_namespaces_are_listed() -> None:
