@@ -6,7 +6,7 @@
 # The Dockerfiles' base images come from a registry on a normal machine. Here a base is made once from the Debian
 # archive (debootstrap --variant=minbase bookworm plus Debian's python3) and tagged with the names the Dockerfiles
 # use in FROM: python:3.11.11-slim-bookworm (ps, operator) and localhost/geofed/base:bookworm, which the client's
-# CUDA_IMAGE build-arg points at (the CPU variant, no CUDA: TORCH_INDEX is torch's CPU index where that resolves,
+# BASE_IMAGE build-arg points at (the CPU variant, no CUDA: TORCH_INDEX is torch's CPU index where that resolves,
 # else torch comes from the pip configuration). Existing base images are kept (to rebuild them:
 # podman rmi localhost/geofed/base:bookworm docker.io/library/python:3.11.11-slim-bookworm). Layers are cached,
 # so a rebuild after a source change reinstalls no dependency.
@@ -128,8 +128,8 @@ for target in "${targets[@]}"; do
   case "$target" in
     base) ;;
     ps | operator) build_image "$target" "$PREFIX/$target:$TAG" ;;
-    # CPU variant: the local Debian base instead of CUDA's; torch comes from the index pip is configured with.
-    client) build_image client "$PREFIX/client:$TAG-cpu" --build-arg "CUDA_IMAGE=$BASE" \
+    # CPU variant: the local Debian base instead of Ubuntu's; torch comes from the index pip is configured with.
+    client) build_image client "$PREFIX/client:$TAG-cpu" --build-arg "BASE_IMAGE=$BASE" \
       --build-arg "TORCH_INDEX=$(torch_index)" ;;
     *) log "unknown image '$target' (ps, operator, client, base)"; exit 2 ;;
   esac

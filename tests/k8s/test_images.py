@@ -7,6 +7,7 @@ import importlib.metadata
 import importlib.util
 import json
 import re
+import shlex
 import sys
 import tomllib
 from pathlib import Path
@@ -277,3 +278,35 @@ def test_the_ps_runs_with_only_the_ps_image_packages(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# The oldest driver branch the managed GPU node pools still ship (EKS and AKS GPU images, GKE's default):
+# R535, whose CUDA version is 12.2.
+OLDEST_POOL_DRIVER_CUDA = (12, 2)
+
+
+def _cuda_version(text: str) -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", text).groups()  # type: ignore[union-attr]
+    return int(major), int(minor)
+
+
+def test_the_client_image_starts_on_the_drivers_managed_gpu_pools_ship() -> None:
+    """The NVIDIA container runtime refuses a container whose NVIDIA_REQUIRE_CUDA the node's driver does not meet;
+    an nvidia/cuda:X.Y base requires cuda>=X.Y unless the image sets its own requirement."""
+    ops = final_stage(IMAGES["client"])
+    defaults = args_defaults(IMAGES["client"])
+    env: dict[str, str] = {}
+    for op, arg in ops:
+        if op == "ENV":
+            env.update(item.split("=", 1) for item in shlex.split(arg))
+    base = resolve(ops[0][1].split()[0], defaults)
+    required = env.get("NVIDIA_REQUIRE_CUDA")
+    if required is None and base.startswith("nvidia/cuda:"):
+        required = "cuda>=" + base.split(":", 1)[1]
+    assert required is not None, "no CUDA requirement: a node with a CUDA 11 driver would start it and fail later"
+    needs = _cuda_version(required.split(">=", 1)[1])
+    assert needs <= OLDEST_POOL_DRIVER_CUDA, f"{required} refuses R535 nodes"
+    # Minor-version compatibility holds within one CUDA major: torch's build must be of the major required.
+    torch_cuda = re.search(r"/cu(\d+)(\d)$", defaults["TORCH_INDEX"])
+    assert torch_cuda and int(torch_cuda.group(1)) == needs[0] == int(defaults["TORCH_CUDA_MAJOR"])
+    assert "compute" in env.get("NVIDIA_DRIVER_CAPABILITIES", "").split(",")  # libcuda mounted, not only nvidia-smi
