@@ -132,9 +132,19 @@ def device_facts() -> dict:
     }
 
 
+def expected_pick(dry_run: bool) -> tuple[str, str]:
+    """(device type, precision) the client must pick: the CPU in fp32 for a dry run; else CUDA, in bf16 where
+    the GPU has it (fp16 with loss scaling on older GPUs), as `client_agent.precision` promises."""
+    if dry_run:
+        return "cpu", "fp32"
+    import torch
+
+    return "cuda", "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp16"
+
+
 def run_env(out: Path, dry_run: bool) -> int:
     facts = device_facts()
-    expected = ("cpu", "fp32") if dry_run else ("cuda", "bf16")
+    expected = expected_pick(dry_run)
     got = (facts["device"].split(":")[0], facts["precision"])
     facts["ok"] = got == expected
     if not facts["ok"]:
@@ -272,7 +282,7 @@ def run_federation(out: Path, dry_run: bool, timeout_s: float) -> int:
                       "a sync after the rejoin")
         result.update(resumed_step=int(resumed.group(1)), rejoin_sync_step=int(again.group(1)),
                       rejoin_version=int(again.group(2)), rejoin_sync_s=time.monotonic() - t1)
-        expected = ("cpu", "fp32") if dry_run else ("cuda", "bf16")
+        expected = expected_pick(dry_run)
         problems = []
         if (result["client_device"].split(":")[0], result["client_precision"]) != expected:
             problems.append(f"the client ran on {result['client_device']}/{result['client_precision']}, "
