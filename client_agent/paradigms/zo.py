@@ -30,7 +30,6 @@ ENCODING = "zo_scalars"  # the PS's ps_server.aggregation.strategies.zo.ENCODING
 
 
 class ZO(ClientParadigm):
-    name = "zo"
     shell_ok = False  # params=bias or lora leaves the rest frozen as built
 
     def __init__(self, settings: ZOSettings) -> None:
