@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 from typing import ClassVar, Literal
+from unittest import mock
 
 import pytest
 from pydantic import Field, ValidationError
 
+from client_agent.paradigms import ParadigmError, client_paradigm
 from geofed.config import FederationConfig
 from geofed.paradigms import PARADIGMS, ParadigmSettings, PretrainSettings, paradigm_union, paradigms_with
 from geofed_operator.cloud_builders import FederationObject
@@ -103,3 +105,20 @@ def test_the_guard_reads_the_update_ceiling_and_whether_deltas_add_up():
     assert dense.budget.enabled
     zo = FederationConfig.model_validate({"paradigm": {"name": "zo", "seeds": 4, "eps": 0.01}})
     assert DeltaGuard(zo).limits(snap, 10) == pytest.approx((2 * math.log(257) / 0.01,) * 2)
+
+
+def test_a_settings_class_that_names_a_client_half_is_a_paradigm_declared_once():
+    with mock.patch.dict(PARADIGMS):
+        class Declared(ParadigmSettings):
+            name: Literal["declared"] = "declared"
+            client_half = "no_such_module:Half"
+
+        assert PARADIGMS["declared"] is Declared and "fake-own" not in PARADIGMS
+        with pytest.raises(ParadigmError, match="cannot load paradigm 'declared'.s client half 'no_such_module:Half'"):
+            client_paradigm(Declared())
+        with pytest.raises(ValueError, match="paradigm 'declared' is declared twice"):
+            class Again(ParadigmSettings):
+                name: Literal["declared"] = "declared"
+                client_half = "no_such_module:Other"
+    with pytest.raises(ParadigmError, match="no implementation of paradigm 'fake-own'"):
+        client_paradigm(OwnVectorSettings())
