@@ -64,9 +64,14 @@ class ZOSettings(AdapterSettings):
         return math.sqrt(self.seeds) * math.log(max(2, model.vocab_size)) / self.eps
 
     @property
+    def perturbs_adapters(self) -> bool:
+        """`params: lora`: the perturbed parameters are LoRA adapters injected into the frozen base."""
+        return self.params == "lora"
+
+    @property
     def transformers_model(self) -> bool:  # type: ignore[override]
-        return self.params == "lora"  # peft wraps the model
+        return self.perturbs_adapters  # peft wraps the model
 
     def check_model(self, model: Any) -> None:
-        if self.params == "lora":
+        if self.perturbs_adapters:
             super().check_model(model)
