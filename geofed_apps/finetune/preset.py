@@ -3,8 +3,8 @@
 A preset is the settings a paradigm is measured with, declared by its settings class
 (`ParadigmSettings.presets`; merged over `geofed local`'s defaults, under any `--federation` file and
 `--set`), the QA split written as per-client JSONL files, and the held-out scores before and after: exact
-match and F1 of greedy answers and the answer loss on the shared held-out
-pairs, and F1 on each client's own held-out pairs (its own domain; the mean over clients). "Before" is the
+match and F1 of greedy answers and the answer loss on the shared held-out pairs, and F1 on each client's
+own held-out pairs (its own domain; the mean over clients). "Before" is the
 base model (every paradigm starts as the identity: B = 0, heads = 0, θ = base); "after" is the published
 global vector put into the paradigm's model, and, for Hybrid LoRA, each client's private adapters from
 its own checkpoint on top (the adapters are what personalises the base: client i's model is scored on
