@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from geofed.codec_specs import CODEC_SPECS, codec_spec
 from geofed.outer_optimizers import OUTER_SPECS, outer_spec
-from geofed.paradigms import ParadigmConfig, PretrainSettings, paradigms_with
+from geofed.paradigms import PretrainSettings, paradigm_union, paradigms_with
 from geofed.privacy.settings import PrivacyConfig, check_federation
 from geofed.ps_groups import PSGroup, RingConfig, check_groups
 from geofed.settings_base import Section as _Section
@@ -480,6 +480,9 @@ class AutotuneConfig(_Section):
             raise ValueError(f"autotune.sync_below ({self.sync_below:g}) must be below async_above "
                              f"({self.async_above:g}), else the mode advice has no hysteresis")
         return self
+
+
+ParadigmConfig = paradigm_union()  # every paradigm declared when the settings are first imported
 
 
 class FederationConfig(_Section):

@@ -1,9 +1,10 @@
-"""Codecs and outer optimizers from outside geofed: the modules `GEOFED_PLUGINS` names, imported once.
+"""Codecs, outer optimizers and paradigms from outside geofed: the modules `GEOFED_PLUGINS` names, imported once.
 
 A codec or outer optimizer enters its registries by being declared (`geofed.codec_specs.CodecSpec` and a
 `geofed.codec.base.Codec` subclass; `geofed.outer_optimizers.OuterSpec` and a
-`ps_server.aggregation.outer.OuterOptimizer` subclass), and the settings derive their lists of names from
-the specs when `geofed.config` is first imported. So a module that declares
+`ps_server.aggregation.outer.OuterOptimizer` subclass), a paradigm by its settings class naming its halves
+(`geofed.paradigms.ParadigmSettings`), and the settings derive their lists of names from the specs and
+settings classes when `geofed.config` is first imported. So a module that declares
 one must be imported before that: `geofed` commands (`geofed_apps`) call `load_plugins` first, and every
 process they start inherits the variable. A module that declares names must import no geofed layer that
 reads the settings before its declarations run; put a PS step in a module of its own, listed after.

@@ -7,4 +7,4 @@ processes. Nothing below this layer imports it (the import-linter contract in py
 
 from geofed.plugins import load_plugins
 
-load_plugins()  # before anything reads the settings: plug-ins add codec and outer-optimizer names
+load_plugins()  # before anything reads the settings: plug-ins add codec, outer-optimizer and paradigm names

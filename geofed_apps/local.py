@@ -415,10 +415,10 @@ def _traffic(admin) -> str:
 def _finetune_preset(name: str) -> dict:
     """A fine-tuning preset's settings, with the cached base model (pretrained now on first use)."""
     from .finetune.base_model import ensure_base_model
-    from .finetune.preset import PRESETS, preset_settings
+    from .finetune.preset import preset_settings, presets
 
-    if name not in PRESETS:
-        raise KeyError(f"--paradigm {name!r} has no preset; known: {', '.join(sorted(PRESETS))}")
+    if name not in (known := presets()):
+        raise KeyError(f"--paradigm {name!r} has no preset; known: {', '.join(sorted(known))}")
     return preset_settings(name, ensure_base_model(say=_say))
 
 

@@ -1,32 +1,25 @@
-"""Client halves of the training paradigms, one module each, found by the settings' `name`."""
+"""Client halves of the training paradigms, one module each, found from the settings that name them
+(`ParadigmSettings.client_half`)."""
 
 from __future__ import annotations
 
-from geofed.paradigms import ParadigmSettings
+from geofed.paradigms import PARADIGMS, ParadigmSettings, import_half
 
 from .base import ClientParadigm, ParadigmError
-from .bitfit import BitFit
-from .fsl_sage import FslSage
-from .hybrid_lora import HybridLoRA
-from .lora import LoRA
-from .pretrain import Pretrain
-from .ravan import Ravan
-from .zo import ZO
-
-CLIENT_PARADIGMS: dict[str, type[ClientParadigm]] = {
-    p.name: p for p in (Pretrain, BitFit, LoRA, HybridLoRA, Ravan, ZO, FslSage)
-}
 
 
 def client_paradigm(settings: ParadigmSettings) -> ClientParadigm:
     """The client half for the federation's paradigm settings."""
+    path = type(settings).client_half
+    if not path:
+        raise ParadigmError(f"this client has no implementation of paradigm {settings.name!r}; "
+                            f"known: {', '.join(sorted(PARADIGMS))}")
     try:
-        return CLIENT_PARADIGMS[settings.name](settings)
-    except KeyError:
-        raise ParadigmError(
-            f"this client has no implementation of paradigm {settings.name!r}; "
-            f"known: {', '.join(sorted(CLIENT_PARADIGMS))}"
-        ) from None
+        half = import_half(path)
+    except (ImportError, AttributeError) as exc:
+        raise ParadigmError(f"this client cannot load paradigm {settings.name!r}'s client half {path!r}: "
+                            f"{exc}") from exc
+    return half(settings)
 
 
-__all__ = ["CLIENT_PARADIGMS", "ClientParadigm", "ParadigmError", "client_paradigm"]
+__all__ = ["ClientParadigm", "ParadigmError", "client_paradigm"]

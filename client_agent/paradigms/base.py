@@ -37,18 +37,23 @@ class ParadigmError(ValueError):
 class ClientParadigm:
     """Pretraining's behaviour, which the other paradigms refine by overriding a hook or two."""
 
-    name: ClassVar[str] = ""
     # Non-exchanged parameters are not streamed by the PS: when a paradigm exchanges only part of the
     # model, every client must build the frozen rest itself (seeded init or `model.path`), so the
     # uninitialised shell that saves a pretraining client a random init (rejoin time) is not allowed.
     shell_ok: ClassVar[bool] = True
-    # The exchanged vector is plain parameters of the model, each element exchanged as it is (this class's
-    # own δ, adopt and checkpoint): a site of several ranks may then diff, encode and checkpoint it slice by
-    # slice (`client_agent.sync.route`). A paradigm that keeps these hooks as they are says so.
-    elementwise: ClassVar[bool] = False
-
     def __init__(self, settings: ParadigmSettings) -> None:
         self.settings = settings
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def elementwise(self) -> bool:
+        """The exchanged vector is plain parameters of the model, each element exchanged as it is (this class's
+        own δ, adopt and checkpoint): a site of several ranks may then diff, encode and checkpoint it slice by
+        slice (`client_agent.sync.route`). The settings declare it (`ParadigmSettings.elementwise`)."""
+        return self.settings.elementwise
 
     def bind_ps(self, ps) -> None:  # noqa: B027 - optional hook
         """The joined `PSClient`: a paradigm with a service of its own (fsl-sage's trainer) authenticates

@@ -19,8 +19,6 @@ def _is_norm(module: nn.Module) -> bool:
 
 
 class BitFit(ClientParadigm):
-    name = "bitfit"
-    elementwise = True
     shell_ok = False
 
     def __init__(self, settings: BitFitSettings) -> None:

@@ -57,7 +57,6 @@ class BatchRecorder:
 
 
 class FslSage(ClientParadigm):
-    name = "fsl-sage"
     shell_ok = False  # the client part is built whole here (the server blocks are dropped, never streamed)
 
     def __init__(self, settings: FslSageSettings) -> None:

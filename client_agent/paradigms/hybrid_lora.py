@@ -23,7 +23,6 @@ def _train_only(model: nn.Module, adapters: bool) -> None:
 
 
 class HybridLoRA(ClientParadigm):
-    name = "hybrid-lora"
     shell_ok = False  # the adapters' base layers are wrapped before the global base arrives
 
     def prepare(self, model: nn.Module) -> nn.Module:

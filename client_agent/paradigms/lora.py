@@ -42,7 +42,6 @@ def merged(model: nn.Module) -> nn.Module:
 
 
 class LoRA(ClientParadigm):
-    name = "lora"
     shell_ok = False
 
     def prepare(self, model: nn.Module) -> nn.Module:

@@ -19,8 +19,5 @@ def _sparse_delta(held: np.ndarray, data: bytes, base_version: int, version: int
 class Pretrain(ClientParadigm):
     """All of ClientParadigm's defaults: ϕ = θ; the sparse mode's model stream is decoded here."""
 
-    name = "pretrain"
-    elementwise = True
-
     def downlink_decoders(self) -> dict[str, DownlinkDecoder]:
         return {SPARSE_DELTA: _sparse_delta}

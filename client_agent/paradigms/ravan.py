@@ -76,7 +76,6 @@ def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 class Ravan(ClientParadigm):
-    name = "ravan"
     shell_ok = False
 
     def __init__(self, settings: RavanSettings) -> None:

@@ -30,7 +30,6 @@ ENCODING = "zo_scalars"  # the PS's ps_server.aggregation.strategies.zo.ENCODING
 
 
 class ZO(ClientParadigm):
-    name = "zo"
     shell_ok = False  # params=bias or lora leaves the rest frozen as built
 
     def __init__(self, settings: ZOSettings) -> None:
@@ -45,7 +44,7 @@ class ZO(ClientParadigm):
                 if _is_norm(module):
                     names.update(f"{mod_name}.{p}" for p, _ in module.named_parameters(recurse=False))
             self._names = frozenset(names)
-        elif self.settings.params == "lora":
+        elif self.settings.perturbs_adapters:
             model = inject_lora(model, self.settings)
             self._names = frozenset(n for n, _ in model.named_parameters() if is_adapter(n))
         model = super().prepare(model)
@@ -57,7 +56,7 @@ class ZO(ClientParadigm):
         return self._names is None or name in self._names
 
     def export(self, model: nn.Module) -> nn.Module:
-        return merged(model) if self.settings.params == "lora" else model
+        return merged(model) if self.settings.perturbs_adapters else model
 
     def payload_numel(self, exchanged_numel: int) -> int:
         return self.settings.seeds

@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     fed = FederationConfig.model_validate_json(args.federation)
-    if fed.paradigm.name != "fsl-sage":
-        print(f"peak_memory: the federation runs paradigm {fed.paradigm.name!r}, not fsl-sage", file=sys.stderr)
+    if not fed.paradigm.needs_trainer:
+        print(f"peak_memory: the federation runs paradigm {fed.paradigm.name!r}, which does not split the model",
+              file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     print(json.dumps(measure(fed, args.part, args.steps, args.device)), flush=True)

@@ -1,18 +1,32 @@
-"""What every paradigm's settings share: the discriminating `name` (Algorithm 1, steps 3 and 13)."""
+"""What every paradigm's settings share: the discriminating `name` (Algorithm 1, steps 3 and 13), and the one
+declaration of a paradigm (`PARADIGMS`): its settings class names its halves and presets."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from geofed.settings_base import Section
+
+PARADIGMS: dict[str, type[ParadigmSettings]] = {}
+"""Every paradigm a federation can name (`paradigm.name`), in declaration order: a `ParadigmSettings` subclass
+that names its client half enters it by being defined."""
 
 
 class ParadigmSettings(Section):
     """Base of one paradigm's settings; subclasses narrow `name` to a Literal and add their own fields.
 
-    A paradigm is two plug-ins named alike: a client half in `client_agent/paradigms/<name>.py` (how the
-    model is reparametrised and what is exchanged) and a server half in
-    `ps_server/aggregation/strategies/<name>.py` (how the exchanged vector is aggregated and published).
+    A paradigm is declared once, here: its settings class names, as 'module:Class' paths the layers above
+    import when they need them, its two halves and, optionally, its fine-tuning presets:
+
+    - `client_half`: a `client_agent.paradigms.base.ClientParadigm` (how the model is reparametrised and
+      what is exchanged). Naming it makes the class a paradigm (`PARADIGMS`); a base of several paradigms
+      (`AdapterSettings`) names none.
+    - `strategies`: the PS's `Strategy` (how the exchanged vector is aggregated and published) for each
+      delta form it folds (`CodecConfig.delta_form`: 'dense', or 'sparse' for a sparse codec's top-k deltas).
+    - `presets`: what `geofed local --paradigm PRESET` fine-tunes the cached base model with, by preset
+      name: settings merged over the fine-tuning task's common ones (`paradigm.name` is this paradigm's).
 
     Capabilities are class attributes every reader asks (config validation, the operator's admission
     rules and builders, the launcher, the PS's guard), so a new paradigm declares them here, never in a
@@ -31,10 +45,23 @@ class ParadigmSettings(Section):
     """
 
     name: str
+    client_half: ClassVar[str] = ""
+    strategies: ClassVar[Mapping[str, str]] = {}
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     elementwise: ClassVar[bool] = False
     needs_trainer: ClassVar[bool] = False
     cumulative: ClassVar[bool] = True
     transformers_model: ClassVar[bool] = False
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if not cls.client_half:
+            return
+        name = cls.model_fields["name"].default
+        if PARADIGMS.setdefault(name, cls) is not cls:
+            raise ValueError(f"paradigm {name!r} is declared twice ({PARADIGMS[name].__qualname__}, "
+                             f"{cls.__qualname__})")
 
     def update_ceiling(self, model: Any) -> float | None:
         """The largest L2 norm an honest client's exchanged update can have, when the paradigm fixes it by its
@@ -49,3 +76,10 @@ class ParadigmSettings(Section):
     def check_model(self, model: Any) -> None:
         """Refuse (ValueError naming the setting) settings that cannot fit `model` (a `ModelConfig`)."""
         return None
+
+
+def import_half(path: str) -> Any:
+    """The class a 'module:Class' path of `ParadigmSettings` names, its module imported now: the halves live in
+    the layers above this one, which import them by the path their paradigm's settings give."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)

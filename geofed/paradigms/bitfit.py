@@ -7,7 +7,8 @@ builds alike.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,6 +19,9 @@ class BitFitSettings(ParadigmSettings):
     """Bias-only fine-tuning."""
 
     name: Literal["bitfit"] = Field("bitfit", description="BitFit: train and exchange bias vectors only.")
+    client_half: ClassVar[str] = "client_agent.paradigms.bitfit:BitFit"
+    strategies: ClassVar[Mapping[str, str]] = {"dense": "ps_server.aggregation.strategies.bitfit:BitFit"}
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {"bitfit": {"training": {"lr": 1e-2}}}
     elementwise: ClassVar[bool] = True
     layer_norms: bool = Field(
         True, description="Also train and exchange the layer norms' weights (scale vectors), as is common with BitFit."

@@ -11,6 +11,7 @@ client's auxiliary model to the server-side blocks it stands in for.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -22,6 +23,8 @@ class FslSageSettings(ParadigmSettings):
     """Split learning: clients hold the first blocks and the head, a server-side trainer the rest."""
 
     name: Literal["fsl-sage"] = Field("fsl-sage", description="FSL-SAGE: federated split learning.")
+    client_half: ClassVar[str] = "client_agent.paradigms.fsl_sage:FslSage"
+    strategies: ClassVar[Mapping[str, str]] = {"dense": "ps_server.aggregation.strategies.fsl_sage:FslSage"}
     needs_trainer: ClassVar[bool] = True
     cut_layer: int = Field(
         1, ge=1, le=127, description="Blocks on the client side; the remaining n_layer - cut_layer run on the "

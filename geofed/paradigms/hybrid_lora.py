@@ -7,11 +7,12 @@ to the client's data; they never leave the client and ride in its checkpoint acr
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from .lora import AdapterSettings
+from .lora import ADAPTER_PRESET, AdapterSettings
 
 
 class HybridLoRASettings(AdapterSettings):
@@ -22,5 +23,11 @@ class HybridLoRASettings(AdapterSettings):
     name: Literal["hybrid-lora"] = Field(
         "hybrid-lora", description="Hybrid LoRA: base exchanged, adapters private to each client."
     )
+    client_half: ClassVar[str] = "client_agent.paradigms.hybrid_lora:HybridLoRA"
+    strategies: ClassVar[Mapping[str, str]] = {"dense": "ps_server.aggregation.strategies.hybrid_lora:HybridLoRA"}
+    # Hybrid LoRA trains the whole base as well: the full model's rate (at LoRA's, the answers overfit).
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "hybrid-lora": {"paradigm": {**ADAPTER_PRESET, "lora_steps": 10, "base_steps": 10}, "training": {"lr": 5e-4}},
+    }
     lora_steps: int = Field(10, ge=0, le=100_000, description="H_lora: steps on the private adapters per round.")
     base_steps: int = Field(10, ge=1, le=100_000, description="H_base: steps on the shared base per round.")

@@ -12,6 +12,7 @@ builds; peft's table on the client for any other checkpoint).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
@@ -26,6 +27,8 @@ FAMILY_LAYERS: dict[str, tuple[str, ...]] = {
 }
 # peft's default LoRA targets (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) for these families.
 DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
+# The adapters the fine-tuning presets train (wrapped layers: the architecture's defaults, `target_modules`).
+ADAPTER_PRESET: Mapping[str, Any] = {"rank": 16, "alpha": 32.0}
 
 
 class AdapterSettings(ParadigmSettings):
@@ -74,6 +77,11 @@ class LoRASettings(AdapterSettings):
     transformers_model: ClassVar[bool] = True  # peft wraps the model
 
     name: Literal["lora"] = Field("lora", description="Federated LoRA (FedIT): exchange only the adapters A, B.")
+    client_half: ClassVar[str] = "client_agent.paradigms.lora:LoRA"
+    strategies: ClassVar[Mapping[str, str]] = {"dense": "ps_server.aggregation.strategies.lora:LoRA"}
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "lora": {"paradigm": ADAPTER_PRESET, "training": {"lr": 2e-3}},
+    }
     aggregation: Literal["separate", "product"] = Field(
         "separate",
         description="separate: average A and B on their own (FedIT); product: average the products BA exactly "

@@ -8,11 +8,12 @@ update Σᵢ Bᵢ Hᵢ Aᵢ is linear in the heads.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from .lora import AdapterSettings
+from .lora import ADAPTER_PRESET, AdapterSettings
 
 
 class RavanSettings(AdapterSettings):
@@ -21,6 +22,15 @@ class RavanSettings(AdapterSettings):
     name: Literal["ravan"] = Field(
         "ravan", description="RAVAN: train r × r heads Hᵢ and per-head scalings sᵢ; exchange sᵢHᵢ only."
     )
+    client_half: ClassVar[str] = "client_agent.paradigms.ravan:Ravan"
+    strategies: ClassVar[Mapping[str, str]] = {"dense": "ps_server.aggregation.strategies.ravan:Ravan"}
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "ravan": {"paradigm": {**ADAPTER_PRESET, "heads": 4}, "training": {"lr": 1e-2}},
+        # RAVAN at LoRA's budget, as its paper compares them: 8 heads of 32 × 32 exchange 8192 numbers per wrapped
+        # layer; over the built-in base's layers that is LoRA's rank 16 × (in + out) in total (the scalings sᵢ
+        # add 8 per layer, trained, not exchanged); α / r stays LoRA's 2.
+        "ravan-matched": {"paradigm": {"rank": 32, "alpha": 64.0, "heads": 8}, "training": {"lr": 1e-2}},
+    }
     heads: int = Field(4, ge=1, le=64, description="Number of heads (Aᵢ, Hᵢ, Bᵢ) per wrapped layer.")
     seed: int = Field(0, ge=0, le=2**63 - 1,
                       description="Seed of the frozen projections Aᵢ, Bᵢ (same on every client).")

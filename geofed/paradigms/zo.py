@@ -12,17 +12,33 @@ Kaiming-uniform draw) is the master's; the others adopt it with the first whole 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from .lora import AdapterSettings
+from .lora import ADAPTER_PRESET, AdapterSettings
+
+# What both presets push: the seeds' scalars as exact fp32, with no bound from recent norms (the update ceiling
+# bounds them).
+_SCALARS: Mapping[str, Any] = {
+    "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
+    "aggregation": {"norm_bound_multiple": 0.0},
+}
 
 
 class ZOSettings(AdapterSettings):
     """Seeds in, one scalar per seed out; rank, alpha and target_modules apply to `params: lora` only."""
 
     name: Literal["zo"] = Field("zo", description="Zeroth-order (MeZO/SPSA): exchange one scalar per seed.")
+    client_half: ClassVar[str] = "client_agent.paradigms.zo:ZO"
+    strategies: ClassVar[Mapping[str, str]] = {"dense": "ps_server.aggregation.strategies.zo:ZO"}
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "zo": {"paradigm": {"seeds": 32, "eps": 1e-3, "lr": 5e-3, "params": "bias"}, **_SCALARS},
+        # MeZO on LoRA: the adapters first-order LoRA learns the task with, perturbed; still one scalar per seed.
+        "zo-lora": {"paradigm": {**ADAPTER_PRESET, "seeds": 32, "eps": 1e-3, "lr": 1e-2, "params": "lora"},
+                    **_SCALARS},
+    }
     cumulative: ClassVar[bool] = False  # scalars along each round's own directions: their sum means nothing
     seeds: int = Field(16, description="Directions per round, each one scalar up and one down; at least 1.")
     eps: float = Field(1e-3, gt=0, le=1, description="ε: the perturbation scale of the two-point estimate.")
@@ -48,9 +64,14 @@ class ZOSettings(AdapterSettings):
         return math.sqrt(self.seeds) * math.log(max(2, model.vocab_size)) / self.eps
 
     @property
+    def perturbs_adapters(self) -> bool:
+        """`params: lora`: the perturbed parameters are LoRA adapters injected into the frozen base."""
+        return self.params == "lora"
+
+    @property
     def transformers_model(self) -> bool:  # type: ignore[override]
-        return self.params == "lora"  # peft wraps the model
+        return self.perturbs_adapters  # peft wraps the model
 
     def check_model(self, model: Any) -> None:
-        if self.params == "lora":
+        if self.perturbs_adapters:
             super().check_model(model)

@@ -1,9 +1,10 @@
 """`geofed local --paradigm NAME`: fine-tune the cached base model on the docstring-parameters QA task, federated.
 
-A preset is the settings a paradigm is measured with (merged over `geofed local`'s defaults, under any
-`--federation` file and `--set`), the QA split written as per-client JSONL files, and the held-out
-scores before and after: exact match and F1 of greedy answers and the answer loss on the shared held-out
-pairs, and F1 on each client's own held-out pairs (its own domain; the mean over clients). "Before" is the
+A preset is the settings a paradigm is measured with, declared by its settings class
+(`ParadigmSettings.presets`; merged over `geofed local`'s defaults, under any `--federation` file and
+`--set`), the QA split written as per-client JSONL files, and the held-out scores before and after: exact
+match and F1 of greedy answers and the answer loss on the shared held-out pairs, and F1 on each client's
+own held-out pairs (its own domain; the mean over clients). "Before" is the
 base model (every paradigm starts as the identity: B = 0, heads = 0, θ = base); "after" is the published
 global vector put into the paradigm's model, and, for Hybrid LoRA, each client's private adapters from
 its own checkpoint on top (the adapters are what personalises the base: client i's model is scored on
@@ -12,6 +13,7 @@ the shared pairs and on client i's own, and the scores are averaged over clients
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +22,12 @@ import numpy as np
 from torch import nn
 
 from geofed.config import FederationConfig
+from geofed.paradigms import PARADIGMS
 from geofed_apps.local_settings import merge_settings
 
 from .answers import AnswerScores
 from .task import QAPair, read_pairs, stdlib_qa_split, write_split
 
-_ADAPTER = {"rank": 16, "alpha": 32.0}  # wrapped layers: the architecture's defaults (paradigm.target_modules)
 # The built-in base's adapters wrap attention and MLP alike: the layers its benchmarks (docs/benchmarks.md) used.
 BASE_TARGETS = ["c_attn", "c_proj", "c_fc"]
 _COMMON: dict = {
@@ -33,34 +35,21 @@ _COMMON: dict = {
     "aggregation": {"mode": "sync", "quorum": 1.0, "straggler_timeout_s": 60.0, "global_lr": 1.0,
                     "outer_optimizer": "fedavg"},
 }
-PRESETS: dict[str, dict] = {
-    "pretrain": {"paradigm": {"name": "pretrain"}, "training": {"lr": 5e-4}},
-    "bitfit": {"paradigm": {"name": "bitfit"}, "training": {"lr": 1e-2}},
-    "lora": {"paradigm": {"name": "lora", **_ADAPTER}, "training": {"lr": 2e-3}},
-    # Hybrid LoRA trains the whole base as well: the full model's rate (at LoRA's, the answers overfit).
-    "hybrid-lora": {"paradigm": {"name": "hybrid-lora", **_ADAPTER, "lora_steps": 10, "base_steps": 10},
-                    "training": {"lr": 5e-4}},
-    "ravan": {"paradigm": {"name": "ravan", **_ADAPTER, "heads": 4}, "training": {"lr": 1e-2}},
-    # RAVAN at LoRA's budget, as its paper compares them: 8 heads of 32 × 32 exchange 8192 numbers per wrapped
-    # layer; over the built-in base's layers that is LoRA's rank 16 × (in + out) in total (the scalings sᵢ add 8
-    # per layer, trained, not exchanged); α / r stays LoRA's 2.
-    "ravan-matched": {"paradigm": {"name": "ravan", "rank": 32, "alpha": 64.0, "heads": 8},
-                      "training": {"lr": 1e-2}},
-    "zo": {"paradigm": {"name": "zo", "seeds": 32, "eps": 1e-3, "lr": 5e-3, "params": "bias"},
-           "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
-           "aggregation": {"norm_bound_multiple": 0.0}},
-    # MeZO on LoRA: the adapters first-order LoRA learns the task with, perturbed; still one scalar per seed.
-    "zo-lora": {"paradigm": {"name": "zo", **_ADAPTER, "seeds": 32, "eps": 1e-3, "lr": 1e-2, "params": "lora"},
-                "codec": {"name": "fp32", "entropy": "none", "error_feedback": False},
-                "aggregation": {"norm_bound_multiple": 0.0}},
-}
+
+
+def presets() -> dict[str, dict]:
+    """Every preset a paradigm declares (`ParadigmSettings.presets`), by name: its settings over the common ones,
+    naming the paradigm."""
+    return {name: merge_settings({"paradigm": {"name": paradigm}}, copy.deepcopy(dict(preset)))
+            for paradigm, settings in PARADIGMS.items() for name, preset in settings.presets.items()}
 
 
 def preset_settings(name: str, base_model: Path) -> dict:
     """The settings of preset `name` (to merge over `geofed local`'s defaults) with the base model's path."""
-    if name not in PRESETS:
-        raise KeyError(f"no fine-tuning preset {name!r}; known: {', '.join(sorted(PRESETS))}")
-    return merge_settings(merge_settings(_COMMON, PRESETS[name]), {"model": {"path": str(base_model)}})
+    known = presets()
+    if name not in known:
+        raise KeyError(f"no fine-tuning preset {name!r}; known: {', '.join(sorted(known))}")
+    return merge_settings(merge_settings(_COMMON, known[name]), {"model": {"path": str(base_model)}})
 
 
 def with_base_targets(settings: dict, base_model: str) -> dict:

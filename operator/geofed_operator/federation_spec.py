@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, create_model, model_validator
 
 from geofed.config import FederationConfig, ServerConfig
-from geofed.paradigms import PARADIGM_SETTINGS, ParadigmSettings, paradigms_with
+from geofed.paradigms import ParadigmSettings, paradigms_with
 from geofed_operator.k8s_types import (
     DNS_NAME,
     IP_ADDRESS,
@@ -228,8 +228,9 @@ _RULES: dict[str, list[dict[str, str]]] = {
 
 # Cross-field rules of FederationConfig the API server can check itself (a sharded PS); the
 # operator still reports any other FederationConfig refusal as InvalidSpec (FederationObject.from_body).
-def spec_rules(paradigms: tuple[type[ParadigmSettings], ...] = PARADIGM_SETTINGS) -> list[dict[str, str]]:
-    """The spec-wide CEL rules; which paradigms a sharded PS takes is read from their `elementwise` capability."""
+def spec_rules(paradigms: Iterable[type[ParadigmSettings]] | None = None) -> list[dict[str, str]]:
+    """The spec-wide CEL rules; which paradigms (every declared one, by default) a sharded PS takes is read from
+    their `elementwise` capability."""
     sharded = list(paradigms_with("elementwise", paradigms))
     return [
         {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -54,17 +54,19 @@ class Accumulator(Protocol):
 
 
 class Strategy(ABC):
-    """One paradigm's aggregation; `name` matches the paradigm settings' `name`, `delta_form` the form of the
-    deltas it folds (`CodecConfig.delta_form`: 'dense', or 'sparse' for a sparse codec's top-k deltas)."""
-
-    name: ClassVar[str] = ""
-    delta_form: ClassVar[str] = "dense"
+    """One paradigm's aggregation, for one form of deltas: its paradigm's settings name it
+    (`ParadigmSettings.strategies`, by the delta form it folds)."""
 
     def __init__(self, fed: FederationConfig) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
         down = fed.downlink
         self.stream = build_stream(down.encoding, down.grid_steps, down.history)
+
+    @property
+    def name(self) -> str:
+        """The paradigm's name (`paradigm.name`), which checkpoints record."""
+        return self.fed.paradigm.name
 
     @abstractmethod
     def install(self, numel: int, manifest: Manifest) -> None:

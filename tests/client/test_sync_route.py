@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pytest
 
 from client_agent.link_tuner import CODEC_POLICIES, FixedCodec
-from client_agent.paradigms import CLIENT_PARADIGMS, client_paradigm
+from client_agent.paradigms import client_paradigm
+from client_agent.paradigms.pretrain import Pretrain
 from client_agent.sync import SliceWiseSync, WholeVectorSync, sync_route
 from geofed.codec import CodecError, make_codec
 from geofed.codec.sharded import SliceCodec
 from geofed.codec.sparse import SparseParams
 from geofed.config import CodecConfig, FederationConfig
-from geofed.paradigms import paradigms_with
+from geofed.paradigms import ParadigmSettings
 
 
 def shard_route(world: int, paradigm: str, codec: str, sharded_checkpoint: bool = False):
@@ -71,6 +74,14 @@ def test_one_rank_keeps_the_whole_vector_path_unless_it_resumes_a_sharded_checkp
     assert not shard_route(1, "lora", "int8", sharded_checkpoint=True).shard_wise
 
 
-def test_the_elementwise_paradigms_are_the_ones_a_sharded_ps_takes():
-    """The client's capability and the federation's check of ps_shards name the same paradigms."""
-    assert {n for n, p in CLIENT_PARADIGMS.items() if p.elementwise} == set(paradigms_with("elementwise"))
+class _OwnVectorSettings(ParadigmSettings):
+    """Settings no list knows that do not declare `elementwise`."""
+
+    name: Literal["own-vector"] = "own-vector"
+
+
+def test_whether_a_client_half_exchanges_element_by_element_is_its_settings_declaration():
+    """One declaration: pretraining's client half, under settings that do not declare it, keeps the whole
+    vector."""
+    route = sync_route(2, Pretrain(_OwnVectorSettings()), ["int8"])
+    assert route.path is WholeVectorSync and "'own-vector' exchanges its own small vector" in route.reason

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
-from typing import Annotated, ClassVar, Literal, Union
+from typing import ClassVar, Literal
+from unittest import mock
 
 import pytest
 from pydantic import Field, ValidationError
 
+from client_agent.paradigms import ParadigmError, client_paradigm
 from geofed.config import FederationConfig
-from geofed.paradigms import PARADIGM_SETTINGS, ParadigmSettings, PretrainSettings, paradigms_with
+from geofed.paradigms import PARADIGMS, ParadigmSettings, PretrainSettings, paradigm_union, paradigms_with
 from geofed_operator.cloud_builders import FederationObject
 from geofed_operator.federation_spec import spec_rules
 from ps_server.aggregation.guard import DeltaGuard
-from ps_server.aggregation.strategies import STRATEGY_CLASSES, strategy_class
-from ps_server.aggregation.strategies.pretrain import Pretrain
+from ps_server.aggregation.strategies import strategy_class
+from ps_server.aggregation.strategies.sparse_pretrain import SparsePretrain
 
 
 class ElementwiseSettings(ParadigmSettings):
@@ -39,15 +41,14 @@ class OwnVectorSettings(ParadigmSettings):
 
 
 FAKES = (ElementwiseSettings, OwnVectorSettings)
-SETTINGS = PARADIGM_SETTINGS + FAKES
+SETTINGS = (*PARADIGMS.values(), *FAKES)
+FakeParadigms = paradigm_union(SETTINGS)
 
 
 class FakeFederation(FederationConfig):
     """`FederationConfig` with the fakes in its paradigm union: registered as the real ones are."""
 
-    paradigm: Annotated[Union[SETTINGS], Field(discriminator="name")] = Field(  # noqa: UP007
-        default_factory=PretrainSettings
-    )
+    paradigm: FakeParadigms = Field(default_factory=PretrainSettings)
 
 
 def test_a_new_elementwise_paradigm_is_admitted_on_a_sharded_ps_and_one_without_it_is_refused():
@@ -79,19 +80,18 @@ def test_the_trainer_is_built_and_launched_for_any_paradigm_declaring_it():
         paradigms_with("elementwize")
 
 
-def test_the_strategy_lookup_reads_the_codec_delta_form_and_what_strategies_declare():
-    class FakeSparse(Pretrain):
-        name = "fake-elementwise"
-        delta_form = "sparse"
+def test_the_strategy_lookup_reads_the_codec_delta_form_and_what_the_settings_name():
+    class SparseOnly(ElementwiseSettings):
+        strategies = {"sparse": "ps_server.aggregation.strategies.sparse_pretrain:SparsePretrain"}
 
-    classes = STRATEGY_CLASSES + (FakeSparse,)
-    assert strategy_class("fake-elementwise", "sparse", classes) is FakeSparse
-    with pytest.raises(ValueError, match="folds sparse deltas on this PS, not dense"):
-        strategy_class("fake-elementwise", "dense", classes)
+    assert strategy_class(SparseOnly, "sparse") is SparsePretrain
+    with pytest.raises(ValueError, match="folds sparse deltas on this PS, not dense.*dense deltas are folded for "
+                                         "paradigm\\(s\\) pretrain, bitfit"):
+        strategy_class(SparseOnly, "dense")
     with pytest.raises(ValueError, match="no aggregation strategy for paradigm 'fake-own'"):
-        strategy_class("fake-own", "dense", classes)
-    assert strategy_class("pretrain", FederationConfig(codec={"name": "sparse"}).codec.delta_form).__name__ == (
-        "SparsePretrain"
+        strategy_class(OwnVectorSettings, "dense")
+    assert strategy_class(PretrainSettings, FederationConfig(codec={"name": "sparse"}).codec.delta_form) is (
+        SparsePretrain
     )
 
 
@@ -105,3 +105,20 @@ def test_the_guard_reads_the_update_ceiling_and_whether_deltas_add_up():
     assert dense.budget.enabled
     zo = FederationConfig.model_validate({"paradigm": {"name": "zo", "seeds": 4, "eps": 0.01}})
     assert DeltaGuard(zo).limits(snap, 10) == pytest.approx((2 * math.log(257) / 0.01,) * 2)
+
+
+def test_a_settings_class_that_names_a_client_half_is_a_paradigm_declared_once():
+    with mock.patch.dict(PARADIGMS):
+        class Declared(ParadigmSettings):
+            name: Literal["declared"] = "declared"
+            client_half = "no_such_module:Half"
+
+        assert PARADIGMS["declared"] is Declared and "fake-own" not in PARADIGMS
+        with pytest.raises(ParadigmError, match="cannot load paradigm 'declared'.s client half 'no_such_module:Half'"):
+            client_paradigm(Declared())
+        with pytest.raises(ValueError, match="paradigm 'declared' is declared twice"):
+            class Again(ParadigmSettings):
+                name: Literal["declared"] = "declared"
+                client_half = "no_such_module:Other"
+    with pytest.raises(ParadigmError, match="no implementation of paradigm 'fake-own'"):
+        client_paradigm(OwnVectorSettings())

@@ -5,18 +5,29 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from client_agent.paradigms import CLIENT_PARADIGMS
+from client_agent.paradigms import ClientParadigm, client_paradigm
 from geofed.config import FederationConfig
-from geofed.paradigms import PARADIGM_NAMES
-from ps_server.aggregation.strategies import STRATEGIES, build_strategy
+from geofed.paradigms import PARADIGMS
+from ps_server.aggregation.strategies import Strategy, build_strategy, strategy_class
 
 
-def test_every_paradigm_has_settings_a_client_half_and_a_server_half():
-    assert set(PARADIGM_NAMES) == set(CLIENT_PARADIGMS) == set(STRATEGIES)
-    assert "pretrain" in PARADIGM_NAMES and "bitfit" in PARADIGM_NAMES
+@pytest.mark.parametrize("name", PARADIGMS)
+def test_every_paradigm_s_settings_name_a_client_half_and_a_server_half_for_each_delta_form(name):
+    settings = PARADIGMS[name]
+
+    half = client_paradigm(settings())
+    strategies = {form: strategy_class(settings, form) for form in settings.strategies}
+
+    assert isinstance(half, ClientParadigm) and half.name == name
+    assert "dense" in strategies and all(issubclass(s, Strategy) for s in strategies.values())
 
 
-@pytest.mark.parametrize("name", PARADIGM_NAMES)
+def test_the_declared_paradigms_are_the_settings_modules_of_the_package():
+    assert list(PARADIGMS)[:2] == ["pretrain", "bitfit"]
+    assert set(PARADIGMS) == {"pretrain", "bitfit", "lora", "hybrid-lora", "ravan", "zo", "fsl-sage"}
+
+
+@pytest.mark.parametrize("name", PARADIGMS)
 def test_a_paradigm_can_be_chosen_by_name_alone_and_round_trips_through_json(name):
     fed = FederationConfig.model_validate({"paradigm": {"name": name}})
 

@@ -11,7 +11,7 @@ from .delta_averaging import DeltaAveraging
 
 
 class BitFit(DeltaAveraging):
-    name = "bitfit"
+    """The weighted mean of the bias (and norm) vectors; a Θ0 holding a matrix is refused."""
 
     def check_manifest(self, manifest: Manifest) -> None:
         for t in manifest:

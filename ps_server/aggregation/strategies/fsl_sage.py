@@ -11,7 +11,7 @@ from .delta_averaging import DeltaAveraging
 
 
 class FslSage(DeltaAveraging):
-    name = "fsl-sage"
+    """The weighted mean of the client-side part of the split model; a Θ0 holding server-side blocks is refused."""
 
     def check_manifest(self, manifest: Manifest) -> None:
         cut = self.fed.paradigm.cut_layer

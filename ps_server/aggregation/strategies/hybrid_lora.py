@@ -11,7 +11,7 @@ from .delta_averaging import DeltaAveraging
 
 
 class HybridLoRA(DeltaAveraging):
-    name = "hybrid-lora"
+    """The weighted mean of the shared base; a Θ0 holding adapters (private to each client) is refused."""
 
     def check_manifest(self, manifest: Manifest) -> None:
         for t in manifest:

@@ -59,7 +59,7 @@ def adapter_pairs(manifest: Manifest) -> list[AdapterPair]:
 
 
 class LoRA(DeltaAveraging):
-    name = "lora"
+    """The adapters averaged on their own (FedIT) or as their products BA (`paradigm.aggregation`)."""
 
     def __init__(self, fed) -> None:
         super().__init__(fed)

@@ -6,4 +6,4 @@ from .delta_averaging import DeltaAveraging
 
 
 class Pretrain(DeltaAveraging):
-    name = "pretrain"
+    """`DeltaAveraging` as it is: the weighted mean of whole-model deltas, then the outer step."""

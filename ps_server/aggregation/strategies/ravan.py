@@ -13,7 +13,7 @@ from .delta_averaging import DeltaAveraging
 
 
 class Ravan(DeltaAveraging):
-    name = "ravan"
+    """The weighted mean of the heads RAVAN exchanges; a Θ0 holding anything else is refused."""
 
     def check_manifest(self, manifest: Manifest) -> None:
         for t in manifest:

@@ -29,11 +29,9 @@ from .pretrain import Pretrain
 
 
 class SparsePretrain(Pretrain):
-    """`Pretrain` with sparse folding and a sparse model stream; same name, same checkpoints' paradigm."""
+    """`Pretrain` with sparse folding and a sparse model stream: pretraining's strategy for sparse deltas."""
 
     centred_clipping = False  # sparse payloads: mixing in a dense centre would undo the sparsity
-
-    delta_form = "sparse"
 
     def __init__(self, fed: FederationConfig) -> None:
         super().__init__(fed)

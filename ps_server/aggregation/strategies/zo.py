@@ -27,7 +27,7 @@ ENCODING = "zo_scalars"
 
 
 class ZO(Strategy):
-    name = "zo"
+    """The weighted mean of the seeds' scalars, stepped along the round's seeded directions."""
 
     def __init__(self, fed) -> None:
         super().__init__(fed)
