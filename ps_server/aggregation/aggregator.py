@@ -23,7 +23,7 @@ import numpy as np
 from geofed.config import FederationConfig
 
 from ..checkpoint import CheckpointStore
-from ..errors import AlreadySent, InvalidPush, NotPermitted, NotReady, RoundShareSpent, StaleDelta, Unavailable
+from ..errors import AlreadySent, DeltaRefused, InvalidPush, NotPermitted, NotReady, StaleDelta, Unavailable
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader
 from ..privacy import SitePrivacy
@@ -251,7 +251,7 @@ class Aggregator:
             except StaleDelta as exc:  # the version moved on while the payload was arriving
                 self.engine.discard(push)
                 return PushOutcome("STALE", self.model.version, message=exc.message)
-            except RoundShareSpent:
+            except DeltaRefused:  # a rule refused it (the round share, say): the client's round ends here
                 self.engine.discard(push)
                 self.round_times.put_off(push.client_id, header.base_version)
                 raise
