@@ -13,6 +13,7 @@ from geofed_testing.payloads import MemoryPush
 from ps_server.aggregation.aggregator import Aggregator
 from ps_server.aggregation.guard import DeltaGuard
 from ps_server.aggregation.rules import PASS, RULES, Delta, Guard, Rule, Verdict
+from ps_server.aggregation.sites import FixedSites
 from ps_server.errors import DeltaRefused
 from ps_server.global_model import GlobalModel, TensorEntry
 
@@ -116,7 +117,7 @@ def test_a_delta_a_declared_rule_refuses_is_not_folded_and_the_others_are(declar
                 return Verdict(reason="evil_client", message=f"client {delta.push.client_id!r} is refused")
             return PASS
 
-    a = Aggregator(_federation(), GlobalModel(), active_clients=lambda: 2)
+    a = Aggregator(_federation(), GlobalModel(), sites=FixedSites(2))
     a.restore(1, np.zeros(N, np.float32), (TensorEntry("w", (N,), "float32"),), {})
     honest = _values(1)
 
