@@ -44,6 +44,7 @@ from client_agent.trainer import LocalTrainer  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 from ps_server.aggregation.aggregator import Aggregator  # noqa: E402
 from ps_server.aggregation.displacement import DeltaSketch  # noqa: E402
+from ps_server.aggregation.sites import FixedSites  # noqa: E402
 from ps_server.errors import PushRejected  # noqa: E402
 from ps_server.global_model import GlobalModel, TensorEntry  # noqa: E402
 from ps_server.ingest import PushHeader  # noqa: E402
@@ -107,7 +108,7 @@ def honest_run(seed: int, rounds: int) -> tuple[np.ndarray, list[tuple[int, np.n
 
 
 def aggregator(fed: FederationConfig, theta0: np.ndarray, entries) -> Aggregator:
-    agg = Aggregator(fed, GlobalModel(), unit_of=lambda c: c.split(".", 1)[0])
+    agg = Aggregator(fed, GlobalModel(), sites=FixedSites(dotted=True))
     agg.restore(1, theta0.copy(), tuple(TensorEntry(e.name, e.shape, e.dtype) for e in entries), {})
     return agg
 

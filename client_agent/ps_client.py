@@ -363,7 +363,7 @@ class PSClient:
                         # from a version we already pushed on (e.g. after a relaunch or a re-seed). Like STALE:
                         # drop it, resync to a newer version and retrain.
                         raise StaleDeltaError(exc.details() or "already sent a delta on this base") from None
-                    if code == grpc.StatusCode.ABORTED:  # the site's round share is spent: push later, not now
+                    if code == grpc.StatusCode.ABORTED:  # a PS rule refused it (the round share, say): push later
                         raise DeferredDeltaError(exc.details() or "round share spent") from None
                     if code not in RETRYABLE or time.monotonic() - t0 > self.timeouts.retry_s:
                         raise PushError(f"{code.name}: {exc.details()}") from None

@@ -20,6 +20,7 @@ from geofed.tokenizer_identity import tokenizer_mismatch
 from .aggregation.aggregator import Aggregator, PushOutcome
 from .aggregation.contributions import Contributions
 from .aggregation.engine import RoundEngine
+from .aggregation.events import Event, VersionApplied, VersionComplete
 from .checkpoint import CheckpointStore
 from .errors import NotPermitted, ParadigmMismatch, PushRejected
 from .global_model import GlobalModel, Snapshot
@@ -120,14 +121,9 @@ class ParameterServerCore:
         self.store = CheckpointStore(server.checkpoint_dir, keep=server.keep_checkpoints)
         self.group = build_group(fed, server, peers, self.model)  # multi-PS: ring all-reduce with the others
         self.aggregator = Aggregator(
-            fed, self.model, active_clients=self.active_client_count, on_apply=self._on_apply,
-            on_published=self._maybe_checkpoint,
+            fed, self.model, sites=self, observers=(self.metrics, self),
             reducer=None if engine is not None else self.group.reducer, engine=engine,
-            contributions=Contributions(server.contribution_window),
-            on_staleness=self.metrics.staleness.observe,
-            on_reject=lambda reason: self.metrics.rejected.labels(reason).inc(),
-            client_timeout_s=server.client_timeout_s, unit_of=self.unit_of,
-            on_bounded=lambda rule: self.metrics.bounded.labels(rule).inc(), site_present=self.site_present,
+            contributions=Contributions(server.contribution_window), client_timeout_s=server.client_timeout_s,
         )
         self.streams = StreamSlots(server.max_streams_per_session, server.max_streams_per_site,
                                    server.max_streams)
@@ -206,6 +202,15 @@ class ParameterServerCore:
                 return False
         log.info("event=checkpoint version=%d path=%s", version, path)
         return True
+
+    def notify(self, event: Event) -> None:
+        """The aggregator's new versions: a checkpoint of one whose state is complete (under its lock), the
+        metrics and round listeners of one it published."""
+        match event:
+            case VersionComplete():
+                self._maybe_checkpoint(event.snapshot)
+            case VersionApplied():
+                self._on_apply(event.snapshot)
 
     def _on_apply(self, snap: Snapshot) -> None:
         self.metrics.global_version.set(snap.version)

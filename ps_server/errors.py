@@ -48,7 +48,12 @@ class AlreadySent(PushRejected):
     """This client already sent a delta for this base version or round."""
 
 
-class RoundShareSpent(PushRejected):
+class DeltaRefused(PushRejected):
+    """A PS rule (`aggregation.rules`) refused the delta: nothing of it was applied; the site pushes a delta
+    trained on a newer version."""
+
+
+class RoundShareSpent(DeltaRefused):
     """The site's deltas in its open round already add up to its bound: nothing was applied; a delta of the
     site lands again once the other sites have pushed."""
 

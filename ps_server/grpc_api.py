@@ -19,13 +19,13 @@ from .core import ParameterServerCore
 from .errors import (
     AlreadySent,
     CorruptPayload,
+    DeltaRefused,
     InvalidPush,
     NotPermitted,
     NotReady,
     ParadigmMismatch,
     PushRejected,
     PushTooLarge,
-    RoundShareSpent,
     StaleDelta,
     Unavailable,
 )
@@ -46,7 +46,7 @@ _CODES: dict[type[PushRejected], grpc.StatusCode] = {
     NotPermitted: grpc.StatusCode.PERMISSION_DENIED,
     NotReady: grpc.StatusCode.FAILED_PRECONDITION,
     AlreadySent: grpc.StatusCode.ALREADY_EXISTS,
-    RoundShareSpent: grpc.StatusCode.ABORTED,
+    DeltaRefused: grpc.StatusCode.ABORTED,  # a PS rule refused it (the round share, say): push a newer one later
     StaleDelta: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }

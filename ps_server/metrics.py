@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from geofed.codec.errors import CodecError
 from geofed.codec.registry import codec_from_wire_name
 
+from .aggregation.events import DeltaBounded, DeltaFolded, Event, RoundDropped
 from .aggregation.round_times import RoundTimes
 
 
@@ -99,6 +100,17 @@ class PSMetrics:
                   Gauge(f"geofed_site_{name}", f"{text} (per site)", ["site"], registry=r))
             for key, (name, text) in CONTRIBUTION_METRICS.items()
         }
+
+    def notify(self, event: Event) -> None:
+        """Count what the Aggregator did (`aggregation.events`): a delta's staleness, the rule that bounded a
+        delta, a round it refused."""
+        match event:
+            case DeltaFolded():
+                self.staleness.observe(event.staleness)
+            case DeltaBounded():
+                self.bounded.labels(event.rule).inc()
+            case RoundDropped():
+                self.rejected.labels(event.reason).inc()
 
     def set_contributions(self, report: dict[str, dict], site_of: Callable[[str], str]) -> None:
         """Publish `Contributions.report()`; a site's figure is the sum of its clients' (shares add up)."""

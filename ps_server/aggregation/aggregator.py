@@ -5,7 +5,9 @@ What every PS shares lives here: admission and staleness, idempotent upload ids,
 budget), when a round closes, the ledger, contributions and round times. What a paradigm changes (the
 payload, the accumulator, close → round sum, apply → next vector, the downlink) is its `Strategy`; where
 the vector lives and the strategy runs (this process, or PS shards) is the `RoundEngine` chosen at
-construction (`engine.py`). Plain Python over numpy: no gRPC here. The core hands it validated pushes; a
+construction (`engine.py`). What happened (a delta bounded or folded, a round closed or dropped, a version
+published) goes out as events (`events.py`) to its observers: the contributions, the PS's metrics,
+checkpoints and status page. Plain Python over numpy: no gRPC here. The core hands it validated pushes; a
 timer thread calls `tick()` so straggler and buffer timeouts fire without traffic.
 """
 
@@ -15,7 +17,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -23,17 +25,29 @@ import numpy as np
 from geofed.config import FederationConfig
 
 from ..checkpoint import CheckpointStore
-from ..errors import AlreadySent, InvalidPush, NotPermitted, NotReady, RoundShareSpent, StaleDelta, Unavailable
+from ..errors import AlreadySent, DeltaRefused, InvalidPush, NotPermitted, NotReady, StaleDelta, Unavailable
 from ..global_model import GlobalModel, Manifest, Snapshot
 from ..ingest import PushHeader
 from ..privacy import SitePrivacy
 from .contributions import Contributions
 from .downlink import Downlink
 from .engine import LocalEngine, Resumed, RoundEngine
+from .events import (
+    DeltaBounded,
+    DeltaFolded,
+    Event,
+    Observer,
+    RoundClosed,
+    RoundDiscarded,
+    RoundDropped,
+    VersionApplied,
+    VersionComplete,
+)
 from .guard import DeltaGuard
 from .reducer import Reducer
 from .round_times import GONE_AFTER_S, RoundTimes
 from .rounds import admit, should_close
+from .sites import FixedSites, Sites
 from .strategies import build_strategy
 from .strategy import Accumulator, Strategy
 
@@ -70,37 +84,25 @@ class Aggregator:
         fed: FederationConfig,
         model: GlobalModel,
         *,
-        active_clients: Callable[[], int] = lambda: 1,
-        on_apply: Callable[[Snapshot], None] | None = None,
-        on_published: Callable[[Snapshot], None] | None = None,
-        on_staleness: Callable[[int], None] | None = None,
-        on_reject: Callable[[str], None] | None = None,
+        sites: Sites = FixedSites(),
+        observers: Sequence[Observer] = (),
         clock: Callable[[], float] = time.monotonic,
         strategy: Strategy | None = None,
         reducer: Reducer | None = None,
         contributions: Contributions | None = None,
         client_timeout_s: float = GONE_AFTER_S,
-        unit_of: Callable[[str], str] | None = None,
-        on_bounded: Callable[[str], None] | None = None,
         engine: RoundEngine | None = None,
-        site_present: Callable[[str], bool] | None = None,
     ) -> None:
         self.fed = fed
         self.cfg = fed.aggregation
         self.model = model
         self.strategy = strategy or build_strategy(fed)
         self.contributions = contributions or Contributions()  # who put what into the model
-        self.active_clients = active_clients
-        self.on_apply = on_apply
-        # Called with the lock still held, once the state of a new version is complete (its upload ids
-        # remembered): the only moment a checkpoint can see that version's exact state, since under a
-        # quick succession of versions the next one may be published before `on_apply` runs.
-        self.on_published = on_published
-        self.on_staleness = on_staleness
-        self.on_reject = on_reject  # counts a refusal the aggregator makes on its own (a dropped round)
-        self.on_bounded = on_bounded  # counts a delta scaled down, by the rule that did it
-        # client id -> its site, the unit of trust every quota, bound and robust window counts
-        self.unit_of = unit_of or (lambda client_id: client_id)
+        # The clients taking part: how many a round waits for, each one's site (the unit of trust every quota,
+        # bound and robust window counts), whether a site is still there.
+        self.sites = sites
+        # Told what happened (`events`), in this order: the contributions first, then the PS's own.
+        self.observers: list[Observer] = [self.contributions, *observers]
         if engine is not None and reducer is not None:
             raise ValueError("a reducer combines the rounds of an in-process engine; pass it to LocalEngine")
         self.engine = engine or LocalEngine(reducer)
@@ -109,8 +111,8 @@ class Aggregator:
         self.privacy = SitePrivacy(fed)  # site-level DP: the clip to C, the round's noise, ε (ps_server.privacy)
         self.engine.bind(self)
         # vouched weights, one delta per site and base/round, the norm bound and the displacement budget
-        self.guard = DeltaGuard(fed, self.unit_of, theta_norm=self.engine.theta_norm, clock=clock,
-                                active_for_s=client_timeout_s, present=site_present)
+        self.guard = DeltaGuard(fed, sites.unit_of, theta_norm=self.engine.theta_norm, clock=clock,
+                                active_for_s=client_timeout_s, present=sites.site_present)
         self.clock = clock
         # Client round times: the tuned straggler timeout and mode advice; a client with no delta for
         # client_timeout_s (the quorum's notion of gone) leaves them.
@@ -225,9 +227,8 @@ class Aggregator:
             self._remember(push.client_id, header.upload_id, outcome)
             self.engine.durable()
             log.info("event=init client=%s version=%d numel=%d", push.client_id, version, push.numel)
-            self._published(snap)
-        if self.on_apply:
-            self.on_apply(snap)
+            self._emit(VersionComplete(snap))
+        self._emit(VersionApplied(snap))
         return outcome
 
     def submit(self, push) -> PushOutcome:
@@ -251,7 +252,7 @@ class Aggregator:
             except StaleDelta as exc:  # the version moved on while the payload was arriving
                 self.engine.discard(push)
                 return PushOutcome("STALE", self.model.version, message=exc.message)
-            except RoundShareSpent:
+            except DeltaRefused:  # a rule refused it (the round share, say): the client's round ends here
                 self.engine.discard(push)
                 self.round_times.put_off(push.client_id, header.base_version)
                 raise
@@ -261,8 +262,7 @@ class Aggregator:
             if bounded.scale < 1.0:
                 log.info("event=delta_bounded client=%r site=%r rule=%s norm=%.4g bounded_to=%.4g", push.client_id,
                          bounded.site, bounded.rule, push.norm, bounded.norm)
-                if self.on_bounded:
-                    self.on_bounded(bounded.rule)
+                self._emit(DeltaBounded(push.client_id, bounded.site, bounded.rule, push.norm, bounded.norm))
             bounded = self.privacy.bound(bounded, push.norm)
             acc = self.acc if self.acc is not None else self.engine.open_round(current)
             tokens = self.guard.vouched_tokens(header.num_tokens, header.local_steps)
@@ -294,20 +294,24 @@ class Aggregator:
     def _keep(self, published: list[Snapshot], snap: Snapshot | None) -> None:
         """A version just published (under the lock): its durability now, its listeners once the lock is let go."""
         if snap is not None:
-            self._published(snap)
+            self._emit(VersionComplete(snap))
             published.append(snap)
 
     def _announce(self, published: list[Snapshot]) -> None:
-        if self.on_apply:
-            for snap in published:
-                self.on_apply(snap)
+        for snap in published:
+            self._emit(VersionApplied(snap))
+
+    def _emit(self, event: Event) -> None:
+        """Tell every observer what happened."""
+        for observer in self.observers:
+            observer.notify(event)
 
     def _credit(self, client_id: str, header: PushHeader, adm, *, tokens: int, weight: float, norm: float,
                 history_norm: float) -> None:
         """Account for a delta folded into the open round: guard, contributions, ledger, pending weight."""
         self.guard.accepted(client_id, header.base_version, history_norm, header.local_steps)
-        self.contributions.folded(client_id, tokens=tokens, weight=weight, norm=norm, clip_norm=self.cfg.clip_norm,
-                                  tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
+        self._emit(DeltaFolded(client_id, adm.staleness, tokens, weight, norm, self.cfg.clip_norm,
+                               float(header.report.get("tokens_per_s") or 0.0)))
         if self.first_at is None:
             self.first_at = self.clock()
         self.round_times.arrived(client_id, header.base_version)
@@ -315,12 +319,6 @@ class Aggregator:
         ledger.pushes += 1
         ledger.last_staleness = adm.staleness
         self._pending[client_id] = self._pending.get(client_id, 0.0) + weight
-        if self.on_staleness:
-            self.on_staleness(adm.staleness)
-
-    def _published(self, snap: Snapshot | None) -> None:
-        if snap is not None and self.on_published:
-            self.on_published(snap)
 
     def _should_close(self) -> bool:
         acc, version = self.acc, self.model.version
@@ -332,8 +330,9 @@ class Aggregator:
         if acc is None or (reducer is not None and not reducer.may_close(version)):
             return False
         return should_close(
-            self.cfg, buffered=acc.count, clients_in_round=len(acc.clients), active_clients=self.active_clients(),
-            first_at=self.first_at, now=self.clock(), straggler_timeout_s=self.round_times.straggler_timeout_s,
+            self.cfg, buffered=acc.count, clients_in_round=len(acc.clients),
+            active_clients=self.sites.active_client_count(), first_at=self.first_at, now=self.clock(),
+            straggler_timeout_s=self.round_times.straggler_timeout_s,
         )
 
     def tick(self) -> Snapshot | None:
@@ -366,7 +365,7 @@ class Aggregator:
         new_version = closed.version
         for client_id, weight in self._pending.items():
             self.ledger.setdefault(client_id, ClientLedger()).contribution += weight
-        self.contributions.applied()
+        self._emit(RoundClosed(new_version, closed.count, closed.clients, closed.weight))
         for client_id, upload_id in self._round_uploads:  # buffered uploads are now part of a version
             done = self._recall(client_id, upload_id)
             if done is not None and done.status == "ACCEPTED":
@@ -386,12 +385,10 @@ class Aggregator:
     def _drop_round(self, deltas: int, why: str, reason: str = "nonfinite_round") -> None:
         log.error("event=round_dropped version=%d deltas=%d reason=%r", self.model.version, deltas, why)
         self._dropped, self._dropped_now = (reason, why), True
-        self.contributions.dropped()
         self.acc, self.first_at, self._pending, self._round_uploads = None, None, {}, []
         self.engine.reset_round()
         self.guard.round_closed(applied=False)
-        if self.on_reject:
-            self.on_reject(reason)
+        self._emit(RoundDropped(reason, why, deltas))
         return None
 
     def downlink(self, snapshot: Snapshot, have_version: int = 0) -> Downlink:
@@ -470,11 +467,10 @@ class Aggregator:
             current = self.model.current()
             if current is not None and (current.flat.size != flat.size or current.manifest != manifest):
                 acc, first_at, pending, uploads = None, None, {}, []  # another layout: nothing buffered fits
-                self.contributions.dropped()
+                self._emit(RoundDiscarded())
             self.acc, self.first_at, self._pending, self._round_uploads = acc, first_at, pending, uploads
             snap = self.model.publish(snapshot_version, flat, manifest)
             self.round_times.published(snapshot_version)
             log.info("event=adopt version=%d numel=%d", snapshot_version, flat.size)
-        if self.on_apply:
-            self.on_apply(snap)
+        self._emit(VersionApplied(snap))
         return snap

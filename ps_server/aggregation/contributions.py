@@ -13,7 +13,7 @@ Per client, over the run and over a window of the latest applied versions:
 
 A delta is credited when the round holding it becomes a version; a dropped round credits nothing, so the
 figures always describe what is in the model. Plain Python, O(clients × window) state, no numpy or gRPC:
-the Aggregator calls `folded` / `applied` / `dropped` under its lock.
+an observer of the Aggregator's events (`notify`), which it publishes under its lock.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+
+from .events import DeltaFolded, Event, RoundClosed, RoundDiscarded, RoundDropped
 
 
 def applied_mass(weight: float, norm: float, clip_norm: float) -> float:
@@ -62,6 +64,17 @@ class Contributions:
         self._pending: dict[str, list[_Folded]] = {}  # the open round's deltas, credited when it is applied
         self._since: dict[str, float] = {}  # client -> clock of its last accepted delta, or of first sight
         self._lock = threading.Lock()  # the status page and metrics read while the aggregator writes
+
+    def notify(self, event: Event) -> None:
+        """Account for what the Aggregator did: a delta folded, its round applied, dropped or discarded."""
+        match event:
+            case DeltaFolded():
+                self.folded(event.client_id, tokens=event.tokens, weight=event.weight, norm=event.norm,
+                            clip_norm=event.clip_norm, tokens_per_s=event.tokens_per_s)
+            case RoundClosed():
+                self.applied()
+            case RoundDropped() | RoundDiscarded():
+                self.dropped()
 
     def seen(self, client_id: str) -> None:
         """The PS saw `client_id` (a join): the start of its first compute interval."""

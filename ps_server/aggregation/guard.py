@@ -36,7 +36,11 @@ client ids.
   site quota holds a site to one delta in it.
   `aggregation.round_share` turns the rule off.
 
-Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted` around `fold`.
+The norm bound, the consensus bound, the displacement budget and the round share are rules (`rules/`, one
+file each, behind `rules.Rule`): `bound` runs them in `rules.BUILT_IN`'s order, then any rule a plug-in
+declares. The guard keeps what they read (the sites' norms, sketches and recent deltas) and records an
+accepted delta in it. Strategies get all of it for free: the Aggregator calls `admit` / `bound` / `accepted`
+around `fold`.
 Plain Python over numpy, no gRPC.
 """
 
@@ -51,11 +55,12 @@ import numpy as np
 
 from geofed.config import FederationConfig, ServerConfig
 
-from ..errors import AlreadySent, RoundShareSpent
+from ..errors import AlreadySent
 from ..global_model import Snapshot
 from .consensus import ConsensusBound
 from .displacement import OVER_NORM_BOUND, WINDOW, DisplacementBudget
 from .norm_bound import BoundedPayload, NormBound, adamw_ceiling, start_bound
+from .rules import Delta, ordered_rules
 from .weighting import max_tokens_per_sync
 
 
@@ -95,6 +100,7 @@ class DeltaGuard:
         # Whether a site has a client taking part now (on a PS: one that called it within the last heartbeats);
         # every site, where unknown.
         self.present = present or (lambda site: True)
+        self.rules = tuple(cls() for cls in ordered_rules())  # what every delta passes, in turn (`rules`)
 
     # ---- weights --------------------------------------------------------------------------------
 
@@ -214,63 +220,26 @@ class DeltaGuard:
         ceiling, start = self.limits(snapshot, numel)
         return self.norms.scale(self.unit_of(client_id), self.bound_norm(norm, local_steps), ceiling, start)
 
-    def round_share_refusal(self, site: str, norm: float, sketch: np.ndarray | None, snapshot: Snapshot, numel: int,
-                            mode: str = "async") -> str | None:
-        """Why a delta of `site` (as the round applies it: length `norm`, count sketch `sketch` or None) would
-        take its current round beyond the site's share, or None: the round would hold more than
-        ⌈norm_bound_multiple⌉ of its deltas, or they would add up to more than its bound (the length of their
-        sum, from the sketches of the deltas as folded; the sum of their lengths where a sketch is missing).
-        None in sync mode (a round is explicit there, and the site quota holds a site to one delta in it), when
-        the bound or the rule is off, and for a paradigm whose updates do not add up, such as zeroth-order
-        scalars."""
-        if mode != "async" or not self.norms.enabled:
-            return None
-        if not (self.fed.aggregation.round_share and self.fed.paradigm.cumulative):
-            return None
-        landed = self.in_round(site)
-        if landed == 0:
-            return None
-        if landed >= self.round_deltas:
-            return (f"round share: site {site!r} already landed {landed} deltas since the other sites last pushed, "
-                    f"the most a site lands in one round; push again once they have")
-        limit = self.norms.limit(site, *self.limits(snapshot, numel))
-        window = self.budget.windows.get(site)
-        if sketch is not None and window is not None and len(window) >= landed:
-            total = np.sum(list(window)[-landed:], axis=0) + sketch
-            beyond = float(np.linalg.norm(total)) > limit * (1 + 1e-9)
-        else:
-            beyond = sum(list(self.norms.norms.get(site, ()))[-landed:]) + norm > limit * (1 + 1e-9)
-        if beyond:
-            return (f"round share: site {site!r} already landed deltas adding up to its bound since the other sites "
-                    "last pushed, and this one would go beyond it; push again once they have")
-        return None
-
     def bound(self, push, snapshot: Snapshot, mode: str = "async") -> BoundedPayload:
-        """The push as the strategy may fold it: scaled down to the norm bound and its site's budget; refused
-        (`RoundShareSpent`, reason round_share) when, in async `mode` (the live one), it would take its site's
-        round beyond the bound."""
-        steps, site = push.header.local_steps, self.unit_of(push.client_id)
-        scale = norm_scale = self.scale(push.client_id, push.norm, steps, snapshot, push.numel)
-        rule = "norm_bound" if scale < 1.0 else ""
-        sketch, applied_sketch = getattr(push, "sketch", None), None
+        """The push as the strategy may fold it: through every rule in turn (`self.rules`), scaled down by
+        each factor below 1; refused (the rule's `refusal`, e.g. `RoundShareSpent`) by the first rule that
+        refuses it, in the live aggregation `mode`."""
+        site = self.unit_of(push.client_id)
+        sketch = getattr(push, "sketch", None)
         if sketch is not None and self.budget.enabled:
-            applied_sketch = sketch * (scale * self.bound_norm(1.0, steps))  # as the round applies it
-            _, start = self.limits(snapshot, push.numel)
-            reference = self.norms.reference(site, start)
-            along = self.consensus.scale(site, applied_sketch, reference)
-            if along < 1.0:
-                scale, rule, applied_sketch = scale * along, "consensus", applied_sketch * along
-            within = self.budget.scale(site, applied_sketch, reference)
-            if within < 1.0:
-                scale, rule = scale * within, "displacement_budget"
-            applied_sketch = applied_sketch * within
-        refusal = self.round_share_refusal(site, self.bound_norm(push.norm, steps) * scale, applied_sketch, snapshot,
-                                           push.numel, mode)  # fmt: skip
-        if refusal is not None:
-            raise RoundShareSpent("round_share", refusal)
-        if applied_sketch is not None:
-            self._sketches[push.client_id] = applied_sketch
-        return BoundedPayload(push, scale, site, rule, history_norm=push.norm * norm_scale)
+            sketch = sketch * self.bound_norm(1.0, push.header.local_steps)  # as the round applies it
+        else:
+            sketch = None
+        delta = Delta(push, site, snapshot, mode, sketch)
+        for rule in self.rules:
+            verdict = rule.check(delta, self)
+            if verdict.refused:
+                raise rule.refusal(verdict.reason, verdict.message)
+            if verdict.scale < 1.0:
+                delta.scaled(verdict.scale, rule)
+        if delta.sketch is not None:
+            self._sketches[push.client_id] = delta.sketch
+        return BoundedPayload(push, delta.scale, site, delta.rule, history_norm=push.norm * delta.length_scale)
 
     # ---- durability -----------------------------------------------------------------------------
 

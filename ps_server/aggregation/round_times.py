@@ -66,8 +66,8 @@ class RoundTimes:
             window.append(now - max(starts))
 
     def put_off(self, client_id: str, base_version: int) -> None:
-        """The round share put off a delta trained on `base_version`: the client's round ends here, as if it had
-        landed. What follows is waiting for other sites (it pushes the same delta again, timed from now, or
+        """A rule (the round share, say) put off a delta trained on `base_version`: the client's round ends here,
+        as if it had landed. What follows is waiting for other sites (it pushes the same delta again, timed from now, or
         trains on a newer version), so the wait never counts as its round time."""
         self.arrived(client_id, base_version)
         self._held[client_id] = base_version

@@ -13,6 +13,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from geofed.config import FederationConfig
 from ps_server.aggregation.aggregator import Aggregator
+from ps_server.aggregation.sites import FixedSites
 from ps_server.errors import NotPermitted
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
@@ -60,7 +61,7 @@ def _fed(sites: int = 3, **privacy) -> FederationConfig:
 
 
 def _aggregator(fed: FederationConfig, sites: int = 3) -> Aggregator:
-    a = Aggregator(fed, GlobalModel(), active_clients=lambda: sites)
+    a = Aggregator(fed, GlobalModel(), sites=FixedSites(sites))
     a.restore(1, np.zeros(N, np.float32), LAYOUT, {})
     return a
 
@@ -148,7 +149,7 @@ def test_accounting_survives_a_ps_restart():
     for _ in range(2):
         _round(a, [rng.standard_normal(N).astype(np.float32) * 0.01 for _ in range(3)])
     state = a.state_dict()
-    b = Aggregator(fed, GlobalModel(), active_clients=lambda: 3)
+    b = Aggregator(fed, GlobalModel(), sites=FixedSites(3))
     b.restore(a.model.version, a.model.current().flat, LAYOUT, state)
     assert b.privacy.accountant.versions == 2
     assert b.privacy.status()["privacy_epsilon"] == pytest.approx(_rdp_epsilon(2.0, 2, 1e-5), rel=1e-9)

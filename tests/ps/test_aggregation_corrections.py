@@ -10,6 +10,7 @@ import pytest
 
 from geofed.config import AggregationConfig, FederationConfig, TrainingConfig
 from ps_server.aggregation.aggregator import Aggregator
+from ps_server.aggregation.sites import FixedSites
 from ps_server.errors import InvalidPush
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
@@ -36,7 +37,7 @@ class MemoryPush(ReceivedPush):
 
 def aggregator(theta: np.ndarray, state: dict | None = None, **agg) -> Aggregator:
     fed = FederationConfig(aggregation=AggregationConfig(**agg), training=TrainingConfig(lr=0.01, local_steps=50))
-    a = Aggregator(fed, GlobalModel(), active_clients=lambda: 2)
+    a = Aggregator(fed, GlobalModel(), sites=FixedSites(2))
     a.restore(1, theta.copy(), MANIFEST, state or {})
     return a
 

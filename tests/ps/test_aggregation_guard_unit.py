@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from geofed.config import AggregationConfig, FederationConfig, TrainingConfig
+from geofed_testing.events import EventLog
 from ps_server.aggregation.aggregator import Aggregator
+from ps_server.aggregation.events import RoundDropped
 from ps_server.aggregation.norm_bound import NormBound
+from ps_server.aggregation.sites import FixedSites
 from ps_server.errors import AlreadySent, InvalidPush, RoundShareSpent
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
@@ -56,11 +59,11 @@ class _Sketched(_Push):
         self.sketch = sketch.values
 
 
-def _aggregator(*, version=1, lr=1e-3, rejects=None, **agg) -> Aggregator:
+def _aggregator(*, version=1, lr=1e-3, events=None, **agg) -> Aggregator:
     # Pinned training settings: batch 16 × block 128 × H 50 tokens per sync, AdamW ceiling 1.1·lr·50·√N
     training = TrainingConfig(lr=lr, batch_size=16, local_steps=50, adam_beta1=0.9, adam_beta2=0.95)
     fed = FederationConfig(aggregation=AggregationConfig(**agg), training=training)
-    a = Aggregator(fed, GlobalModel(), active_clients=lambda: 4, on_reject=None if rejects is None else rejects.append)
+    a = Aggregator(fed, GlobalModel(), sites=FixedSites(4), observers=() if events is None else (events,))
     a.restore(version, np.zeros(N, np.float32), (TensorEntry("w", (N,), "float32"),), {})
     return a
 
@@ -219,8 +222,8 @@ def test_with_the_bound_off_a_delta_that_could_overflow_the_round_sum_is_refused
 
 
 def test_a_round_that_would_publish_a_non_finite_model_is_dropped_and_the_version_kept():
-    rejects: list[str] = []
-    a = _aggregator(mode="async", buffer_size=1, rejects=rejects)
+    events = EventLog()
+    a = _aggregator(mode="async", buffer_size=1, events=events)
     a.model.publish(1, np.full(N, 3e38, np.float32), a.model.current().manifest)
     a.strategy.outer.lr = float("inf")  # fault injection: an outer step that overflows (the bounds make it unreachable)
     before = _model(a)
@@ -229,7 +232,7 @@ def test_a_round_that_would_publish_a_non_finite_model_is_dropped_and_the_versio
         a.submit(_Push("c", _honest(1)))
 
     assert a.model.version == 1 and np.array_equal(_model(a), before)
-    assert rejects == ["nonfinite_round"]
+    assert [e.reason for e in events.of(RoundDropped)] == ["nonfinite_round"]
 
 
 # ---- robust aggregation over a window (issue 17) -------------------------------------------------

@@ -12,6 +12,7 @@ from ps_server.aggregation.aggregator import Aggregator
 from ps_server.aggregation.outer import build_outer_optimizer
 from ps_server.aggregation.robust import RobustRound, RobustWindow, trimmed_mean
 from ps_server.aggregation.rounds import StaleDelta, admit, should_close
+from ps_server.aggregation.sites import FixedSites
 from ps_server.aggregation.weighting import clip_scale, staleness_factor
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
@@ -123,7 +124,7 @@ def _aggregator(**agg) -> tuple[Aggregator, np.ndarray]:
     theta = np.zeros(100, np.float32)
     # lr 0.01 × 50 local steps: the norm bound's AdamW ceiling (0.55·√numel) sits above these tests' deltas
     fed = FederationConfig(aggregation=AggregationConfig(**agg), training=TrainingConfig(lr=0.01, local_steps=50))
-    a = Aggregator(fed, model, active_clients=lambda: 5)
+    a = Aggregator(fed, model, sites=FixedSites(5))
     a.restore(1, theta.copy(), (TensorEntry("w", (100,), "float32"),), {})
     return a, theta
 

@@ -13,6 +13,7 @@ import pytest
 from geofed.config import FederationConfig
 from geofed.tuning import initial_mode
 from ps_server.aggregation.aggregator import Aggregator
+from ps_server.aggregation.sites import FixedSites
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, ReceivedPush
 from ps_server.metrics import PSMetrics
@@ -59,7 +60,7 @@ def _fed(mode: str) -> FederationConfig:
 
 
 def _aggregator(mode: str, clock: Clock) -> tuple[Aggregator, np.ndarray]:
-    agg = Aggregator(_fed(mode), GlobalModel(), active_clients=lambda: 2, clock=clock)
+    agg = Aggregator(_fed(mode), GlobalModel(), sites=FixedSites(2), clock=clock)
     theta = np.random.default_rng(0).standard_normal(NUMEL).astype(np.float32)
     agg.restore(1, theta.copy(), MANIFEST, {})  # version 1 published at t = 0
     return agg, theta
@@ -183,7 +184,7 @@ def test_the_live_mode_is_checkpointed_for_auto_only(configured):
     state = agg.state_dict()
     assert state["mode"] == ("async" if configured == "auto" else "sync")
     snap = agg.model.current()
-    resumed = Aggregator(_fed(configured), GlobalModel(), active_clients=lambda: 2, clock=clock)
+    resumed = Aggregator(_fed(configured), GlobalModel(), sites=FixedSites(2), clock=clock)
     resumed.restore(snap.version, snap.flat.copy(), MANIFEST, {**state, "mode": "async"})
     assert resumed.mode == ("async" if configured == "auto" else "sync")  # a fixed mode ignores a saved one
     if configured == "auto":  # the strategy runs it too (its robust window and close rule read the live mode)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from geofed.config import AggregationConfig, FederationConfig, ServerConfig, TrainingConfig
+from ps_server.aggregation.events import VersionApplied
 from ps_server.checkpoint import CheckpointStore
 from ps_server.core import ParameterServerCore
 from ps_server.global_model import TensorEntry
@@ -46,17 +47,19 @@ def _quick_versions(core: ParameterServerCore, n: int) -> dict[int, np.ndarray]:
     """Publish n versions back to back while every pushing thread's after-lock work is held back.
 
     That is the interleaving of pushes arriving together: the next version is published before the thread
-    that published the previous one gets to run its `on_apply`. The held calls run afterwards, oldest first.
+    that published the previous one gets to tell the core it was applied. The held events go out afterwards,
+    oldest first.
     """
     held, published = [], {}
-    real_on_apply, core.aggregator.on_apply = core.aggregator.on_apply, held.append
+    tell_core = core.notify
+    core.notify = lambda event: held.append(event) if isinstance(event, VersionApplied) else tell_core(event)
     for i in range(n):
         # each client sends one delta on the version it last saw (one delta per client per base version)
         core.aggregator.submit(_Push(f"c{i}", np.full(NUMEL, 0.001 * (i + 1), np.float32), base=1, upload=f"u{i}"))
         snap = core.model.current()
         published[snap.version] = snap.flat.copy()
-    for snap in held:
-        real_on_apply(snap)
+    for event in held:
+        tell_core(event)
     return published
 
 

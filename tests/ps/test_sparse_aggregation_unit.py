@@ -16,6 +16,7 @@ from geofed.config import FederationConfig
 from geofed.paradigms import PretrainSettings
 from ps_server.aggregation.aggregator import Aggregator
 from ps_server.aggregation.norm_bound import BoundedPayload
+from ps_server.aggregation.sites import FixedSites
 from ps_server.errors import InvalidPush
 from ps_server.global_model import GlobalModel, TensorEntry
 from ps_server.ingest import PushHeader, PushReceiver, ReceivedPush
@@ -58,7 +59,7 @@ def dense(push: ReceivedPush) -> np.ndarray:
 def agg():
     fed = federation()
     assert fed.paradigm == PretrainSettings()
-    a = Aggregator(fed, GlobalModel(), active_clients=lambda: len(CLIENTS))
+    a = Aggregator(fed, GlobalModel(), sites=FixedSites(len(CLIENTS)))
     a.initialise(received(np.random.default_rng(0).normal(size=N).astype(np.float32), make_codec("fp32"),
                           init=True, upload="init"))
     return a
@@ -110,7 +111,7 @@ def test_a_push_outside_the_federations_sparse_settings_is_refused_and_nothing_a
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_clients_rebuild_every_published_version_bit_for_bit(mode):
     fed = federation(mode)
-    agg = Aggregator(fed, GlobalModel(), active_clients=lambda: len(CLIENTS))
+    agg = Aggregator(fed, GlobalModel(), sites=FixedSites(len(CLIENTS)))
     agg.initialise(received(np.random.default_rng(0).normal(size=N).astype(np.float32), make_codec("fp32"),
                             init=True, upload="init"))
     snaps = {1: agg.model.current()}
@@ -139,7 +140,7 @@ def test_server_residual_survives_a_checkpoint(agg):
     state = agg.state_dict()
     residual = state["strategy"]["server_residual"]
     assert np.count_nonzero(residual) > 0  # the re-sparsified increment left something behind
-    fresh = Aggregator(federation(), GlobalModel(), active_clients=lambda: 3)
+    fresh = Aggregator(federation(), GlobalModel(), sites=FixedSites(3))
     snap = agg.model.current()
     fresh.restore(snap.version, np.array(snap.flat), snap.manifest, state)
     assert np.array_equal(fresh.strategy.server_residual, residual)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from geofed.config import FederationConfig
+from geofed_testing.events import EventLog
+from ps_server.aggregation.events import DeltaBounded
 from ps_server.errors import AlreadySent
 
 from .test_shards_unit import NUMEL, Front, Single
@@ -19,9 +21,10 @@ FED = FederationConfig.model_validate(
 
 def both(tmp_path, shards: int = 2):
     front, single = Front(tmp_path, FED, shards), Single(FED)
-    rules: dict[str, list[str]] = {"front": [], "single": []}
-    front.agg.on_bounded, single.agg.on_bounded = rules["front"].append, rules["single"].append
-    return front, single, rules
+    logs = {"front": EventLog(), "single": EventLog()}
+    front.agg.observers.append(logs["front"])
+    single.agg.observers.append(logs["single"])
+    return front, single, logs
 
 
 def test_a_drift_in_one_direction_is_bounded_by_the_displacement_budget_as_on_one_ps(tmp_path):
@@ -31,7 +34,7 @@ def test_a_drift_in_one_direction_is_bounded_by_the_displacement_budget_as_on_on
     theta0 = rng.standard_normal(NUMEL).astype(np.float32)
     direction = rng.standard_normal(NUMEL)
     direction /= np.linalg.norm(direction)
-    front, single, rules = both(tmp_path)
+    front, single, logs = both(tmp_path)
     for target in (front, single):
         target.push("m", theta0, base=0, init=True)
     honest_norms: list[float] = []
@@ -45,6 +48,7 @@ def test_a_drift_in_one_direction_is_bounded_by_the_displacement_budget_as_on_on
             assert target.push("evil", evil, base=version + 1, codec="fp32").status == "APPLIED"
         version += 2
         np.testing.assert_allclose(front.model(), single.model.current().flat, rtol=0, atol=1e-6, err_msg=f"round {r}")
+    rules = {name: [e.rule for e in log.of(DeltaBounded)] for name, log in logs.items()}
     assert rules["single"].count("displacement_budget") > 0
     assert rules["front"] == rules["single"]
 
