@@ -64,6 +64,8 @@ async def _cloud_life(api: GeofedEmulator, fake_ps: FakePS) -> None:
         await watches_open(api, {"federations"})
         await create(api, FED)
         await wait_for(lambda: get(api, "apps/v1/deployments", NAMESPACE, "demo-ps"), what="PS")
+        # A status poll while the PS pod starts reads the pod's state.
+        await wait_for(lambda: any(c.resource == "pods" for c in api.checks), what="a poll of the starting PS")
         await rolled_out_until(api, {"demo-ps"}, lambda: fake_ps.calls, "a status poll")
         await patch(api, "geofed.io/v1alpha1", "Federation", NAMESPACE, "demo", {"spec": {"storage": {"size": "20Gi"}}})
         await wait_for(
