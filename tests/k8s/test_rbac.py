@@ -23,10 +23,11 @@ from .test_operator_siteclient import _runner as site_runner
 
 Call = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 # Grants the operator needs though no scenario here exercises them: kopf's namespace scan (cluster-wide
-# mode) and CRD discovery, and the PDB delete when a Federation turns podDisruptionBudget off.
+# mode) and CRD discovery, the PDB delete when a Federation turns podDisruptionBudget off, and the force
+# delete of a client pod stuck terminating on a lost node (test_operator_siteclient_nodes.py).
 UNEXERCISED: dict[str, set[Call]] = {
     "cloud": {("policy", "poddisruptionbudgets", "delete")},
-    "site": set(),
+    "site": {("", "pods", "delete")},
 }
 CLUSTER_READS = {("", "namespaces", v) for v in ("get", "list", "watch")} | {
     ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")

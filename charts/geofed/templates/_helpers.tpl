@@ -94,7 +94,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: [get, list, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch]
+  verbs: [list, watch, delete]
 {{- end }}
 {{- end -}}
 
