@@ -98,7 +98,8 @@ def workload_problem(
     refused = replica_failure(deployment)
     if refused is not None:
         reason, message = refused
-        return reason, with_hint(reason, f"the PS Deployment cannot create its pod: {message}")
+        name = (deployment.get("metadata") or {}).get("name", "")
+        return reason, with_hint(reason, f"Deployment {name} cannot create its pod: {message}")
     for pod in pods:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from .conftest import NAMESPACE, FakePS, operator_running, wait_for, watches_open
+from .conftest import NAMESPACE, FakePS, operator_running, rolled_out_until, wait_for, watches_open
 from .emulator import GeofedEmulator
 from .kubelet import Kubelet, ProcessRuntime
 from .node.runtime import Container, ContainerConfig
 from .node.testing import node_root
-from .objects import create, get
+from .objects import create, get, patch
 from .test_operator_federation import FED, _runner
 
 __all__ = ["node_root"]
@@ -95,3 +95,22 @@ async def test_a_crashing_ps_is_degraded_as_a_crash_loop(api, fake_ps, node_root
     cond = await _degraded_with(api, fake_ps, kubelet, {})
     assert cond["reason"] == "CrashLoopBackOff"
     assert "back-off restarting failed container ps" in cond["message"] and "--previous" in cond["message"]
+
+
+async def test_a_shard_whose_pod_is_refused_is_degraded_naming_the_shard(api, fake_ps) -> None:
+    """psShards 2: the front and shard 0 roll out; shard 1's pod is refused. The test plays the Deployment
+    controller (no node), writing the ReplicaFailure condition as the test node's controller does above."""
+    refused = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+               "message": 'pods "demo-ps-shard-1-abc" is forbidden: exceeded quota: shards, requested: '
+                          'requests.memory=8Gi'}  # fmt: skip
+    async with operator_running(_runner("cloud", fake_ps)) as runner:
+        await watches_open(api, {"federations"})
+        await create(api, {**FED, "spec": {**FED["spec"], "psShards": 2}})
+        await wait_for(lambda: get(api, "apps/v1/deployments", NAMESPACE, "demo-ps-shard-1"), what="shard 1")
+        await patch(api, "apps/v1", "Deployment", NAMESPACE, "demo-ps-shard-1",
+                    {"status": {"conditions": [refused]}}, status=True)  # fmt: skip
+        cond = await rolled_out_until(api, {"demo-ps", "demo-ps-shard-0"}, lambda: _degraded(api), "Degraded")
+    assert runner.exception is None
+    assert cond["reason"] == "FailedCreate"
+    assert cond["message"].startswith("PS shard 1: Deployment demo-ps-shard-1 cannot create its pod: pods ")
+    assert "exceeded quota: shards" in cond["message"]

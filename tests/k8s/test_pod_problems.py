@@ -58,5 +58,5 @@ def test_a_refused_pod_comes_first_with_the_api_message_and_a_hint() -> None:
     deployment = {**DEPLOYMENT, "status": {"conditions": [refused]}}
     reason, message = workload_problem(deployment, [_pod("CrashLoopBackOff")], [_claim("Pending")]) or ("", "")
     assert reason == "FailedCreate"
-    assert message.startswith('the PS Deployment cannot create its pod: pods "demo-ps-1" is forbidden: exceeded')
+    assert message.startswith('Deployment demo-ps cannot create its pod: pods "demo-ps-1" is forbidden: exceeded')
     assert "ResourceQuota" in message and "LimitRange" in message and "SCC" in message

@@ -385,15 +385,16 @@ def reconcile_federation(
 
 
 def ps_pod_problem(
-    kube: Kube, fed: FederationObject, deployment: Mapping[str, Any] | None, group: str | None
+    kube: Kube, namespace: str, deployment: Mapping[str, Any] | None, claim_name: str
 ) -> tuple[str, str] | None:
-    """What keeps the PS pod of a Deployment that is not ready from running (as a SiteClient reads its Job's pod):
-    a refused pod, a pending checkpoint claim, a pull, scheduling or crash-loop problem; None while it just starts."""
+    """What keeps the pod of a PS (or shard) Deployment that is not ready from running, as a SiteClient reads its
+    Job's pod: a refused pod, a pending checkpoint claim, a pull, scheduling or crash-loop problem; None while it
+    just starts."""
     if deployment is None:
         return None
     selector = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-    pods = kube.list("v1", "Pod", fed.namespace, selector) if selector else []
-    claim = kube.get("v1", "PersistentVolumeClaim", fed.namespace, names.pvc_name(fed.name, group))
+    pods = kube.list("v1", "Pod", namespace, selector) if selector else []
+    claim = kube.get("v1", "PersistentVolumeClaim", namespace, claim_name)
     return workload_problem(deployment, pods, [claim])
 
 
@@ -410,7 +411,7 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
         deployment = kube.get("apps/v1", "Deployment", fed.namespace, names.ps_name(fed.name, group))
         ready, why = deployment_ready(deployment)
         if not ready:
-            problem = ps_pod_problem(kube, fed, deployment, group)
+            problem = ps_pod_problem(kube, fed.namespace, deployment, names.pvc_name(fed.name, group))
             if problem is not None:
                 reason, message = problem
                 message = f"group {group}: {message}" if group else message
@@ -425,6 +426,10 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
         deployment = kube.get("apps/v1", "Deployment", fed.namespace, names.ps_shard_name(fed.name, index))
         ready, why = deployment_ready(deployment)
         if not ready:
+            problem = ps_pod_problem(kube, fed.namespace, deployment, names.shard_pvc_name(fed.name, index))
+            if problem is not None:
+                _write(patch, body, federation_status_degraded(problem[0], f"PS shard {index}: {problem[1]}", **common))
+                return
             rolling.append(f"PS shard {index}: {why}")
     try:
         credential = read_secret_key(kube, fed.namespace, names.admin_secret_name(fed.name), ADMIN_KEY)
