@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from geofed_operator.cloud_builders import FederationObject, build_ps_deployment
+from geofed_operator.shard_builders import build_shard_deployment
 from geofed_operator.site_builders import SiteClientObject, build_client_job
 from geofed_operator.trainer_builders import build_trainer_deployment
 
@@ -51,13 +52,15 @@ async def _post_pod(api: GeofedEmulator, ns: str, template: dict[str, Any]) -> t
 
 
 def _templates(security: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """The pod templates of the operator's workloads (PS, split trainer, client Job), with `security` in both CRs."""
+    """The pod templates of the operator's workloads (PS, shard, split trainer, client Job), `security` in both CRs."""
     extra = {"podSecurityContext": security} if security is not None else {}
     fed_body = {**FED, "spec": {**FED["spec"], **SPLIT, **extra}}
     fed = FederationObject.from_body(fed_body, "geofed/ps:test", "geofed/client:test")
+    sharded = FederationObject.from_body({**FED, "spec": {**FED["spec"], "psShards": 2, **extra}}, "geofed/ps:test")
     sc = SiteClientObject.from_body({**SITECLIENT, "spec": {**SITECLIENT["spec"], **extra}}, "geofed/client:test")
     return {
         "ps": build_ps_deployment(fed, config_hash="x")["spec"]["template"],
+        "shard": build_shard_deployment(sharded, 1, config_hash="x")["spec"]["template"],
         "trainer": build_trainer_deployment(fed, config_hash="x")["spec"]["template"],
         "client": build_client_job(sc, 1, "gpu0-token-1")["spec"]["template"],
     }
