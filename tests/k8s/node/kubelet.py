@@ -462,8 +462,9 @@ class Kubelet:
         await self._disrupt(pod, "PreemptionByScheduler", "Preempted in order to admit critical pod", grace)
 
     async def evict(self, pod: str, grace: float | None = None) -> None:
-        """What the eviction API does: refuse when a PodDisruptionBudget allows no disruption of this ready pod
-        (`EvictionRefused`, the API server's 429), else `DisruptionTarget` and a graceful delete."""
+        """What the eviction API does: refuse when a PodDisruptionBudget allows no disruption of this pod
+        (`EvictionRefused`, the API server's 429; an unready pod per `unhealthyPodEvictionPolicy`), else
+        `DisruptionTarget` and a graceful delete."""
         worker = self.pods[pod]
         obj = self._pod(worker)
         assert obj is not None, f"pod {pod} is gone"
@@ -477,14 +478,16 @@ class Kubelet:
                 and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
             ]  # fmt: skip
             healthy = [p for p in covered if not p["metadata"].get("deletionTimestamp") and _ready(p)]
-            if obj not in healthy:
-                continue  # an unready pod may be evicted (unhealthyPodEvictionPolicy: IfHealthyBudget, met)
             minimum, most_down = pdb["spec"].get("minAvailable"), pdb["spec"].get("maxUnavailable")
-            if minimum is not None:
-                allowed = len(healthy) - _count(minimum, len(covered))
-            else:
-                allowed = _count(most_down or 0, len(covered)) - (len(covered) - len(healthy))
-            if allowed <= 0:
+            desired = (_count(minimum, len(covered)) if minimum is not None
+                       else len(covered) - _count(most_down or 0, len(covered)))  # fmt: skip
+            if obj not in healthy:
+                # An unready pod: always with AlwaysAllow; with IfHealthyBudget (the default) only while the
+                # budget is met, so a crash-looping single replica under minAvailable 1 is never evicted.
+                if pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or len(healthy) >= desired:
+                    continue
+                raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
+            if len(healthy) - desired <= 0:
                 raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
         await self._disrupt(pod, "EvictionByEvictionAPI", "Eviction API: evicting", grace)
 
