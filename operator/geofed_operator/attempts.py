@@ -16,6 +16,7 @@ from typing import Any
 
 from geofed_operator import names
 from geofed_operator.conditions import parse_time
+from geofed_operator.pod_problems import failed_create, waiting_problem
 from geofed_operator.siteclient_spec import BackoffSpec
 
 
@@ -108,28 +109,6 @@ def _last_line(text: str) -> str:
     return lines[-1][:1024] if lines else ""
 
 
-def _waiting_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """A pending pod's visible trouble (ImagePullBackOff, Unschedulable), shown but not a failure."""
-    status = pod.get("status") or {}
-    for cs in status.get("containerStatuses") or ():
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
-            return waiting["reason"], waiting.get("message", "")
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return cond.get("reason") or "Unschedulable", cond.get("message", "")
-    return None
-
-
-def _failed_create(events: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
-    """The Job controller's newest FailedCreate warning: quota, Pod Security, a missing PriorityClass..."""
-    failed = [e for e in events if e.get("reason") == "FailedCreate"]
-    if not failed:
-        return None
-    newest = max(failed, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-    return "FailedCreate", f"the Job cannot create its pod: {newest.get('message', '')}"
-
-
 def classify_attempt(
     job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = ()
 ) -> AttemptState:
@@ -155,12 +134,12 @@ def classify_attempt(
         started = parse_time((running[0].get("status") or {}).get("startTime"))
         return AttemptState(Outcome.RUNNING, "Running", "the client pod is running", started)
     for pod in pods:
-        problem = _waiting_problem(pod)
+        problem = waiting_problem(pod)
         if problem is not None:
             return AttemptState(Outcome.PENDING, *problem)
-    refused = _failed_create(events) if not pods else None
+    refused = failed_create(events) if not pods else None
     if refused is not None:
-        return AttemptState(Outcome.PENDING, *refused)
+        return AttemptState(Outcome.PENDING, refused[0], f"the Job cannot create its pod: {refused[1]}")
     return AttemptState(Outcome.PENDING, "Pending", "waiting for the client pod to start")
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated, Any
 
-from geofed_operator.k8s_types import K8sModel, PullPolicy, ResourceRequirements, Toleration
+from pydantic import AfterValidator, Field
+
+from geofed_operator.k8s_types import RUN_AS, K8sModel, PullPolicy, ResourceRequirements, Toleration
 from geofed_operator.settings import DEFAULT_TAG, OperatorSettings, Role
 
 
@@ -67,6 +69,25 @@ class GrafanaValues(K8sModel):
     dashboard: DashboardValues = Field(default_factory=DashboardValues, description="Dashboard ConfigMap.")
 
 
+# A core/v1 (Pod)SecurityContext, rendered as written; Helm drops a key set to null (`--set x.runAsUser=null`).
+def _mapping(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping (a core/v1 SecurityContext)")
+    return value
+
+
+SecurityContext = Annotated[Any, AfterValidator(_mapping), Field(json_schema_extra={"type": "object"})]
+
+
+def _operator_pod_security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+
+
+def _operator_container_security() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
 class ChartValues(K8sModel):
     """Values of the geofed chart: one operator, cloud role (Federations), site role (SiteClients) or both."""
 
@@ -96,6 +117,14 @@ class ChartValues(K8sModel):
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels of the operator pod.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the operator pod.")
     priority_class_name: str | None = Field(None, description="PriorityClass of the operator pod.")
+    pod_security_context: SecurityContext = Field(
+        default_factory=_operator_pod_security,
+        description="The operator pod's securityContext. On OpenShift set runAsUser and runAsGroup to null: the "
+        "restricted-v2 SCC assigns a UID from the namespace's range.",
+    )
+    security_context: SecurityContext = Field(
+        default_factory=_operator_container_security, description="The operator container's securityContext."
+    )
     pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra operator pod annotations.")
     pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra operator pod labels.")
     service_account: ServiceAccountValues = Field(default_factory=ServiceAccountValues, description="ServiceAccount.")

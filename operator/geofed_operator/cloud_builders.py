@@ -432,7 +432,7 @@ def single_replica_deployment(
         "volumes": volumes,
         "terminationGracePeriodSeconds": spec.termination_grace_period_s,
         "automountServiceAccountToken": False,
-        "securityContext": nonroot_pod_security(),
+        "securityContext": nonroot_pod_security(spec.pod_security_context),
     }
     pod_spec.update(pod_placement(spec))
     return {

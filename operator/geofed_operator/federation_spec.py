@@ -22,6 +22,7 @@ from geofed_operator.k8s_types import (
     Affinity,
     K8sModel,
     LocalObjectReference,
+    PodSecurity,
     PullPolicy,
     Quantity,
     ResourceRequirements,
@@ -197,6 +198,11 @@ class _FederationK8sFields(K8sModel):
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the PS pod.")
     priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the PS pod.")
     affinity: Affinity = Field(None, description="Affinity of the PS pod (core/v1 Affinity, as written).")
+    pod_security_context: PodSecurity = Field(
+        default_factory=PodSecurity,
+        description="User and groups of the PS, its shards and the split trainer (10001, the images' user); "
+        "platformAssigned leaves them to the platform (OpenShift's restricted-v2 SCC).",
+    )
     pod_annotations: dict[str, str] = Field(
         default_factory=dict, description="Extra annotations of the PS pod (e.g. for a service mesh)."
     )

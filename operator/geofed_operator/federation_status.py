@@ -202,7 +202,8 @@ def federation_status_degraded(
     generation: int | None,
     conditions: Sequence[Mapping[str, Any]] | None,
 ) -> dict[str, Any]:
-    """Status patch when the PS is unreachable, refuses the admin credential, or the spec is invalid."""
+    """Status patch when the PS is unreachable, refuses the admin credential, the spec is invalid, or its pod
+    cannot run (refused, unschedulable, image not pulled, crash loop, checkpoint claim pending)."""
     return status_patch(
         FederationStatus,
         phase="Degraded",

@@ -196,17 +196,35 @@ Affinity = Annotated[
 
 
 RUN_AS = 10001  # the non-root user of the images (images/*.Dockerfile)
+MAX_ID = 2147483647  # the largest UID or GID a pod's securityContext accepts
 
 
-def nonroot_pod_security() -> dict[str, Any]:
-    """Pod securityContext of every pod we run: the images' non-root user, the runtime's seccomp profile."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS,
-        "runAsGroup": RUN_AS,
-        "fsGroup": RUN_AS,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+class PodSecurity(K8sModel):
+    """The user and groups a pod runs as; `runAsNonRoot` and the RuntimeDefault seccomp profile are always set.
+
+    Platforms that assign IDs themselves (OpenShift's restricted-v2 SCC picks a UID and fsGroup from
+    the namespace's range and refuses others) need `platformAssigned`: the pod then names none.
+    """
+
+    run_as_user: int = Field(RUN_AS, ge=1, le=MAX_ID, description="UID of the containers' processes (images' user).")
+    run_as_group: int = Field(RUN_AS, ge=0, le=MAX_ID, description="Primary GID of the containers' processes.")
+    fs_group: int = Field(RUN_AS, ge=0, le=MAX_ID, description="GID that owns the pod's volumes (made group-writable).")
+    platform_assigned: bool = Field(
+        False,
+        description=(
+            "Set no runAsUser, runAsGroup or fsGroup (runAsNonRoot stays true), for OpenShift's restricted-v2 SCC, "
+            "which assigns them from the namespace's range; the three fields above are then ignored."
+        ),
+    )
+
+
+def nonroot_pod_security(security: PodSecurity | None = None) -> dict[str, Any]:
+    """Pod securityContext of every pod we run: non-root, the runtime's seccomp profile, the IDs `security` names."""
+    security = security or PodSecurity()
+    ids = {} if security.platform_assigned else {
+        "runAsUser": security.run_as_user, "runAsGroup": security.run_as_group, "fsGroup": security.fs_group,
+    }  # fmt: skip
+    return {"runAsNonRoot": True, **ids, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def pod_placement(spec: Any) -> dict[str, Any]:

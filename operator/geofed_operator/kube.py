@@ -183,12 +183,22 @@ class Kube:
         return self.request("PATCH", path, dict(patch), content_type="application/merge-patch+json")
 
     def delete(
-        self, api_version: str, kind: str, namespace: str, name: str, *, propagation: str = "Background"
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str = "Background",
+        grace_period_s: int | None = None,
     ) -> bool:
-        """Delete (dependents per `propagation`); False if it was already gone."""
+        """Delete (dependents per `propagation`; a pod within `grace_period_s`, 0 forcing it); False if gone."""
         path = resource_path(api_version, kind, namespace, name)
+        body: dict[str, Any] = {"propagationPolicy": propagation}
+        if grace_period_s is not None:
+            body["gracePeriodSeconds"] = grace_period_s
         try:
-            self.request("DELETE", path, {"propagationPolicy": propagation}, query=[("propagationPolicy", propagation)])
+            self.request("DELETE", path, body, query=[("propagationPolicy", propagation)])
         except KubeError as exc:
             if exc.status == 404:
                 return False

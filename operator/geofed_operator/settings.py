@@ -44,6 +44,13 @@ class OperatorSettings(K8sModel):
         10.0, gt=0, le=3600, description="Seconds between checks of each SiteClient's Job and pods."
     )
     admin_timeout_s: float = Field(10.0, gt=0, le=300, description="Deadline of one PS admin call.")
+    force_delete_after_s: float = Field(
+        300.0,
+        ge=0,
+        le=86400,
+        description="Site role: force-delete a client pod still terminating this long after its grace period ended "
+        "(its node is lost or NotReady), so the next attempt can start; 0 never force-deletes.",
+    )
     ps_address_override: str | None = Field(
         None,
         max_length=261,

@@ -196,7 +196,7 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         "volumes": volumes,
         "automountServiceAccountToken": False,  # the client talks to the PS only, never to Kubernetes
         "terminationGracePeriodSeconds": 60,  # time to push a last delta / checkpoint on preemption
-        "securityContext": nonroot_pod_security(),
+        "securityContext": nonroot_pod_security(spec.pod_security_context),
     }
     pod_spec.update(pod_placement(spec))
     if spec.gpu_tolerations:

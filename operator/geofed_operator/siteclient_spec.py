@@ -22,6 +22,7 @@ from geofed_operator.k8s_types import (
     EnvVar,
     K8sModel,
     LocalObjectReference,
+    PodSecurity,
     PullPolicy,
     Quantity,
     ResourceRequirements,
@@ -217,6 +218,11 @@ class SiteClientSpec(K8sModel):
     )
     priority_class_name: str | None = Field(None, max_length=253, description="PriorityClass of the client pod.")
     affinity: Affinity = Field(None, description="Affinity of the client pod (core/v1 Affinity, as written).")
+    pod_security_context: PodSecurity = Field(
+        default_factory=PodSecurity,
+        description="The client pod's user and groups (10001, the images' user); platformAssigned leaves them to the "
+        "platform (OpenShift's restricted-v2 SCC).",
+    )
     pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations of the client pod.")
     attempt_deadline_s: int | None = Field(
         None,

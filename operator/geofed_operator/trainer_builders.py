@@ -113,7 +113,7 @@ def build_trainer_deployment(
         "containers": [container],
         "volumes": volumes,
         "automountServiceAccountToken": False,
-        "securityContext": nonroot_pod_security(),
+        "securityContext": nonroot_pod_security(spec.pod_security_context),
     }
     pod_spec.update(pod_placement(spec))
     return {

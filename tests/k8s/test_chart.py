@@ -71,7 +71,10 @@ def _rules(docs: list[dict[str, Any]]) -> set[str]:
 def test_rbac_is_least_privilege_per_role() -> None:
     cloud, site = _rules(render({"role": "cloud"})), _rules(render({"role": "site"}))
     assert {"apps/deployments", "core/services", "core/persistentvolumeclaims", "geofed.io/federations"} <= cloud
-    assert not {"batch/jobs", "core/pods", "geofed.io/siteclients"} & cloud
+    assert not {"batch/jobs", "geofed.io/siteclients"} & cloud
+    cloud_pods = [r for d in render({"role": "cloud"}) if d["kind"] == "ClusterRole" for r in d["rules"]
+                  if "pods" in r["resources"]]  # fmt: skip
+    assert [r["verbs"] for r in cloud_pods] == [["list"]]  # reads its PS pod's state, never watches or changes pods
     assert {"batch/jobs", "core/pods", "core/secrets", "geofed.io/siteclients/status"} <= site
     assert not {"apps/deployments", "core/services", "geofed.io/federations"} & site
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from geofed_operator.cloud_builders import FederationObject, build_pdb
+
 from .conftest import wait_for
 from .emulator import GeofedEmulator
 from .kubelet import Kubelet
@@ -211,3 +213,29 @@ async def test_eviction_respects_the_disruption_budget(api: GeofedEmulator, node
             "EvictionByEvictionAPI"
         ]
         await wait_for(lambda: get(api, "v1/pods", NS, "serving") is None, 30, "the pod gone")
+
+
+async def test_an_unready_pod_blocks_a_drain_unless_its_budget_always_allows_it(
+    api: GeofedEmulator, node_root: Path
+) -> None:
+    """minAvailable 1 over one crash-looping pod: IfHealthyBudget (the default) refuses its eviction forever;
+    the operator's PDBs set AlwaysAllow, so a PS that cannot become ready never holds a node drain."""
+    fed = FederationObject.from_body({"metadata": {"name": "ps", "namespace": NS}, "spec": {}}, "geofed/ps:test")
+    budget = build_pdb(fed)
+    crashing = pod("crashing", "exit 1", restartPolicy="Always")
+    crashing["metadata"]["labels"] = budget["spec"]["selector"]["matchLabels"]
+    default_policy = {**budget, "spec": {k: v for k, v in budget["spec"].items() if k != "unhealthyPodEvictionPolicy"}}
+    async with Kubelet(api, node_root) as kubelet:
+        await create(api, default_policy)
+        await create(api, crashing)
+        await wait_for(lambda: status(api, "crashing").get("containerStatuses", [{}])[0].get("restartCount"), 60,
+                       "a crash loop")  # fmt: skip
+        with pytest.raises(EvictionRefused, match="would violate the pod's disruption budget"):
+            await kubelet.evict("crashing")
+        name = budget["metadata"]["name"]
+        async with api.delete(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/{name}") as resp:
+            assert resp.status < 300, await resp.text()
+        await create(api, budget)
+        assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+        await kubelet.evict("crashing")
+        assert get(api, "v1/pods", NS, "crashing")["metadata"]["deletionTimestamp"]

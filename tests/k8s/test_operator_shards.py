@@ -43,6 +43,7 @@ async def test_a_sharded_federation_gets_its_shards_and_reports_them(api, fake_p
         await wait_for(lambda: ALL <= names_of(api, "v1/services", NAMESPACE), what="a Service per shard")
         pvcs = {"demo-checkpoints"} | {f"demo-checkpoints-shard-{i}" for i in range(3)}
         await wait_for(lambda: names_of(api, "v1/persistentvolumeclaims", NAMESPACE) == pvcs, what="PVCs")
+        await wait_for(lambda: names_of(api, "policy/v1/poddisruptionbudgets", NAMESPACE) == ALL, what="PDBs")
         peer = await wait_for(lambda: get(api, "v1/secrets", NAMESPACE, "demo-peer"), what="the peer secret")
         token = base64.b64decode(peer["data"]["token"]).decode()
         assert len(token) >= 32

@@ -23,10 +23,11 @@ from .test_operator_siteclient import _runner as site_runner
 
 Call = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 # Grants the operator needs though no scenario here exercises them: kopf's namespace scan (cluster-wide
-# mode) and CRD discovery, and the PDB delete when a Federation turns podDisruptionBudget off.
+# mode) and CRD discovery, the PDB delete when a Federation turns podDisruptionBudget off, and the force
+# delete of a client pod stuck terminating on a lost node (test_operator_siteclient_nodes.py).
 UNEXERCISED: dict[str, set[Call]] = {
     "cloud": {("policy", "poddisruptionbudgets", "delete")},
-    "site": set(),
+    "site": {("", "pods", "delete")},
 }
 CLUSTER_READS = {("", "namespaces", v) for v in ("get", "list", "watch")} | {
     ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")
@@ -64,6 +65,8 @@ async def _cloud_life(api: GeofedEmulator, fake_ps: FakePS) -> None:
         await watches_open(api, {"federations"})
         await create(api, FED)
         await wait_for(lambda: get(api, "apps/v1/deployments", NAMESPACE, "demo-ps"), what="PS")
+        # A status poll while the PS pod starts reads the pod's state.
+        await wait_for(lambda: any(c.resource == "pods" for c in api.checks), what="a poll of the starting PS")
         await rolled_out_until(api, {"demo-ps"}, lambda: fake_ps.calls, "a status poll")
         await patch(api, "geofed.io/v1alpha1", "Federation", NAMESPACE, "demo", {"spec": {"storage": {"size": "20Gi"}}})
         await wait_for(

@@ -73,6 +73,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create, patch, delete]
+{{- if eq .Values.role "cloud" }}
+{{- /* The PS pod's state (image pull, scheduling, crash loop) while its Deployment is not ready. */}}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+{{- end }}
 {{- end }}
 {{- if eq .Values.role "site" }}
 - apiGroups: [""]
@@ -88,7 +94,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: [get, list, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch]
+  verbs: [list, watch, delete]
 {{- end }}
 {{- end -}}
 

@@ -31,6 +31,9 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     # is re-checked only every cancellation_polling seconds, kopf's default 60: deleting a Federation or a
     # SiteClient could hang for a minute. Our passes take well under a second.
     settings.background.cancellation_polling = 1.0
+    # The site role watches client pods only: the API server filters by label, so the operator never lists,
+    # caches or wakes up for the cluster's other pods (a handler's `labels=` alone filters in the operator).
+    settings.watching.label_selectors["v1", "pods"] = names.LABEL_SITECLIENT
 
 
 def build_registry(role: Role, deps: Deps | None = None) -> kopf.OperatorRegistry:

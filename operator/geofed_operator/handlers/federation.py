@@ -48,6 +48,7 @@ from geofed_operator.federation_status import (
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
 from geofed_operator.handlers.finalizers import release_finalizer
 from geofed_operator.kube import Kube, KubeError
+from geofed_operator.pod_problems import workload_problem
 from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.quantity import parse_quantity
 from geofed_operator.shard_builders import build_shard_deployment, build_shard_pdb, build_shard_pvc, build_shard_service
@@ -289,6 +290,16 @@ def reconcile_children(
     hosts = tuple(h for service in services for h in public_hosts(service))
     tls = ensure_tls(kube, fed, owner, tuple(dict.fromkeys(hosts)), deps.clock())
     digest = config_hash(fed, tls.cert_pem, generated)
+    # Claims before the Deployments: a pod whose claim does not exist yet is unschedulable meanwhile.
+    for group in fed.groups:
+        reconcile_pvc(kube, fed, owner, may_adopt=on_change, group=group)
+    for index in fed.shards:
+        reconcile_pvc(kube, fed, owner, may_adopt=on_change, pvc=build_shard_pvc(fed, index))
+    if fed.split_learning:
+        trainer_pvc = build_trainer_pvc(fed)
+        if not fed.spec.storage.retain_on_delete:
+            kopf.adopt(trainer_pvc, owner=owner)
+        _apply(kube, trainer_pvc, create_only=True)
     children = [build_config_map(fed)]
     for group in fed.groups:  # one PS per group; (None,) for the single PS
         children += [
@@ -311,15 +322,6 @@ def reconcile_children(
     kopf.adopt(children, owner=owner)
     for child in children:
         _apply(kube, child)
-    for group in fed.groups:
-        reconcile_pvc(kube, fed, owner, may_adopt=on_change, group=group)
-    for index in fed.shards:
-        reconcile_pvc(kube, fed, owner, may_adopt=on_change, pvc=build_shard_pvc(fed, index))
-    if fed.split_learning:
-        trainer_pvc = build_trainer_pvc(fed)
-        if not fed.spec.storage.retain_on_delete:
-            kopf.adopt(trainer_pvc, owner=owner)
-        _apply(kube, trainer_pvc, create_only=True)
     return tls, digest, public_address(fed, services[0])
 
 
@@ -382,6 +384,20 @@ def reconcile_federation(
     return True
 
 
+def ps_pod_problem(
+    kube: Kube, namespace: str, deployment: Mapping[str, Any] | None, claim_name: str
+) -> tuple[str, str] | None:
+    """What keeps the pod of a PS (or shard) Deployment that is not ready from running, as a SiteClient reads its
+    Job's pod: a refused pod, a pending checkpoint claim, a pull, scheduling or crash-loop problem; None while it
+    just starts."""
+    if deployment is None:
+        return None
+    selector = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    pods = kube.list("v1", "Pod", namespace, selector) if selector else []
+    claim = kube.get("v1", "PersistentVolumeClaim", namespace, claim_name)
+    return workload_problem(deployment, pods, [claim])
+
+
 def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: logging.Logger) -> None:
     """Read each PS's admin status into `.status` (or say why it cannot be read)."""
     try:
@@ -395,7 +411,13 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
         deployment = kube.get("apps/v1", "Deployment", fed.namespace, names.ps_name(fed.name, group))
         ready, why = deployment_ready(deployment)
         if not ready:
-            _write(patch, body, federation_status_not_ready(f"group {group}: {why}" if group else why, **common))
+            problem = ps_pod_problem(kube, fed.namespace, deployment, names.pvc_name(fed.name, group))
+            if problem is not None:
+                reason, message = problem
+                message = f"group {group}: {message}" if group else message
+                _write(patch, body, federation_status_degraded(reason, message, **common))
+            else:
+                _write(patch, body, federation_status_not_ready(f"group {group}: {why}" if group else why, **common))
             return
     # Ready also needs every shard's pod (a push waits for all of them); the front is read all the same, so
     # a shard it cannot reach shows as ShardDown even while its pod restarts.
@@ -404,6 +426,10 @@ def poll_federation(deps: Deps, body: Mapping[str, Any], patch: Any, logger: log
         deployment = kube.get("apps/v1", "Deployment", fed.namespace, names.ps_shard_name(fed.name, index))
         ready, why = deployment_ready(deployment)
         if not ready:
+            problem = ps_pod_problem(kube, fed.namespace, deployment, names.shard_pvc_name(fed.name, index))
+            if problem is not None:
+                _write(patch, body, federation_status_degraded(problem[0], f"PS shard {index}: {problem[1]}", **common))
+                return
             rolling.append(f"PS shard {index}: {why}")
     try:
         credential = read_secret_key(kube, fed.namespace, names.admin_secret_name(fed.name), ADMIN_KEY)

@@ -54,6 +54,7 @@ PREEMPTION_REASONS = frozenset(
         "Evicted",
         "NodeLost",
         "DisruptionTarget",
+        "DeletionByPodGC",
     }
 )
 Conditions = dict[str, tuple[bool | None, str, str]]
@@ -154,11 +155,32 @@ def _still_running(pod: Mapping[str, Any]) -> bool:
     return any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or ())
 
 
-def _wait_for_earlier_pods(kube: Kube, sc: SiteClientObject, attempt: int) -> None:
-    """_Replacing while a pod of an attempt before `attempt` still runs: one pod per client id and work PVC."""
+def _stuck_terminating(pod: Mapping[str, Any], now: dt.datetime, force_after_s: float) -> bool:
+    """Whether a deleted pod is still there `force_after_s` after its grace period ended (`deletionTimestamp`).
+
+    A kubelet confirms a deletion within the grace period; one that has not, that long after, is on a
+    node that is lost or NotReady, and the pod object stays until someone force-deletes it.
+    """
+    ends = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return bool(force_after_s) and ends is not None and now >= ends + dt.timedelta(seconds=force_after_s)
+
+
+def _wait_for_earlier_pods(deps: Deps, sc: SiteClientObject, body: Any, attempt: int, now: dt.datetime) -> None:
+    """_Replacing while a pod of an attempt before `attempt` still runs: one pod per client id and work PVC.
+
+    A pod stuck terminating on a lost node is force-deleted after `settings.forceDeleteAfterSeconds`.
+    """
+    kube, force_after_s = deps.kube, deps.settings.force_delete_after_s
     selector = {names.LABEL_SITECLIENT: sc.name}
     pods = kube.list("v1", "Pod", sc.namespace, selector)
     alive = [p for p in pods if _attempt_of(p) < attempt and _still_running(p)]
+    for pod in [p for p in alive if _stuck_terminating(p, now, force_after_s)]:
+        name = pod["metadata"]["name"]
+        kube.delete("v1", "Pod", sc.namespace, name, grace_period_s=0)
+        post_event(kube, body, "Warning", "ForceDeleted", (
+            f"pod {name} of attempt {_attempt_of(pod)} was still terminating {force_after_s:g}s after its grace "
+            "period (its node is lost or NotReady): force-deleted so the next attempt can start"), now)  # fmt: skip
+        alive.remove(pod)
     if alive:
         name = alive[0]["metadata"]["name"]
         stopping = " (terminating)" if (alive[0].get("metadata") or {}).get("deletionTimestamp") else ""
@@ -190,7 +212,7 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
             kube.delete(
                 "batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt), propagation="Foreground"
             )
-        _wait_for_earlier_pods(kube, sc, n)
+        _wait_for_earlier_pods(deps, sc, body, n, now)
         reused = _usable_token(kube, sc, n, now)
         if reused is None:
             placeholder = build_token_secret(sc, n, None, "")  # refused here (quota, policy): no token minted

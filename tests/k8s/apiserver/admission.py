@@ -1,4 +1,5 @@
-"""Admission plugins: NamespaceLifecycle, OwnerReferencesPermissionEnforcement and ResourceQuota (object counts).
+"""Admission plugins: NamespaceLifecycle, OwnerReferencesPermissionEnforcement, the pod security policies of
+`pod_security.py` (Pod Security `restricted`, OpenShift's UID ranges) and ResourceQuota (object counts).
 
 NamespaceLifecycle refuses creates in a namespace that does not exist (404) or is terminating (403).
 OwnerReferencesPermissionEnforcement: changing an object's ownerReferences on update needs `delete`
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import errors, rbac
+from . import errors, pod_security, rbac
 from .registry import ResourceType
 
 if TYPE_CHECKING:
@@ -34,6 +35,10 @@ def admit(
         namespace_lifecycle(server, rtype, obj)
     if subresource is None:
         owner_references(server, user, rtype, obj, old, operation)
+    if operation == "create" and rtype.plural == "pods" and not rtype.group:
+        ns_type = server.registry.get("", "v1", "namespaces")
+        namespace = server.get_object(ns_type, None, obj["metadata"]["namespace"]) if ns_type else None
+        pod_security.admit_pod(obj, namespace or {})
     if operation == "create":
         quota(server, rtype, obj)
 

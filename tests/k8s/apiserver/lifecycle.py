@@ -42,7 +42,7 @@ def on_create(rtype: ResourceType, obj: dict[str, Any]) -> None:
         obj.pop("status", None)
     if rtype.plural == "secrets":
         obj.setdefault("type", "Opaque")
-    elif rtype.plural == "pods":
+    elif rtype.plural in ("pods", "persistentvolumeclaims"):
         obj["status"] = {"phase": "Pending"}
     elif rtype.plural == "namespaces":
         obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]

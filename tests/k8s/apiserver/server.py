@@ -16,7 +16,7 @@ What a real API server does that this one does not:
 - server-side tables (`kubectl get`) have the CRDs' printer columns, but only NAME and AGE for built-ins;
 - CustomResourceDefinitions written through the API are not themselves validated (a structurally
   invalid schema is accepted), and only their served versions' schemas are used (no conversion);
-- built-in types get no defaulting beyond a Secret's `stringData` and `type`, a Pod's `phase` and a
+- built-in types get no defaulting beyond a Secret's `stringData` and `type`, a Pod's and a PVC's `phase`, a
   Namespace's `kubernetes` finalizer, and no type-specific validation beyond their OpenAPI schema
   (no immutable Job templates, no Service clusterIP allocation, no Pod spec update rules);
 - server-side apply keeps the last applied configuration per field manager instead of managedFields,

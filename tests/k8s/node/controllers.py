@@ -5,13 +5,20 @@ named `<deployment>-<template hash>-<suffix>` with the `pod-template-hash` label
 every old pod and creates the new one only when no old pod exists and none still runs on the node;
 `RollingUpdate` creates the new pods first and deletes the old ones once the new are ready. A pod
 being deleted no longer counts as a replica (its replacement starts at once, as a ReplicaSet does).
+A pod the API server refuses (quota, Pod Security) sets the Deployment's `ReplicaFailure` condition
+(reason `FailedCreate`, the API's message) until a create succeeds, as the Deployment controller
+copies it from its ReplicaSet; the ReplicaSet's `FailedCreate` events are not posted.
 
 Job: one pod at a time (parallelism and completions 1), a replacement as soon as the previous pod is
 terminating or failed, `backoffLimit` over failed pods, `activeDeadlineSeconds`. A failing Job gets
 `FailureTarget` and `Failed` at once while its pods may still be terminating (clusters with delayed
 terminal conditions set `Failed` only after they stopped); `Complete` after a pod succeeded. Job pods
 carry no `batch.kubernetes.io/job-tracking` finalizer: a stopped pod goes as soon as the kubelet deletes
-it, where a real Job controller's finalizer keeps it the moment it takes to count it.
+it, where a real Job controller's finalizer keeps it the moment it takes to count it. A refused Job pod
+is an error here (a real Job controller posts a `FailedCreate` event and retries).
+
+Claims: bound at once when the cluster has a default StorageClass or the claim names one (no
+PersistentVolume objects, no `WaitForFirstConsumer` binding); Pending forever otherwise.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..objects import create, patch
+from ..objects import patch
 from .kubelet import _ready, now
 
 if TYPE_CHECKING:
@@ -49,7 +56,10 @@ def _live(pod: dict[str, Any]) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL
 
 
-async def _create_pod(kubelet: Kubelet, owner: dict[str, Any], name: str, extra_labels: dict[str, str]) -> None:
+async def _create_pod(
+    kubelet: Kubelet, owner: dict[str, Any], name: str, extra_labels: dict[str, str]
+) -> str | None:
+    """Create the owner's pod; the API server's message when it refuses it (quota, admission), else None."""
     meta, template = owner["metadata"], owner["spec"]["template"]
     ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"],
            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
@@ -59,7 +69,13 @@ async def _create_pod(kubelet: Kubelet, owner: dict[str, Any], name: str, extra_
     }  # fmt: skip
     if (template.get("metadata") or {}).get("annotations"):
         pod_meta["annotations"] = dict(template["metadata"]["annotations"])
-    await create(kubelet.api, {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": template["spec"]})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": template["spec"]}
+    async with kubelet.api.post(f"/api/v1/namespaces/{meta['namespace']}/pods", json=pod) as resp:
+        if resp.status < 300:
+            return None
+        body = await resp.json()
+        assert resp.status in (403, 422), body  # refused by admission or validation; anything else is a bug here
+        return str(body.get("message", ""))
 
 
 async def _delete_pod(kubelet: Kubelet, pod: dict[str, Any]) -> None:
@@ -87,6 +103,9 @@ async def sync_deployments(kubelet: Kubelet) -> None:
         old = [p for p in pods if p["metadata"]["labels"].get("pod-template-hash") != digest]
         replicas = int(dep["spec"].get("replicas", 1))
         recreate = (dep["spec"].get("strategy") or {}).get("type") == "Recreate"
+        # The ReplicaSet's ReplicaFailure condition, which the Deployment controller copies: kept until a create works.
+        refused = next((c["message"] for c in (dep.get("status") or {}).get("conditions") or []
+                        if c["type"] == "ReplicaFailure"), None)  # fmt: skip
         if recreate and old:
             for pod in old:
                 if not pod["metadata"].get("deletionTimestamp"):
@@ -98,7 +117,9 @@ async def sync_deployments(kubelet: Kubelet) -> None:
         else:
             for _ in range(replicas - len(current)):
                 name = f"{dep['metadata']['name']}-{digest}-{secrets.token_hex(3)[:5]}"
-                await _create_pod(kubelet, dep, name, {"pod-template-hash": digest})
+                refused = await _create_pod(kubelet, dep, name, {"pod-template-hash": digest})
+            if replicas <= len(current):
+                refused = None
             for pod in current[replicas:]:
                 await _delete_pod(kubelet, pod)
             if not recreate and len([p for p in current if _ready(p)]) >= replicas:
@@ -109,11 +130,15 @@ async def sync_deployments(kubelet: Kubelet) -> None:
         ready = len([p for p in live if _ready(p)])
         available = "True" if ready >= replicas else "False"
         reason = "MinimumReplicasAvailable" if available == "True" else "MinimumReplicasUnavailable"
+        conditions = [{"type": "Available", "status": available, "reason": reason}]
+        if refused is not None:
+            conditions.append({"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                               "message": refused})  # fmt: skip
         await _set_status(kubelet, dep, {
             "observedGeneration": dep["metadata"].get("generation", 1),
             "replicas": len(live), "updatedReplicas": len(current), "readyReplicas": ready,
             "availableReplicas": ready, "unavailableReplicas": max(0, replicas - ready),
-            "conditions": [{"type": "Available", "status": available, "reason": reason}],
+            "conditions": conditions,
         })  # fmt: skip
 
 
@@ -173,6 +198,20 @@ async def sync_jobs(kubelet: Kubelet) -> None:
             name = f"{meta['name']}-{secrets.token_hex(3)[:5]}"
             labels = {"job-name": meta["name"], "batch.kubernetes.io/job-name": meta["name"],
                       "controller-uid": meta["uid"], "batch.kubernetes.io/controller-uid": meta["uid"]}  # fmt: skip
-            await _create_pod(kubelet, job, name, labels)
+            refused = await _create_pod(kubelet, job, name, labels)
+            assert refused is None, f"the Job controller's pod was refused (no FailedCreate event here): {refused}"
             counts["active"] = 1
         await _set_status(kubelet, job, {**counts, "startTime": start})
+
+
+async def sync_claims(kubelet: Kubelet) -> None:
+    """The PersistentVolume controller with a dynamic provisioner behind the cluster's default StorageClass:
+    a claim binds at once when it names a StorageClass or the cluster has a default one (`Kubelet.default_class`),
+    else it stays Pending, as on a cluster without a default StorageClass."""
+    for pvc in kubelet.objects("v1/persistentvolumeclaims"):
+        if (pvc.get("status") or {}).get("phase") == "Bound" or pvc["metadata"].get("deletionTimestamp"):
+            continue
+        if (pvc.get("spec") or {}).get("storageClassName") or kubelet.default_class:
+            await _set_status(kubelet, {**pvc, "apiVersion": "v1", "kind": "PersistentVolumeClaim"},
+                              {"phase": "Bound", "accessModes": pvc["spec"].get("accessModes", []),
+                               "capacity": ((pvc["spec"].get("resources") or {}).get("requests") or {})})  # fmt: skip

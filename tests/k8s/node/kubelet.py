@@ -11,9 +11,14 @@ stopped with SIGTERM, given its grace period (`deletionGracePeriodSeconds`, else
 deleted with `gracePeriodSeconds: 0`. `preempt()` and `evict()` play the scheduler and the eviction
 API: a `DisruptionTarget` condition, then a graceful delete.
 
+The node plays the scheduler too: a pod whose claim is missing or not Bound, or whose requests exceed what the
+node's `allocatable` has left, stays unbound and `Pending` with `PodScheduled=False` (`Unschedulable`
+and the scheduler's message). An image in `missing_images` fails to pull: `ErrImagePull`, then
+`ImagePullBackOff` (retried each second, where a real kubelet backs off up to 5 min).
+
 What differs from a real node: the kubelet reads pods from the emulator's store each pass (0.2 s)
-instead of a watch; one node, no scheduling (no resources, affinity, taints; a missing PVC leaves the
-pod `Pending` as `Unschedulable`); only a pod's first container runs (no init or sidecar containers);
+instead of a watch; one node, so no affinity, taints or node selectors are checked; only a pod's
+first container runs (no init or sidecar containers);
 pods are bound by setting `spec.nodeName` (a scheduler POSTs a `pods/<name>/binding`);
 with `network=True` the node runs kube-proxy, cluster DNS and a TLS front for the API server
 (`network.py`) and pods get in-cluster config (a ServiceAccount token minted by the emulator,
@@ -33,6 +38,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from geofed_operator.quantity import parse_quantity
 
 from ..emulator import GeofedEmulator
 from ..objects import patch
@@ -62,6 +69,16 @@ def _count(value: int | str, total: int) -> int:
     """A PodDisruptionBudget's count: an int, or a percentage of the pods it covers (rounded up)."""
     text = str(value)
     return math.ceil(int(text[:-1]) * total / 100) if text.endswith("%") else int(text)
+
+
+def _request(pod: dict[str, Any], resource: str) -> float:
+    """A pod's request of `resource` summed over its containers (a limit alone is also the request)."""
+    total = 0.0
+    for container in pod["spec"].get("containers") or ():
+        res = container.get("resources") or {}
+        value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+        total += float(parse_quantity(value)) if value is not None else 0.0
+    return total
 
 
 def now() -> str:
@@ -102,9 +119,13 @@ class Kubelet:
     def __init__(
         self, api: GeofedEmulator, root: Path, *, runtime: Runtime | None = None,
         images: dict[str, ImageConfig] | None = None, access: specs.ClusterAccess | None = None,
-        controllers: bool = True, network: bool = False,
+        controllers: bool = True, network: bool = False, missing_images: frozenset[str] = frozenset(),
+        allocatable: dict[str, str] | None = None, default_class: bool = True,
     ) -> None:  # fmt: skip
         self.api, self.root = api, root
+        self.missing_images = missing_images  # references the registry does not have: pulls fail
+        self.allocatable = allocatable  # the node's cpu/memory for pods' requests; None: unlimited
+        self.default_class = default_class  # whether the cluster has a default StorageClass (claims bind)
         self.runtime = runtime or ProcessRuntime()
         self.images = images or {}
         self.access = access
@@ -195,11 +216,12 @@ class Kubelet:
                 await part.stop()
 
     async def _loop(self) -> None:
-        from .controllers import sync_deployments, sync_jobs  # controllers use the kubelet's view
+        from .controllers import sync_claims, sync_deployments, sync_jobs  # controllers use the kubelet's view
 
         while True:
             try:
                 if self._controllers:
+                    await sync_claims(self)
                     await sync_deployments(self)
                     await sync_jobs(self)
                 self._admit()
@@ -238,8 +260,14 @@ class Kubelet:
     async def _work(self, worker: PodWorker) -> None:
         try:
             pod = self._pod(worker)
-            if pod is not None and not pod["spec"].get("nodeName"):  # the scheduler's binding
-                await patch(self.api, "v1", "Pod", worker.namespace, worker.name, {"spec": {"nodeName": NODE}})
+            while pod is not None and not pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                unfit = self._unschedulable(pod)  # the scheduler's filters, retried as it retries
+                if unfit is None:  # the scheduler's binding
+                    await patch(self.api, "v1", "Pod", worker.namespace, worker.name, {"spec": {"nodeName": NODE}})
+                    break
+                await self._write_unscheduled(pod, unfit)
+                await asyncio.sleep(0.2)
+                pod = self._pod(worker)
             while True:
                 pod = self._pod(worker)
                 if pod is None:  # force-deleted (or never graceful): stop with the minimum grace
@@ -276,8 +304,59 @@ class Kubelet:
             await self._probe(worker, pod)
         await self._write_status(worker, pod)
 
+    # ---- scheduling ----------------------------------------------------------------------------
+
+    def _unschedulable(self, pod: dict[str, Any]) -> str | None:
+        """The scheduler's message when this one node cannot take `pod`: a missing or unbound claim, too few
+        cpu or memory."""
+        ns = pod["metadata"]["namespace"]
+        for volume in pod["spec"].get("volumes") or ():
+            claim = volume.get("persistentVolumeClaim")
+            if claim is None:
+                continue
+            found = self.lookup("v1/persistentvolumeclaims", ns, claim["claimName"])
+            if found is None:
+                return (f'0/1 nodes are available: persistentvolumeclaim "{claim["claimName"]}" not found. '
+                        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")  # fmt: skip
+            if (found.get("status") or {}).get("phase") != "Bound":
+                return ("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
+                        "0/1 nodes are available: 1 Preemption is not helpful for scheduling.")  # fmt: skip
+        if self.allocatable is None:
+            return None
+        bound = [p for p in self.objects("v1/pods") if p["spec"].get("nodeName") == NODE
+                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]  # fmt: skip
+        short = [
+            name for name, total in sorted(self.allocatable.items())
+            if sum(_request(p, name) for p in bound) + _request(pod, name) > float(parse_quantity(total))
+        ]  # fmt: skip
+        if not short:
+            return None
+        why = ", ".join(f"1 Insufficient {name}" for name in short)
+        return (f"0/1 nodes are available: {why}. preemption: 0/1 nodes are available: 1 No preemption victims "
+                "found for incoming pod.")  # fmt: skip
+
+    async def _write_unscheduled(self, pod: dict[str, Any], message: str) -> None:
+        """What the scheduler writes on a pod it cannot place: Pending, PodScheduled False, no container status."""
+        old = pod.get("status") or {}
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        if [c for c in old.get("conditions") or [] if c["type"] == "PodScheduled"] == [cond]:
+            return
+        stamped = {**cond, "lastTransitionTime": now()}
+        body = {"status": {"phase": "Pending", "conditions": [stamped]}}
+        await patch(self.api, "v1", "Pod", pod["metadata"]["namespace"], pod["metadata"]["name"], body, status=True)
+
+    # ---- containers ----------------------------------------------------------------------------
+
     async def _start(self, worker: PodWorker, pod: dict[str, Any]) -> None:
         container_spec = pod["spec"]["containers"][0]
+        reference = container_spec.get("image", "")
+        if reference in self.missing_images:  # the first failure is ErrImagePull, then the back-off
+            tried = worker.waiting is not None and worker.waiting[0] in ("ErrImagePull", "ImagePullBackOff")
+            worker.waiting = ("ImagePullBackOff", f'Back-off pulling image "{reference}"') if tried else (
+                "ErrImagePull", f'rpc error: code = NotFound desc = failed to pull and unpack image "{reference}": '
+                f'failed to resolve reference "{reference}": {reference}: not found')  # fmt: skip
+            worker.next_start = time.monotonic() + 1.0
+            return
         image = self.images.get(container_spec.get("image", ""), ImageConfig())
         try:
             cfg = specs.container_config(self.lookup, pod, image, worker.dir, self.root / "pvc", self.access)
@@ -383,8 +462,9 @@ class Kubelet:
         await self._disrupt(pod, "PreemptionByScheduler", "Preempted in order to admit critical pod", grace)
 
     async def evict(self, pod: str, grace: float | None = None) -> None:
-        """What the eviction API does: refuse when a PodDisruptionBudget allows no disruption of this ready pod
-        (`EvictionRefused`, the API server's 429), else `DisruptionTarget` and a graceful delete."""
+        """What the eviction API does: refuse when a PodDisruptionBudget allows no disruption of this pod
+        (`EvictionRefused`, the API server's 429; an unready pod per `unhealthyPodEvictionPolicy`), else
+        `DisruptionTarget` and a graceful delete."""
         worker = self.pods[pod]
         obj = self._pod(worker)
         assert obj is not None, f"pod {pod} is gone"
@@ -398,14 +478,16 @@ class Kubelet:
                 and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
             ]  # fmt: skip
             healthy = [p for p in covered if not p["metadata"].get("deletionTimestamp") and _ready(p)]
-            if obj not in healthy:
-                continue  # an unready pod may be evicted (unhealthyPodEvictionPolicy: IfHealthyBudget, met)
             minimum, most_down = pdb["spec"].get("minAvailable"), pdb["spec"].get("maxUnavailable")
-            if minimum is not None:
-                allowed = len(healthy) - _count(minimum, len(covered))
-            else:
-                allowed = _count(most_down or 0, len(covered)) - (len(covered) - len(healthy))
-            if allowed <= 0:
+            desired = (_count(minimum, len(covered)) if minimum is not None
+                       else len(covered) - _count(most_down or 0, len(covered)))  # fmt: skip
+            if obj not in healthy:
+                # An unready pod: always with AlwaysAllow; with IfHealthyBudget (the default) only while the
+                # budget is met, so a crash-looping single replica under minAvailable 1 is never evicted.
+                if pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or len(healthy) >= desired:
+                    continue
+                raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
+            if len(healthy) - desired <= 0:
                 raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
         await self._disrupt(pod, "EvictionByEvictionAPI", "Eviction API: evicting", grace)
 
