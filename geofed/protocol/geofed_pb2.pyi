@@ -315,20 +315,26 @@ class PushResult(_message.Message):
     def __init__(self, status: _Optional[_Union[PushStatus, str]] = ..., version: _Optional[int] = ..., staleness: _Optional[int] = ..., weight: _Optional[float] = ..., message: _Optional[str] = ..., aggregation_mode: _Optional[str] = ...) -> None: ...
 
 class ClientReport(_message.Message):
-    __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s")
+    __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s", "round_base_version", "round_steps", "round_tokens")
     TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
     EVAL_LOSS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     IDLE_S_FIELD_NUMBER: _ClassVar[int]
+    ROUND_BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROUND_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ROUND_TOKENS_FIELD_NUMBER: _ClassVar[int]
     train_loss: float
     eval_loss: float
     tokens_per_s: float
     bytes_sent: int
     step: int
     idle_s: float
-    def __init__(self, train_loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., step: _Optional[int] = ..., idle_s: _Optional[float] = ...) -> None: ...
+    round_base_version: int
+    round_steps: int
+    round_tokens: int
+    def __init__(self, train_loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., step: _Optional[int] = ..., idle_s: _Optional[float] = ..., round_base_version: _Optional[int] = ..., round_steps: _Optional[int] = ..., round_tokens: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("report",)
