@@ -58,6 +58,10 @@ class PSMetrics:
             buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
         )
         self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
+        self.round_not_waiting = Counter(
+            "geofed_round_not_waiting", "Clients a sync round stopped waiting for (no progress seen), by reason",
+            ["reason"], registry=r,
+        )
         self.rate_limited = Counter("geofed_rate_limited", "Calls refused by a rate limit, by RPC", ["rpc"], registry=r)
         self.bounded = Counter("geofed_bounded_deltas", "Deltas scaled down before folding, by the rule that did it "
                                "(norm_bound, consensus, displacement_budget)", ["rule"], registry=r)
