@@ -45,6 +45,12 @@ MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may ins
 PRESENT_FOR_S = 45.0
 
 
+def goodput_status(goodput: dict[str, float]) -> dict[str, float]:
+    """The status fields of Contributions.goodput()."""
+    return {"goodput": goodput["goodput"], "goodput_tokens_trained": int(goodput["tokens_received"]),
+            "goodput_tokens_applied": int(goodput["tokens_applied"])}
+
+
 @dataclass
 class ClientState:
     """What the PS knows about one client id (across its sessions)."""
@@ -229,6 +235,7 @@ class ParameterServerCore:
         for listener in self._round_listeners:
             listener(snap)
         self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
+        self.metrics.set_goodput(self.aggregator.contributions.goodput())
         self.metrics.set_privacy(self.aggregator.privacy.status())
         with self.aggregator.lock:
             self.metrics.set_tuning(self.aggregator.round_times)
@@ -450,6 +457,8 @@ class ParameterServerCore:
         self.check_session_tokenizer(session)
         done = self.aggregator.precheck(session.client_id, header, master=session.master)
         if done is not None:
+            if not header.init:  # trained all the same (a stale delta refused on its header counts against goodput)
+                self._received(session.client_id, header)
             self._count_stale(session.client_id, done)
             return None, done
         receiver = self.aggregator.receiver(session.client_id, max_upload_bytes=self.server.max_upload_bytes,
@@ -469,6 +478,8 @@ class ParameterServerCore:
         """Fold a fully received push in and account for it."""
         client = self._client(session)
         self.record_report(client, push.header.report)  # first: a version this push closes plots its loss
+        if not push.header.init:
+            self._received(client.client_id, push.header)
         try:
             t0 = time.perf_counter()
             if push.header.init:
@@ -492,6 +503,12 @@ class ParameterServerCore:
             push.header.payload_bytes, push.codec_name,
         )
         return outcome
+
+    def _received(self, client_id: str, header: PushHeader) -> None:
+        """Goodput's denominator: the tokens the client reported training for a delta that reached the PS."""
+        contributions = self.aggregator.contributions
+        contributions.received(client_id, header.upload_id, header.num_tokens)
+        self.metrics.set_goodput(contributions.goodput())
 
     def _count_stale(self, client_id: str, outcome: PushOutcome) -> None:
         if outcome.status == "STALE":
@@ -531,6 +548,7 @@ class ParameterServerCore:
             "has_model": snap is not None,
             "num_parameters": snap.flat.size if snap else 0,
             "federation": self.fed.name,
+            **goodput_status(self.aggregator.contributions.goodput()),
             **self.group.status(),
             **self.aggregator.engine.status(),
             **self.aggregator.privacy.status(),

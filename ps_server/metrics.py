@@ -58,6 +58,10 @@ class PSMetrics:
             buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
         )
         self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
+        self.goodput = Gauge("geofed_goodput", "Share of the tokens clients reported training with the deltas the "
+                             "PS received that are in a published version", registry=r)
+        self.goodput_tokens = Gauge("geofed_goodput_tokens", "Tokens clients reported with deltas: received by the PS "
+                                    "(side=trained) and in a published version (side=applied)", ["side"], registry=r)
         self.round_not_waiting = Counter(
             "geofed_round_not_waiting", "Clients a sync round stopped waiting for (no progress seen), by reason",
             ["reason"], registry=r,
@@ -103,6 +107,12 @@ class PSMetrics:
                   Gauge(f"geofed_site_{name}", f"{text} (per site)", ["site"], registry=r))
             for key, (name, text) in CONTRIBUTION_METRICS.items()
         }
+
+    def set_goodput(self, goodput: dict[str, float]) -> None:
+        """Contributions.goodput(): the share and the two token counts behind it."""
+        self.goodput.set(goodput["goodput"])
+        self.goodput_tokens.labels("trained").set(goodput["tokens_received"])
+        self.goodput_tokens.labels("applied").set(goodput["tokens_applied"])
 
     def set_contributions(self, report: dict[str, dict], site_of: Callable[[str], str]) -> None:
         """Publish `Contributions.report()`; a site's figure is the sum of its clients' (shares add up)."""

@@ -459,7 +459,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members", "shards", "active_clients", "privacy_mode", "privacy_epsilon", "privacy_delta", "privacy_budget", "privacy_versions", "privacy_spent", "privacy_clip_norm", "privacy_noise_multiplier")
+    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members", "shards", "active_clients", "privacy_mode", "privacy_epsilon", "privacy_delta", "privacy_budget", "privacy_versions", "privacy_spent", "privacy_clip_norm", "privacy_noise_multiplier", "goodput", "goodput_tokens_trained", "goodput_tokens_applied")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_CLIENTS_FIELD_NUMBER: _ClassVar[int]
@@ -484,6 +484,9 @@ class StatusResponse(_message.Message):
     PRIVACY_SPENT_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_TOKENS_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_TOKENS_APPLIED_FIELD_NUMBER: _ClassVar[int]
     version: int
     connected_clients: int
     known_clients: int
@@ -508,7 +511,10 @@ class StatusResponse(_message.Message):
     privacy_spent: bool
     privacy_clip_norm: float
     privacy_noise_multiplier: float
-    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., active_clients: _Optional[int] = ..., privacy_mode: _Optional[str] = ..., privacy_epsilon: _Optional[float] = ..., privacy_delta: _Optional[float] = ..., privacy_budget: _Optional[float] = ..., privacy_versions: _Optional[int] = ..., privacy_spent: _Optional[bool] = ..., privacy_clip_norm: _Optional[float] = ..., privacy_noise_multiplier: _Optional[float] = ...) -> None: ...
+    goodput: float
+    goodput_tokens_trained: int
+    goodput_tokens_applied: int
+    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., active_clients: _Optional[int] = ..., privacy_mode: _Optional[str] = ..., privacy_epsilon: _Optional[float] = ..., privacy_delta: _Optional[float] = ..., privacy_budget: _Optional[float] = ..., privacy_versions: _Optional[int] = ..., privacy_spent: _Optional[bool] = ..., privacy_clip_norm: _Optional[float] = ..., privacy_noise_multiplier: _Optional[float] = ..., goodput: _Optional[float] = ..., goodput_tokens_trained: _Optional[int] = ..., goodput_tokens_applied: _Optional[int] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
     __slots__ = ("index", "address", "up", "version", "numel", "instance", "last_error")

@@ -307,7 +307,8 @@ class Aggregator:
         """Account for a delta folded into the open round: guard, contributions, ledger, pending weight."""
         self.guard.accepted(client_id, header.base_version, history_norm, header.local_steps)
         self.contributions.folded(client_id, tokens=tokens, weight=weight, norm=norm, clip_norm=self.cfg.clip_norm,
-                                  tokens_per_s=float(header.report.get("tokens_per_s") or 0.0))
+                                  tokens_per_s=float(header.report.get("tokens_per_s") or 0.0),
+                                  reported_tokens=header.num_tokens)
         if self.first_at is None:
             self.first_at = self.clock()
         self.round_times.arrived(client_id, header.base_version)
