@@ -288,7 +288,11 @@ class ParameterServerCore:
         return len(waited)
 
     def _note_not_waiting(self, quiet: list[NotWaiting]) -> None:
-        """Log and count each client as it drops out of the clients the round waits for (under _clients_lock)."""
+        """Log and count each client as it drops out of the clients a sync round waits for (under _clients_lock);
+        an async PS waits for no one, so it logs nothing."""
+        if self.aggregator.mode != "sync":
+            self._not_waiting = set()
+            return
         for q in quiet:
             if q.client_id in self._not_waiting:
                 continue
