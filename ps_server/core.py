@@ -75,6 +75,7 @@ class ClientState:
     # What the sync round's waiting (ps_server.waiting) reads: unix times, 0 = never.
     progress: tuple[int, int, int] = (0, 0, 0)  # its last reported (base version, steps, tokens) of a round
     progress_at: float = 0.0  # when that last moved
+    payload_at: float = 0.0  # when payload bytes of a push last arrived
     # The manifest its current session holds (named in its Join response, or in a transfer it received whole):
     # model transfers leave it out while it is the snapshot's.
     manifest_held: tuple = ()
@@ -274,8 +275,9 @@ class ParameterServerCore:
             for c in self.clients.values():
                 if c.client_id not in live or c.last_seen < horizon:
                     continue
+                uploading = c.push_started > c.push_finished
                 activity = Activity(c.client_id, c.first_seen, c.progress_at, c.last_delta,
-                                    pushing=c.push_started > c.push_finished)
+                                    max(c.push_started, c.payload_at) if uploading else 0.0)
                 why = not_waiting(activity, now=now, round_start=self._round_started_at,
                                   round_time_s=self._round_time_s.get(c.client_id), heartbeat_s=heartbeat_s,
                                   margin=self.fed.autotune.straggler_margin,

@@ -2,11 +2,11 @@
 
 A sync round closes once a quorum of the sites it waits for has pushed, or at the straggler timeout. A site
 is waited for while one of its live clients has a delta in the round, or shows progress: its heartbeat
-reports steps trained since the round's base (client_agent.progress), it sends a delta, or the PS first saw
-it just now. Joining again and receiving models are not progress: an evaluator that joins for every version
-it reads holds no round. A client that shows none for longer than its
-silence bound is not waited for; it may still push, and its delta is then taken by the late and staleness
-rules like any other.
+reports steps trained since the round's base (client_agent.progress), the bytes of a delta arrive, a delta
+is accepted, or the PS first saw it just now. Joining again and receiving models are not progress: an
+evaluator that joins for every version it reads holds no round. A client that shows none for longer than
+its silence bound is not waited for; it may still push, and its delta is then taken by the late and
+staleness rules like any other.
 
 The silence bound is the client's own measured round time (download, training, upload) times the straggler
 margin, and never less than a few heartbeat intervals, since progress is only seen heartbeat by heartbeat;
@@ -42,7 +42,7 @@ class Activity:
     first_seen: float
     progress_at: float  # its reported progress last moved
     delta_at: float  # its last delta was accepted
-    pushing: bool  # a push of its is in flight now
+    upload_at: float  # bytes of a push of its in flight last arrived (0: none in flight)
 
     @property
     def has_trained(self) -> bool:
@@ -69,9 +69,9 @@ def not_waiting(a: Activity, *, now: float, round_start: float, round_time_s: fl
     counts from then; one that never showed any counts from when the PS first saw it, so sessions that only
     heartbeat hold no round beyond their first bound.
     """
-    if a.pushing or (a.delta_at > 0 and a.delta_at >= round_start):
+    if a.delta_at > 0 and a.delta_at >= round_start:
         return None
-    last = max(a.first_seen, a.progress_at, a.delta_at)
+    last = max(a.first_seen, a.progress_at, a.delta_at, a.upload_at)
     if a.has_trained:
         last = max(last, round_start)
     bound = silence_bound_s(round_time_s, heartbeat_s, margin)

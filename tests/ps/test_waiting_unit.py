@@ -17,8 +17,8 @@ MARGIN = 1.5
 
 
 def activity(first_seen: float = 90.0, progress_at: float = 0.0, delta_at: float = 0.0,
-             pushing: bool = False) -> Activity:
-    return Activity("c", first_seen, progress_at, delta_at, pushing)
+             upload_at: float = 0.0) -> Activity:
+    return Activity("c", first_seen, progress_at, delta_at, upload_at)
 
 
 @pytest.mark.parametrize(
@@ -29,7 +29,9 @@ def activity(first_seen: float = 90.0, progress_at: float = 0.0, delta_at: float
         ("progress reported within the bound", activity(progress_at=120.0), 160.0, None, None),
         ("progress stopped three heartbeats ago", activity(progress_at=110.0), 156.0, None, "no_progress_in_round"),
         ("its delta is in this round", activity(delta_at=101.0), 1000.0, None, None),
-        ("a push in flight", activity(pushing=True), 1000.0, None, None),
+        ("a push whose bytes keep arriving", activity(upload_at=990.0), 1000.0, None, None),
+        ("a push whose bytes stopped arriving", activity(delta_at=50.0, upload_at=110.0), 1000.0, None,
+         "no_progress_in_round"),
         ("trained last round: silence counts from this round's start", activity(delta_at=50.0), 140.0, None, None),
         ("trained last round, silent this one", activity(delta_at=50.0), 146.0, None, "no_progress_in_round"),
         ("a slow client's own round time sets its bound", activity(progress_at=110.0), 200.0, 80.0, None),
