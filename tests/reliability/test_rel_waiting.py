@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import grpc
 import numpy as np
 
 from geofed.protocol import geofed_pb2 as pb
@@ -20,7 +21,7 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import bearer
 from geofed_testing.ledger import delta_for
 from geofed_testing.procs import PSNode, Reaper
-from geofed_testing.wire import NUMEL, Observer, init_model, join, push, raw_session
+from geofed_testing.wire import NUMEL, Observer, delta_messages, encoded, init_model, join, push, raw_session
 
 SESSION_TTL_S = 12.0
 SILENCE_BOUND_S = 3 * SESSION_TTL_S / 3  # three heartbeat intervals
@@ -142,3 +143,50 @@ def test_a_session_reporting_progress_is_waited_for_until_its_progress_stops(tmp
     wait_for(lambda: observer.model()[0] > version, "the round's close once the slow session stalled")
     assert not_waiting_lines(ps)["slow"] == "no_progress_in_round"
     assert ps.metric("geofed_round_not_waiting_total") >= 2
+
+
+def test_a_push_is_waited_for_while_its_bytes_arrive_and_not_once_they_stop(tmp_path, reaper):
+    ps = sync_ps(tmp_path, reaper)
+    observer = Observer(ps, "observer")
+    version, _ = observer.model()
+    fast = join(ps, "fast", reaper=reaper)
+    slow_stub, slow_session = raw_session(ps, "slow")  # never reports progress: only its upload shows it
+    beats = Heartbeats(reaper)
+    beats.add(slow_stub, slow_session)
+    beats.start()
+    messages = delta_messages(*encoded(delta_for("slow/0", NUMEL)), base=version, upload_id="slow/0", chunk=256)
+    sending, stalled, release = threading.Event(), threading.Event(), threading.Event()
+    reaper.add(release.set)
+
+    def upload():
+        """Header and payload, a chunk every half second for longer than the silence bound, then nothing."""
+        yield messages[0]
+        sending.set()
+        for chunk in messages[1:-1]:
+            time.sleep(0.5)
+            yield chunk
+        stalled.set()
+        release.wait(PATIENCE_S + 60)  # the trailer never comes; the stream ends when the test is done
+
+    def send() -> None:
+        try:
+            slow_stub.PushDelta(upload(), metadata=bearer(slow_session), timeout=PATIENCE_S + 120)
+        except grpc.RpcError:
+            pass  # refused as truncated once the stream ends
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    reaper.add(lambda: sender.join(timeout=30))
+    assert sending.wait(30)
+    assert push(fast, version, delta_for("fast/0", NUMEL), tokens=1024, local_steps=8).status == "ACCEPTED"
+
+    # Prepare: the upload runs past the slow session's silence bound from when the PS first saw it
+    wait_for(stalled.is_set, "the end of the slow session's payload bytes")
+    # Assert: the round waited for the upload while its bytes arrived ...
+    assert observer.model()[0] == version
+    assert "slow" not in not_waiting_lines(ps)
+    # ... and stops waiting once they stopped for its silence bound
+    wait_for(lambda: observer.model()[0] > version, "the round's close once the upload stalled")
+    assert not_waiting_lines(ps)["slow"] == "no_progress_since_join"
+    applied = re.findall(r"event=apply version=(\d+) deltas=(\d+) clients=(\d+)", ps.logs())
+    assert applied[-1] == (str(version + 1), "1", "1")
