@@ -152,6 +152,8 @@ class ClientAgent:
             sync.adopt(trainer.model, global_model)
             if not fed.training.keep_optimizer_state and rounds:
                 trainer.reset_optimizer()  # FedAvg-style: every round starts AdamW afresh on the new model
+            if ranks.leader and global_model is not None:  # the heartbeats report the round from here on
+                ps.progress.start(global_model.version, lambda: trainer.step, trainer.tokens_per_step)
             try:
                 stats = self._local_update(ranks, site, global_model)
             except NonFiniteLossError as exc:  # every rank raises it: the skip decision is global

@@ -33,6 +33,7 @@ from .errors import DeferredDeltaError, JoinError, PushError, StaleDeltaError
 from .join_spec import JoinSpec, Timeouts
 from .link_tuner import LinkMeter
 from .model_stream import ModelStream
+from .progress import RoundProgress
 from .rejoin_hold import GlobalVersion
 from .rejoin_token import RejoinToken
 from .upload import PushReceipt, Upload
@@ -87,6 +88,7 @@ class PSClient:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self.report: dict = {}  # the client's last round, sent with every heartbeat and push
+        self.progress = RoundProgress()  # the round in hand, sent with every heartbeat
         self.bytes_sent = 0
         # The aggregation mode the PS said it runs in its last push response ("" until one says): with
         # aggregation.mode 'auto' it changes between rounds, and the client waits the way the PS runs now.
@@ -287,7 +289,8 @@ class PSClient:
             last = time.monotonic()
             try:
                 t_call = time.monotonic()
-                self.stub.Heartbeat(pb.HeartbeatRequest(report=report_to_proto(self.report)),
+                report = {**self.report, **self.progress.report()}
+                self.stub.Heartbeat(pb.HeartbeatRequest(report=report_to_proto(report)),
                                     metadata=self.metadata(), timeout=self.timeouts.rpc_s)
                 # A small unary RPC: its wall time is the round trip (plus the PS's bookkeeping, negligible).
                 self.link.round_trip(time.monotonic() - t_call)

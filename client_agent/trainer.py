@@ -182,6 +182,11 @@ class LocalTrainer:
         # holds the federation's clock, the others may answer 0).
         self.progress: Callable[[], float] | None = None
 
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one step trains on, across the site's ranks (what a delta's token count adds up)."""
+        return self.cfg.batch_size * self.stream.block_size
+
     def run_progress(self) -> float | None:
         """The run's progress the schedule follows now; None unless lr_progress is run_time."""
         if self.cfg.lr_progress != "run_time":

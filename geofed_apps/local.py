@@ -335,6 +335,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         evaluator, initial = evaluation.result()
         records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0})
         traffic = _traffic(admin) if not interrupted else None  # the PS may be stopping: Ctrl-C reached it too
+        goodput = _goodput(admin) if not interrupted else None
         admin.close()
         rings = ps_set.ring_summary()
         failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None) and not interrupted]
@@ -368,8 +369,10 @@ def run_local_federation(opts: LocalOptions) -> int:
                 _say(line)
         else:
             _say(f"eval loss: {initial:.2f} -> {final:.2f}")
-            if split is not None:
-                _say(split.memory_line(logs))
+        if goodput is not None:
+            _say(goodput)
+        if task is None and split is not None:
+            _say(split.memory_line(logs))
         if traffic is not None:
             _say(traffic)
         if links is not None:
@@ -410,6 +413,15 @@ def _traffic(admin) -> str:
     pushed = sum(c["bytes_in"] for c in clients) / 1e6
     pulled = sum(c["bytes_out"] for c in clients) / 1e6
     return f"pushed {pushed:.2f} MB, pulled {pulled:.2f} MB"
+
+
+def _goodput(admin) -> str:
+    """`goodput: X% of trained tokens reached the global model`, from the PS's status (docs/reliability.md)."""
+    try:
+        status = admin.status()
+    except Exception as exc:  # noqa: BLE001 - a summary line must not fail the run
+        return f"goodput: ? (PS status unavailable: {exc})"
+    return f"goodput: {100 * status['goodput']:.1f}% of trained tokens reached the global model"
 
 
 def _finetune_preset(name: str) -> dict:

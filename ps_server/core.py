@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from geofed.config import FederationConfig, ServerConfig
 from geofed.manifest import Manifest, manifest_difference
+from geofed.protocol.messages import PROGRESS_FIELDS
 from geofed.tokenizer_identity import tokenizer_mismatch
 
 from .aggregation.aggregator import Aggregator, PushOutcome
@@ -36,12 +37,19 @@ from .join_checks import (
 from .metrics import PSMetrics, value_bits
 from .registry import AuthError, Principal, Registry, Session
 from .stream_slots import StreamSlots
+from .waiting import Activity, NotWaiting, heartbeat_interval_s, not_waiting
 
 log = logging.getLogger("geofed.ps")
 
 MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may install
 # A running client heartbeats at least every 15 s (client_agent.ps_client); three missed ones and its site has left.
 PRESENT_FOR_S = 45.0
+
+
+def goodput_status(goodput: dict[str, float]) -> dict[str, float]:
+    """The status fields of Contributions.goodput()."""
+    return {"goodput": goodput["goodput"], "goodput_tokens_trained": int(goodput["tokens_received"]),
+            "goodput_tokens_applied": int(goodput["tokens_applied"])}
 
 
 @dataclass
@@ -65,6 +73,10 @@ class ClientState:
     last_push_s: float = 0.0  # that push's wall time on the PS (a sync's round trip)
     push_s_total: float = 0.0
     compression_ratio: float = 0.0  # encoded bytes / fp32 bytes of its last delta
+    # What the sync round's waiting (ps_server.waiting) reads: unix times, 0 = never.
+    progress: tuple[int, int, int] = (0, 0, 0)  # its last reported (base version, steps, tokens) of a round
+    progress_at: float = 0.0  # when that last moved
+    payload_at: float = 0.0  # when payload bytes of a push last arrived
     # The manifest its current session holds (named in its Join response, or in a transfer it received whole):
     # model transfers leave it out while it is the snapshot's.
     manifest_held: tuple = ()
@@ -128,6 +140,12 @@ class ParameterServerCore:
         self.streams = StreamSlots(server.max_streams_per_session, server.max_streams_per_site,
                                    server.max_streams)
         self._round_listeners: list[Callable[[Snapshot], None]] = []  # e.g. the status page's loss history
+        # Whom the sync round waits for (ps_server.waiting): the current version's publication, each client's
+        # median round time as of then, and the clients not waited for now (logged once when they drop out).
+        self._round_started_at = 0.0
+        self._round_time_s: dict[str, float] = {}
+        self._straggler_timeout_s = fed.aggregation.straggler_timeout_s  # the one in force (autotune)
+        self._not_waiting: set[str] = set()
         self.metrics.set_tuning(self.aggregator.round_times)  # the mode running from the start, before any round
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
@@ -214,11 +232,16 @@ class ParameterServerCore:
 
     def _on_apply(self, snap: Snapshot) -> None:
         self.metrics.global_version.set(snap.version)
+        with self.aggregator.lock:
+            times = self.aggregator.round_times
+            self._round_started_at, self._round_time_s = time.time(), times.per_client()
+            self._straggler_timeout_s = times.straggler_timeout_s
         for client_id, ledger in self.aggregator.ledger.items():
             self.metrics.contribution.labels(client_id).set(ledger.contribution)
         for listener in self._round_listeners:
             listener(snap)
         self.metrics.set_contributions(self.aggregator.contributions.report(), self.site_of)
+        self.metrics.set_goodput(self.aggregator.contributions.goodput())
         self.metrics.set_privacy(self.aggregator.privacy.status())
         with self.aggregator.lock:
             self.metrics.set_tuning(self.aggregator.round_times)
@@ -244,29 +267,46 @@ class ParameterServerCore:
         return (client.site or client_id) if client is not None else client_id
 
     def active_client_count(self) -> int:
-        """Sites the sync quorum waits for: with a live session seen within client_timeout_s, and either a
-        delta accepted within client_timeout_s or, never having pushed, first seen within one straggler
-        timeout. A session that never pushes holds at most the round it joined in; one site counts once."""
+        """Sites the sync quorum waits for: with a live session seen within client_timeout_s and a client the PS
+        sees training (ps_server.waiting). A session that shows no progress is not waited for once its silence
+        bound has passed; one site counts once."""
         now = time.time()
         horizon = now - self.server.client_timeout_s
-        newcomer = now - self.fed.aggregation.straggler_timeout_s
         live = {s.client_id for s in self.registry.live_sessions()}
-        pushed: set[str] = set()
-        first_seen: dict[str, float] = {}
-        ever_pushed: set[str] = set()
+        heartbeat_s = heartbeat_interval_s(self.registry.session_ttl_s)
+        waited: set[str] = set()
+        quiet: list[NotWaiting] = []
         with self._clients_lock:
             for c in self.clients.values():
-                unit = c.site or c.client_id
-                first_seen[unit] = min(first_seen.get(unit, c.first_seen), c.first_seen)
-                if c.last_delta > 0:
-                    ever_pushed.add(unit)
-                if c.client_id in live and c.last_seen >= horizon and c.last_delta >= horizon:
-                    pushed.add(unit)
-            fresh = {
-                c.site or c.client_id for c in self.clients.values()
-                if c.client_id in live and c.last_seen >= horizon
-            }
-        return sum(1 for u in fresh if u in pushed or (u not in ever_pushed and first_seen[u] >= newcomer))
+                if c.client_id not in live or c.last_seen < horizon:
+                    continue
+                uploading = c.push_started > c.push_finished
+                activity = Activity(c.client_id, c.first_seen, c.progress_at, c.last_delta,
+                                    max(c.push_started, c.payload_at) if uploading else 0.0)
+                why = not_waiting(activity, now=now, round_start=self._round_started_at,
+                                  round_time_s=self._round_time_s.get(c.client_id), heartbeat_s=heartbeat_s,
+                                  margin=self.fed.autotune.straggler_margin,
+                                  straggler_timeout_s=self._straggler_timeout_s)
+                if why is None:
+                    waited.add(c.site or c.client_id)
+                else:
+                    quiet.append(why)
+            self._note_not_waiting(quiet)
+        return len(waited)
+
+    def _note_not_waiting(self, quiet: list[NotWaiting]) -> None:
+        """Log and count each client as it drops out of the clients a sync round waits for (under _clients_lock);
+        an async PS waits for no one, so it logs nothing."""
+        if self.aggregator.mode != "sync":
+            self._not_waiting = set()
+            return
+        for q in quiet:
+            if q.client_id in self._not_waiting:
+                continue
+            self.metrics.round_not_waiting.labels(q.reason).inc()
+            log.info("event=round_not_waiting session=%s reason=%s silent_s=%.1f bound_s=%.1f bound_from=%s "
+                     "version=%d", q.client_id, q.reason, q.silent_s, q.bound_s, q.bound_from, self.model.version)
+        self._not_waiting = {q.client_id for q in quiet}
 
     def persist_registry(self) -> None:
         """Write the credential registry now; a failure is logged and counted, never fatal."""
@@ -381,6 +421,9 @@ class ParameterServerCore:
         if not report:
             return
         client.report = report
+        mark = tuple(int(report.get(k) or 0) for k in PROGRESS_FIELDS)
+        if mark[0] > 0 and mark != client.progress:  # a round in hand that moved since the last report
+            client.progress, client.progress_at = mark, time.time()
         if report.get("train_loss"):
             self.metrics.train_loss.labels(client.client_id).set(report["train_loss"])
         if report.get("eval_loss"):
@@ -425,6 +468,8 @@ class ParameterServerCore:
         self.check_session_tokenizer(session)
         done = self.aggregator.precheck(session.client_id, header, master=session.master)
         if done is not None:
+            if not header.init:  # trained all the same (a stale delta refused on its header counts against goodput)
+                self._received(session.client_id, header)
             self._count_stale(session.client_id, done)
             return None, done
         receiver = self.aggregator.receiver(session.client_id, max_upload_bytes=self.server.max_upload_bytes,
@@ -444,6 +489,8 @@ class ParameterServerCore:
         """Fold a fully received push in and account for it."""
         client = self._client(session)
         self.record_report(client, push.header.report)  # first: a version this push closes plots its loss
+        if not push.header.init:
+            self._received(client.client_id, push.header)
         try:
             t0 = time.perf_counter()
             if push.header.init:
@@ -467,6 +514,12 @@ class ParameterServerCore:
             push.header.payload_bytes, push.codec_name,
         )
         return outcome
+
+    def _received(self, client_id: str, header: PushHeader) -> None:
+        """Goodput's denominator: the tokens the client reported training for a delta that reached the PS."""
+        contributions = self.aggregator.contributions
+        contributions.received(client_id, header.upload_id, header.num_tokens)
+        self.metrics.set_goodput(contributions.goodput())
 
     def _count_stale(self, client_id: str, outcome: PushOutcome) -> None:
         if outcome.status == "STALE":
@@ -506,6 +559,7 @@ class ParameterServerCore:
             "has_model": snap is not None,
             "num_parameters": snap.flat.size if snap else 0,
             "federation": self.fed.name,
+            **goodput_status(self.aggregator.contributions.goodput()),
             **self.group.status(),
             **self.aggregator.engine.status(),
             **self.aggregator.privacy.status(),

@@ -236,6 +236,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):
                 part = msg.WhichOneof("part")
                 if part == "payload":
                     client.bytes_in += len(msg.payload.data)
+                    client.payload_at = time.time()  # an upload moving is progress (ps_server.waiting)
                     self.core.metrics.bytes_in.labels(client.client_id).inc(len(msg.payload.data))
                     t = time.perf_counter()
                     receiver.on_payload(msg.payload.offset, msg.payload.data)

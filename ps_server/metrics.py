@@ -59,6 +59,14 @@ class PSMetrics:
             buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
         )
         self.rejected = Counter("geofed_rejected_pushes", "Refused pushes by reason", ["reason"], registry=r)
+        self.goodput = Gauge("geofed_goodput", "Share of the tokens clients reported training with the deltas the "
+                             "PS received that are in a published version", registry=r)
+        self.goodput_tokens = Gauge("geofed_goodput_tokens", "Tokens clients reported with deltas: received by the PS "
+                                    "(side=trained) and in a published version (side=applied)", ["side"], registry=r)
+        self.round_not_waiting = Counter(
+            "geofed_round_not_waiting", "Clients a sync round stopped waiting for (no progress seen), by reason",
+            ["reason"], registry=r,
+        )
         self.rate_limited = Counter("geofed_rate_limited", "Calls refused by a rate limit, by RPC", ["rpc"], registry=r)
         self.bounded = Counter("geofed_bounded_deltas", "Deltas scaled down before folding, by the rule that did it "
                                "(norm_bound, consensus, displacement_budget)", ["rule"], registry=r)
@@ -111,6 +119,12 @@ class PSMetrics:
                 self.bounded.labels(event.rule).inc()
             case RoundDropped():
                 self.rejected.labels(event.reason).inc()
+
+    def set_goodput(self, goodput: dict[str, float]) -> None:
+        """Contributions.goodput(): the share and the two token counts behind it."""
+        self.goodput.set(goodput["goodput"])
+        self.goodput_tokens.labels("trained").set(goodput["tokens_received"])
+        self.goodput_tokens.labels("applied").set(goodput["tokens_applied"])
 
     def set_contributions(self, report: dict[str, dict], site_of: Callable[[str], str]) -> None:
         """Publish `Contributions.report()`; a site's figure is the sum of its clients' (shares add up)."""

@@ -315,20 +315,26 @@ class PushResult(_message.Message):
     def __init__(self, status: _Optional[_Union[PushStatus, str]] = ..., version: _Optional[int] = ..., staleness: _Optional[int] = ..., weight: _Optional[float] = ..., message: _Optional[str] = ..., aggregation_mode: _Optional[str] = ...) -> None: ...
 
 class ClientReport(_message.Message):
-    __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s")
+    __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s", "round_base_version", "round_steps", "round_tokens")
     TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
     EVAL_LOSS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     IDLE_S_FIELD_NUMBER: _ClassVar[int]
+    ROUND_BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROUND_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ROUND_TOKENS_FIELD_NUMBER: _ClassVar[int]
     train_loss: float
     eval_loss: float
     tokens_per_s: float
     bytes_sent: int
     step: int
     idle_s: float
-    def __init__(self, train_loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., step: _Optional[int] = ..., idle_s: _Optional[float] = ...) -> None: ...
+    round_base_version: int
+    round_steps: int
+    round_tokens: int
+    def __init__(self, train_loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., step: _Optional[int] = ..., idle_s: _Optional[float] = ..., round_base_version: _Optional[int] = ..., round_steps: _Optional[int] = ..., round_tokens: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("report",)
@@ -453,7 +459,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members", "shards", "active_clients", "privacy_mode", "privacy_epsilon", "privacy_delta", "privacy_budget", "privacy_versions", "privacy_spent", "privacy_clip_norm", "privacy_noise_multiplier")
+    __slots__ = ("version", "connected_clients", "known_clients", "mode", "buffered_deltas", "last_train_loss", "last_eval_loss", "server_instance", "has_model", "num_parameters", "federation", "group", "ring_allreduces", "ring_members", "shards", "active_clients", "privacy_mode", "privacy_epsilon", "privacy_delta", "privacy_budget", "privacy_versions", "privacy_spent", "privacy_clip_norm", "privacy_noise_multiplier", "goodput", "goodput_tokens_trained", "goodput_tokens_applied")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_CLIENTS_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +484,9 @@ class StatusResponse(_message.Message):
     PRIVACY_SPENT_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_TOKENS_TRAINED_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_TOKENS_APPLIED_FIELD_NUMBER: _ClassVar[int]
     version: int
     connected_clients: int
     known_clients: int
@@ -502,7 +511,10 @@ class StatusResponse(_message.Message):
     privacy_spent: bool
     privacy_clip_norm: float
     privacy_noise_multiplier: float
-    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., active_clients: _Optional[int] = ..., privacy_mode: _Optional[str] = ..., privacy_epsilon: _Optional[float] = ..., privacy_delta: _Optional[float] = ..., privacy_budget: _Optional[float] = ..., privacy_versions: _Optional[int] = ..., privacy_spent: _Optional[bool] = ..., privacy_clip_norm: _Optional[float] = ..., privacy_noise_multiplier: _Optional[float] = ...) -> None: ...
+    goodput: float
+    goodput_tokens_trained: int
+    goodput_tokens_applied: int
+    def __init__(self, version: _Optional[int] = ..., connected_clients: _Optional[int] = ..., known_clients: _Optional[int] = ..., mode: _Optional[str] = ..., buffered_deltas: _Optional[int] = ..., last_train_loss: _Optional[float] = ..., last_eval_loss: _Optional[float] = ..., server_instance: _Optional[str] = ..., has_model: _Optional[bool] = ..., num_parameters: _Optional[int] = ..., federation: _Optional[str] = ..., group: _Optional[str] = ..., ring_allreduces: _Optional[int] = ..., ring_members: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., active_clients: _Optional[int] = ..., privacy_mode: _Optional[str] = ..., privacy_epsilon: _Optional[float] = ..., privacy_delta: _Optional[float] = ..., privacy_budget: _Optional[float] = ..., privacy_versions: _Optional[int] = ..., privacy_spent: _Optional[bool] = ..., privacy_clip_norm: _Optional[float] = ..., privacy_noise_multiplier: _Optional[float] = ..., goodput: _Optional[float] = ..., goodput_tokens_trained: _Optional[int] = ..., goodput_tokens_applied: _Optional[int] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
     __slots__ = ("index", "address", "up", "version", "numel", "instance", "last_error")

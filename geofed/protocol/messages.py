@@ -9,15 +9,18 @@ from geofed.manifest import Manifest, TensorEntry, as_manifest
 from . import geofed_pb2 as pb
 
 REPORT_FIELDS = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s")
+# The round in hand, heartbeat by heartbeat (client_agent.progress): the PS waits only for sessions it moves.
+PROGRESS_FIELDS = ("round_base_version", "round_steps", "round_tokens")
 
 def report_to_proto(report: dict | None) -> pb.ClientReport:
     """A client's progress report (unknown keys are ignored)."""
     report = report or {}
-    return pb.ClientReport(**{k: report[k] for k in REPORT_FIELDS if report.get(k) is not None})
+    fields = (*REPORT_FIELDS, *PROGRESS_FIELDS)
+    return pb.ClientReport(**{k: report[k] for k in fields if report.get(k) is not None})
 
 
 def report_from_proto(msg: pb.ClientReport) -> dict:
-    return {k: getattr(msg, k) for k in REPORT_FIELDS}
+    return {k: getattr(msg, k) for k in (*REPORT_FIELDS, *PROGRESS_FIELDS)}
 
 
 def manifest_to_proto(entries: Iterable[TensorEntry | tuple]) -> list[pb.TensorSpec]:

@@ -311,7 +311,7 @@ class Aggregator:
         """Account for a delta folded into the open round: guard, contributions, ledger, pending weight."""
         self.guard.accepted(client_id, header.base_version, history_norm, header.local_steps)
         self._emit(DeltaFolded(client_id, adm.staleness, tokens, weight, norm, self.cfg.clip_norm,
-                               float(header.report.get("tokens_per_s") or 0.0)))
+                               float(header.report.get("tokens_per_s") or 0.0), header.num_tokens))
         if self.first_at is None:
             self.first_at = self.clock()
         self.round_times.arrived(client_id, header.base_version)

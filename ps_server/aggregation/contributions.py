@@ -14,6 +14,11 @@ Per client, over the run and over a window of the latest applied versions:
 A delta is credited when the round holding it becomes a version; a dropped round credits nothing, so the
 figures always describe what is in the model. Plain Python, O(clients × window) state, no numpy or gRPC:
 an observer of the Aggregator's events (`notify`), which it publishes under its lock.
+
+**Goodput** is the federation's share of trained tokens that reached a published model: the tokens clients
+reported with the deltas that are in a published version, over those reported with every delta the PS
+received (each upload once, whatever became of it: applied, stale, refused; the PS core calls `received`).
+Both sides count the clients' own figures, so an honest federation that loses nothing scores 100 %.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -51,6 +56,10 @@ class _Folded:
     tokens: int
     mass: float
     compute_s: float
+    reported_tokens: int
+
+
+_RECEIVED_KEPT = 65536  # upload ids remembered so that a retransmitted delta counts once
 
 
 class Contributions:
@@ -63,6 +72,9 @@ class Contributions:
         self.recent: deque[dict[str, float]] = deque(maxlen=self.window)  # per applied version: client -> mass
         self._pending: dict[str, list[_Folded]] = {}  # the open round's deltas, credited when it is applied
         self._since: dict[str, float] = {}  # client -> clock of its last accepted delta, or of first sight
+        self.tokens_received = 0  # reported with every delta received (goodput's denominator)
+        self.tokens_applied = 0  # reported with the deltas in published versions (its numerator)
+        self._received: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lock = threading.Lock()  # the status page and metrics read while the aggregator writes
 
     def notify(self, event: Event) -> None:
@@ -70,7 +82,8 @@ class Contributions:
         match event:
             case DeltaFolded():
                 self.folded(event.client_id, tokens=event.tokens, weight=event.weight, norm=event.norm,
-                            clip_norm=event.clip_norm, tokens_per_s=event.tokens_per_s)
+                            clip_norm=event.clip_norm, tokens_per_s=event.tokens_per_s,
+                            reported_tokens=event.reported_tokens)
             case RoundClosed():
                 self.applied()
             case RoundDropped() | RoundDiscarded():
@@ -81,15 +94,28 @@ class Contributions:
         with self._lock:
             self._since.setdefault(client_id, self.clock())
 
+    def received(self, client_id: str, upload_id: str, reported_tokens: int) -> None:
+        """A delta arrived (or was refused on its header) with the tokens its client reported training on it."""
+        key = (client_id, upload_id)
+        with self._lock:
+            if key in self._received:
+                return
+            self._received[key] = None
+            if len(self._received) > _RECEIVED_KEPT:
+                self._received.popitem(last=False)
+            self.tokens_received += max(0, reported_tokens)
+
     def folded(self, client_id: str, *, tokens: int, weight: float, norm: float, clip_norm: float,
-               tokens_per_s: float) -> None:
-        """A delta went into the open round with this vouched token count, credited weight and bounded norm."""
+               tokens_per_s: float, reported_tokens: int = 0) -> None:
+        """A delta went into the open round with this vouched token count, credited weight and bounded norm
+        (`reported_tokens`: what its client reported, for goodput)."""
         claimed = tokens / tokens_per_s if tokens_per_s > 0 and math.isfinite(tokens_per_s) else 0.0
         with self._lock:
             now = self.clock()
             observed = max(0.0, now - self._since.get(client_id, now))
             self._since[client_id] = now
-            entry = _Folded(max(0, tokens), applied_mass(weight, norm, clip_norm), min(claimed, observed))
+            entry = _Folded(max(0, tokens), applied_mass(weight, norm, clip_norm), min(claimed, observed),
+                            max(0, reported_tokens))
             self._pending.setdefault(client_id, []).append(entry)
 
     def applied(self) -> None:
@@ -103,6 +129,7 @@ class Contributions:
                     total.tokens += e.tokens
                     total.mass += e.mass
                     total.compute_s += e.compute_s
+                    self.tokens_applied += e.reported_tokens
                     masses[client_id] = masses.get(client_id, 0.0) + e.mass
             self.recent.append(masses)
             self._pending = {}
@@ -113,6 +140,13 @@ class Contributions:
             self._pending = {}
 
     # ---- views ------------------------------------------------------------------------------------
+
+    def goodput(self) -> dict[str, float]:
+        """{tokens_received, tokens_applied, goodput}: goodput in [0, 1], 0 before any delta arrived."""
+        with self._lock:
+            received, applied = self.tokens_received, self.tokens_applied
+        return {"tokens_received": received, "tokens_applied": applied,
+                "goodput": min(1.0, applied / received) if received > 0 else 0.0}
 
     def report(self) -> dict[str, dict]:
         """client -> {deltas, tokens, mass, compute_s, share_window, share_run} (shares in [0, 1])."""
@@ -139,7 +173,8 @@ class Contributions:
         """Totals and the window; the open round's deltas go with it (unpersisted), and so do the clocks."""
         with self._lock:
             return {"totals": {k: asdict(v) for k, v in self.totals.items()},
-                    "recent": [dict(m) for m in self.recent]}
+                    "recent": [dict(m) for m in self.recent],
+                    "tokens_received": self.tokens_received, "tokens_applied": self.tokens_applied}
 
     def load_state_dict(self, state: dict) -> None:
         with self._lock:
@@ -147,3 +182,5 @@ class Contributions:
             self.recent = deque(({str(k): float(v) for k, v in m.items()} for m in state.get("recent", [])),
                                 maxlen=self.window)
             self._pending, self._since = {}, {}
+            self.tokens_received = int(state.get("tokens_received", 0))
+            self.tokens_applied = int(state.get("tokens_applied", 0))

@@ -36,6 +36,7 @@ class DeltaFolded:
     norm: float  # its length as folded
     clip_norm: float  # the federation's clip of that length (0: none)
     tokens_per_s: float  # the throughput its client reported (0: none)
+    reported_tokens: int = 0  # the tokens its client says it trained (goodput's count)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ the model it trains from, pushes what it trained on that model, waits for the ne
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from client_agent.agent import ClientAgent
 from client_agent.link_tuner import LinkMeter, LinkTuner
 from client_agent.paradigms import client_paradigm
+from client_agent.progress import RoundProgress
 from client_agent.ps_client import GlobalVersion
 from client_agent.ranks import Ranks
 from client_agent.site import Site
@@ -34,6 +36,7 @@ class FakePS:
     def __init__(self, events: list) -> None:
         self.events = events
         self.versions = [GlobalVersion(1, np.zeros(NUMEL, np.float32), ())]
+        self.progress = RoundProgress()  # what its heartbeats would carry
 
     def publish(self, version: int) -> None:
         self.versions.append(GlobalVersion(version, np.full(NUMEL, version, np.float32), ()))
@@ -81,8 +84,12 @@ class FakeTrainer:
     `non_finite` (as the real trainer does when no step of a round had a finite loss). The real one trains a
     model on token batches and may stop at the deadline before `steps`."""
 
+    tokens_per_step = 32
+
     def __init__(self, events: list, non_finite: set[int] = frozenset()) -> None:
         self.events, self.non_finite, self.step, self.calls, self.model = events, set(non_finite), 0, 0, None
+        self.heartbeat: Callable[[], dict] = dict  # what a heartbeat sent now would report
+        self.heartbeats: list[dict] = []  # what one sent at the end of each call's steps reported
 
     def train(self, steps: int, deadline: float | None = None) -> TrainStats:
         self.calls += 1
@@ -90,6 +97,7 @@ class FakeTrainer:
             self.events.append(("non_finite",))
             raise NonFiniteLossError("loss is nan at every step")
         self.step += steps
+        self.heartbeats.append(self.heartbeat())
         self.events.append(("train", steps))
         return TrainStats(steps, 32 * steps, steps, 3.0, 100.0, 0.1 * steps, "steps", 1e-3, 0.5)
 
@@ -108,6 +116,7 @@ def _run(tmp_path, *, rounds: int, non_finite: set[int] = frozenset(), keep_opti
     events: list = []
     ps = FakePS(events)
     trainer = FakeTrainer(events, non_finite)
+    trainer.heartbeat = ps.progress.report
     site = Site(
         fed,
         client_paradigm(fed.paradigm),
@@ -121,11 +130,11 @@ def _run(tmp_path, *, rounds: int, non_finite: set[int] = frozenset(), keep_opti
     )
     rc = agent.loop(ps, Ranks(), site)
     records = [json.loads(line) for line in agent.metrics_path.read_text().splitlines()]
-    return rc, events, records
+    return rc, events, records, trainer.heartbeats
 
 
 def test_each_round_adopts_trains_pushes_waits_and_records(tmp_path):
-    rc, events, records = _run(tmp_path, rounds=3)
+    rc, events, records, _ = _run(tmp_path, rounds=3)
 
     assert rc == 0
     assert events == [
@@ -152,8 +161,18 @@ def test_each_round_adopts_trains_pushes_waits_and_records(tmp_path):
     assert records[0]["ratio"] == 100 / (4 * NUMEL)
 
 
+def test_heartbeats_report_the_steps_and_tokens_of_the_round_in_hand_on_its_base_version(tmp_path):
+    """What the PS tells a training session from a silent one by (ps_server.waiting)."""
+    _, _, _, heartbeats = _run(tmp_path, rounds=3)
+
+    assert heartbeats == [
+        {"round_base_version": v, "round_steps": 4, "round_tokens": 4 * FakeTrainer.tokens_per_step}
+        for v in (1, 2, 3)
+    ]
+
+
 def test_a_non_finite_round_pushes_nothing_and_trains_again_on_the_same_model(tmp_path):
-    rc, events, records = _run(tmp_path, rounds=1, non_finite={1})
+    rc, events, records, _ = _run(tmp_path, rounds=1, non_finite={1})
 
     assert rc == 0
     assert events[:6] == [("wait", 0), ("adopt", 1), ("non_finite",), ("adopt", 1), ("train", 4), ("push", 1, 4, None)]
@@ -166,7 +185,7 @@ def test_three_non_finite_rounds_in_a_row_stop_the_client(tmp_path):
 
 
 def test_without_kept_optimizer_state_every_round_after_the_first_starts_afresh(tmp_path):
-    _, events, _ = _run(tmp_path, rounds=2, keep_optimizer=False)
+    _, events, _, _ = _run(tmp_path, rounds=2, keep_optimizer=False)
 
     assert events.count(("reset",)) == 1
     assert events.index(("reset",)) == events.index(("adopt", 2)) + 1

@@ -175,3 +175,29 @@ def test_the_norm_bound_caps_the_mass_it_credits():
     assert {c: r["mass"] for c, r in report.items()} == pytest.approx({"a": 100.0, "b": 100.0, "c": 100.0,
                                                                        "d": 200.0})
     assert report["d"]["share_run"] == pytest.approx(200 / 500)
+
+
+def test_goodput_counts_a_retransmitted_upload_once_and_a_dropped_rounds_tokens_as_not_applied():
+    # Prepare
+    c = Contributions()
+    # Execute: 100 tokens applied; 300 received twice (a retransmit) and folded into a round that is dropped
+    c.received("a", "u1", 100)
+    c.folded("a", tokens=100, weight=1.0, norm=1.0, clip_norm=0.0, tokens_per_s=0.0, reported_tokens=100)
+    c.applied()
+    c.received("b", "u2", 300)
+    c.received("b", "u2", 300)
+    c.folded("b", tokens=300, weight=1.0, norm=1.0, clip_norm=0.0, tokens_per_s=0.0, reported_tokens=300)
+    c.dropped()
+    # Assert
+    assert c.goodput() == {"tokens_received": 400, "tokens_applied": 100, "goodput": 0.25}
+
+
+def test_goodput_survives_a_checkpoint():
+    c = Contributions()
+    c.received("a", "u1", 100)
+    c.folded("a", tokens=100, weight=1.0, norm=1.0, clip_norm=0.0, tokens_per_s=0.0, reported_tokens=100)
+    c.applied()
+    c.received("b", "u2", 300)
+    restored = Contributions()
+    restored.load_state_dict(c.state_dict())
+    assert restored.goodput() == c.goodput() == {"tokens_received": 400, "tokens_applied": 100, "goodput": 0.25}
