@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from geofed_operator.k8s_types import K8sModel, PullPolicy, ResourceRequirements, Toleration
@@ -67,6 +69,32 @@ class GrafanaValues(K8sModel):
     dashboard: DashboardValues = Field(default_factory=DashboardValues, description="Dashboard ConfigMap.")
 
 
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class NetworkPolicyValues(K8sModel):
+    """NetworkPolicies of the operator pod and of the PS pods it creates (in watchNamespaces, else the release's)."""
+
+    enabled: bool = Field(
+        True,
+        description="Render them: PS pods take gRPC from anywhere (sites dial in), metrics from in-cluster pods, "
+        "shards gRPC from PS pods only; the operator reaches DNS, the API server and the PSs only.",
+    )
+    api_server_ports: list[Port] = Field(
+        default_factory=lambda: [443, 6443],
+        description="Ports the operator may dial the API server on (the kubernetes Service's, the endpoints').",
+    )
+    api_server_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDRs of the API server's endpoints (kubectl get endpoints kubernetes); empty: any address.",
+    )
+    site_ps_ports: list[Port] = Field(
+        default_factory=lambda: [7443],
+        description="Site role: ports of the PSs that SiteClients name in psAddress (the operator dials them to "
+        "mint tokens), to any address.",
+    )
+
+
 class ChartValues(K8sModel):
     """Values of the geofed chart: one operator, cloud role (Federations), site role (SiteClients) or both."""
 
@@ -102,3 +130,4 @@ class ChartValues(K8sModel):
     rbac: RBACValues = Field(default_factory=RBACValues, description="RBAC.")
     metrics: MetricsValues = Field(default_factory=MetricsValues, description="Prometheus.")
     grafana: GrafanaValues = Field(default_factory=GrafanaValues, description="Grafana.")
+    network_policy: NetworkPolicyValues = Field(default_factory=NetworkPolicyValues, description="NetworkPolicies.")
