@@ -95,6 +95,20 @@ class NetworkPolicyValues(K8sModel):
     )
 
 
+class ProxyValues(K8sModel):
+    """An HTTP(S) proxy for the operator's outbound connections (a site operator dials remote PSs with gRPC)."""
+
+    http_proxy: str | None = Field(None, pattern=r"^https?://", description="HTTP_PROXY of the operator pod.")
+    https_proxy: str | None = Field(
+        None, pattern=r"^https?://", description="HTTPS_PROXY of the operator pod (gRPC to a PS tunnels through it)."
+    )
+    no_proxy: list[str] = Field(
+        default_factory=list,
+        description="Hosts, domains and CIDRs dialled directly, added to the API server, .svc, .cluster.local and "
+        "localhost, which always are.",
+    )
+
+
 class ChartValues(K8sModel):
     """Values of the geofed chart: one operator, cloud role (Federations), site role (SiteClients) or both."""
 
@@ -130,4 +144,5 @@ class ChartValues(K8sModel):
     rbac: RBACValues = Field(default_factory=RBACValues, description="RBAC.")
     metrics: MetricsValues = Field(default_factory=MetricsValues, description="Prometheus.")
     grafana: GrafanaValues = Field(default_factory=GrafanaValues, description="Grafana.")
+    proxy: ProxyValues = Field(default_factory=ProxyValues, description="Outbound proxy of the operator.")
     network_policy: NetworkPolicyValues = Field(default_factory=NetworkPolicyValues, description="NetworkPolicies.")

@@ -141,3 +141,10 @@ def test_a_site_operator_dials_only_the_site_ps_ports_beyond_dns_and_the_api() -
         ("geofed-system", "geofed-operator")
     ]
     assert operator["egress"][2:] == [{"ports": [{"port": 443, "protocol": "TCP"}, {"port": 7443, "protocol": "TCP"}]}]
+
+
+def test_a_proxied_operator_may_dial_its_proxy() -> None:
+    values = {"role": "cloud", "proxy": {"httpProxy": "http://proxy.corp:3128", "httpsProxy": "https://tls.proxy"}}
+    operator = _policies(values)[("geofed-system", "geofed-operator")]
+    assert operator["egress"][3:] == [{"ports": [{"port": 3128, "protocol": "TCP"}]},
+                                      {"ports": [{"port": 443, "protocol": "TCP"}]}]  # fmt: skip

@@ -108,3 +108,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [namespaces]
   verbs: [get, list, watch]
 {{- end -}}
+
+{{/* Proxy variables of the operator container, both spellings: gRPC reads the lower-case ones, others either.
+The API server (by the service variable Kubernetes expands), Services and localhost are always dialled directly. */}}
+{{- define "geofed.proxyEnv" -}}
+{{- with .Values.proxy -}}
+{{- if or .httpProxy .httpsProxy -}}
+{{- $direct := concat (list "$(KUBERNETES_SERVICE_HOST)" ".svc" ".cluster.local" "localhost" "127.0.0.1") (.noProxy | default list) | join "," -}}
+{{- range $name, $value := dict "HTTP_PROXY" (.httpProxy | default "") "HTTPS_PROXY" (.httpsProxy | default "") "NO_PROXY" $direct }}
+{{- if $value }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+- name: {{ lower $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
