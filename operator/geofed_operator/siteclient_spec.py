@@ -276,6 +276,19 @@ class SiteClientSpec(K8sModel):
         "a failure and is relaunched with a new token. Unset: no limit.",
     )
     service_account_name: str | None = Field(None, max_length=253, description="ServiceAccount of the client pod.")
+    queue_name: str | None = Field(
+        None,
+        max_length=63,
+        pattern=DNS_SUBDOMAIN,
+        description="Kueue LocalQueue of the client Job (label kueue.x-k8s.io/queue-name): the Job is created "
+        "suspended and Kueue starts it on admission. Set tokenTtlSeconds to cover the wait in the queue.",
+    )
+    scheduler_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Scheduler of the client pod (e.g. volcano, a gang scheduler); unset: the default scheduler.",
+    )
     env: list[EnvVar] = Field(
         default_factory=list,
         max_length=256,
