@@ -79,7 +79,7 @@ def _port_names(rule: dict[str, Any]) -> set[str]:
 
 def test_ps_pods_take_grpc_from_anywhere_and_metrics_from_the_cluster() -> None:
     # Prepare / Execute
-    ps = _policies({})[("geofed-system", "geofed-ps")]
+    ps = _policies({})[("geofed-system", "geofed-geofed-system-ps")]
     # Assert
     for labels, ports in (PS, GROUP_PS, TRAINER):
         assert selects(ps["podSelector"], labels)
@@ -93,7 +93,7 @@ def test_ps_pods_take_grpc_from_anywhere_and_metrics_from_the_cluster() -> None:
 
 
 def test_a_shard_takes_grpc_from_the_ps_pods_of_its_namespace_only() -> None:
-    shard = _policies({})[("geofed-system", "geofed-ps-shard")]
+    shard = _policies({})[("geofed-system", "geofed-geofed-system-ps-shard")]
     assert selects(shard["podSelector"], SHARD[0])
     assert not selects(shard["podSelector"], PS[0])
     (rule,) = shard["ingress"]
@@ -126,8 +126,9 @@ def test_the_operator_reaches_dns_the_api_server_and_the_ps_only() -> None:
     [
         ({"role": "site"}, {("geofed-system", "geofed-operator")}),
         ({"role": "cloud", "watchNamespaces": ["ml", "lab"]}, {
-            ("geofed-system", "geofed-operator"), ("ml", "geofed-ps"), ("ml", "geofed-ps-shard"),
-            ("lab", "geofed-ps"), ("lab", "geofed-ps-shard")}),
+            ("geofed-system", "geofed-operator"),
+            ("ml", "geofed-geofed-system-ps"), ("ml", "geofed-geofed-system-ps-shard"),
+            ("lab", "geofed-geofed-system-ps"), ("lab", "geofed-geofed-system-ps-shard")}),
         ({"networkPolicy": {"enabled": False}}, set()),
     ],
     ids=["site", "cloud-namespaced", "off"],

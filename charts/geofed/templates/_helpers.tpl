@@ -12,6 +12,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Name of the objects outside the release namespace (cluster-scoped, or in a watched or shared namespace):
+the release namespace in it, so two releases of one name in two namespaces never claim the same object. */}}
+{{- define "geofed.uniqueName" -}}
+{{- printf "%s-%s" (include "geofed.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
 {{/* Labels that select the operator pod. */}}
 {{- define "geofed.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "geofed.name" . }}-operator
