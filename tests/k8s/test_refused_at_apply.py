@@ -4,7 +4,7 @@ The real kubectl applies crafted Federations and SiteClients to the emulator, wh
 schema and CEL rules as an API server does (defaults filled in first); the same specs are refused by
 the operator's models too (Degraded InvalidSpec where no API server checked them). A real API server
 also enforces a CEL cost budget, which the emulator does not: the rules here stay within it by the
-bounds on extraArgs (256 items of at most 4096 characters).
+bounds on extraArgs (256 items of at most 1024 characters).
 """
 
 from __future__ import annotations
