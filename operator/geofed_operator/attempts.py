@@ -140,7 +140,17 @@ def classify_attempt(
     refused = failed_create(events) if not pods else None
     if refused is not None:
         return AttemptState(Outcome.PENDING, refused[0], f"the Job cannot create its pod: {refused[1]}")
+    if (job.get("spec") or {}).get("suspend") and not pods:
+        return AttemptState(Outcome.PENDING, *_queued(job))
     return AttemptState(Outcome.PENDING, "Pending", "waiting for the client pod to start")
+
+
+def _queued(job: Mapping[str, Any]) -> tuple[str, str]:
+    """Why a suspended Job has no pod: it waits for Kueue's admission (the operator never suspends a Job)."""
+    queue = ((job.get("metadata") or {}).get("labels") or {}).get(names.LABEL_KUEUE_QUEUE)
+    if queue:
+        return "Queued", f"the Job waits, suspended, until Kueue admits it from LocalQueue {queue!r}"
+    return "JobSuspended", "the Job is suspended (by someone other than the operator): no pod starts until it resumes"
 
 
 @dataclass(frozen=True)

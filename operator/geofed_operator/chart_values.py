@@ -88,6 +88,46 @@ def _operator_container_security() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
 
 
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class NetworkPolicyValues(K8sModel):
+    """NetworkPolicies of the operator pod and of the PS pods it creates (in watchNamespaces, else the release's)."""
+
+    enabled: bool = Field(
+        True,
+        description="Render them: PS pods take gRPC from anywhere (sites dial in), metrics from in-cluster pods, "
+        "shards gRPC from PS pods only; the operator reaches DNS, the API server and the PSs only.",
+    )
+    api_server_ports: list[Port] = Field(
+        default_factory=lambda: [443, 6443],
+        description="Ports the operator may dial the API server on (the kubernetes Service's, the endpoints').",
+    )
+    api_server_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDRs of the API server's endpoints (kubectl get endpoints kubernetes); empty: any address.",
+    )
+    site_ps_ports: list[Port] = Field(
+        default_factory=lambda: [7443],
+        description="Site role: ports of the PSs that SiteClients name in psAddress (the operator dials them to "
+        "mint tokens), to any address.",
+    )
+
+
+class ProxyValues(K8sModel):
+    """An HTTP(S) proxy for the operator's outbound connections (a site operator dials remote PSs with gRPC)."""
+
+    http_proxy: str | None = Field(None, pattern=r"^https?://", description="HTTP_PROXY of the operator pod.")
+    https_proxy: str | None = Field(
+        None, pattern=r"^https?://", description="HTTPS_PROXY of the operator pod (gRPC to a PS tunnels through it)."
+    )
+    no_proxy: list[str] = Field(
+        default_factory=list,
+        description="Hosts, domains and CIDRs dialled directly, added to the API server, .svc, .cluster.local and "
+        "localhost, which always are.",
+    )
+
+
 class ChartValues(K8sModel):
     """Values of the geofed chart: one operator, cloud role (Federations), site role (SiteClients) or both."""
 
@@ -131,3 +171,5 @@ class ChartValues(K8sModel):
     rbac: RBACValues = Field(default_factory=RBACValues, description="RBAC.")
     metrics: MetricsValues = Field(default_factory=MetricsValues, description="Prometheus.")
     grafana: GrafanaValues = Field(default_factory=GrafanaValues, description="Grafana.")
+    proxy: ProxyValues = Field(default_factory=ProxyValues, description="Outbound proxy of the operator.")
+    network_policy: NetworkPolicyValues = Field(default_factory=NetworkPolicyValues, description="NetworkPolicies.")

@@ -232,6 +232,7 @@ _RULES: dict[str, list[dict[str, str]]] = {
     "ps_shards": [{"rule": "self == oldSelf", "message": "psShards is immutable: create a new Federation"}],
 }
 
+
 # Cross-field rules of FederationConfig the API server can check itself (a sharded PS); the
 # operator still reports any other FederationConfig refusal as InvalidSpec (FederationObject.from_body).
 def spec_rules(paradigms: Iterable[type[ParadigmSettings]] | None = None) -> list[dict[str, str]]:
@@ -248,7 +249,54 @@ def spec_rules(paradigms: Iterable[type[ParadigmSettings]] | None = None) -> lis
             "message": "psShards > 1 needs a paradigm that exchanges parameters element by element: "
             f"{', '.join(sharded)}",
         },
+        *CROSS_FIELD_RULES,
     ]
+
+
+def _given(*paths: str) -> str:
+    """`has()` of each `self.<path>` and its parents: the API server fills the defaults in, a bare spec may not."""
+    steps = dict.fromkeys(
+        f"has(self.{p[:i]})" for p in paths for i in [*(j for j, c in enumerate(p) if c == "."), len(p)]
+    )
+    return " && ".join(steps)
+
+
+_NO_GROUPS = "(!has(self.groups) || size(self.groups) == 0)"
+_ONE_SHARD = "(!has(self.psShards) || self.psShards == 1)"
+# Rules the models check at reconcile time (FederationConfig's sections, `_check` below), written for the API server.
+CROSS_FIELD_RULES: list[dict[str, str]] = [
+    {
+        "rule": f"!({_given('tlsSecretName', 'insecure')} && self.insecure)",
+        "message": "tlsSecretName and insecure exclude each other",
+    },
+    {
+        "rule": f"!({_given('service.nodePort', 'groups')} && size(self.groups) > 1)",
+        "message": "service.nodePort cannot be shared by several PS groups' Services; leave it unset",
+    },
+    {
+        "rule": f"!({_given('aggregation.mode')} && self.aggregation.mode == 'auto') || ({_ONE_SHARD} && {_NO_GROUPS})",
+        "message": "aggregation.mode 'auto' needs one PS: it cannot be combined with groups or psShards > 1",
+    },
+    {
+        "rule": f"!({_given('codec.blockScales')} && self.codec.blockScales > 0 && self.codec.blockScales < 64)",
+        "message": "codec.blockScales must be 0 or at least 64",
+    },
+    {
+        "rule": f"!({_given('autotune.intervalMinSeconds', 'autotune.intervalMaxSeconds')} && "
+        "self.autotune.intervalMinSeconds > self.autotune.intervalMaxSeconds)",
+        "message": "autotune.intervalMinSeconds must not exceed intervalMaxSeconds",
+    },
+    {
+        "rule": f"!({_given('autotune.stragglerMinSeconds', 'autotune.stragglerMaxSeconds')} && "
+        "self.autotune.stragglerMinSeconds > self.autotune.stragglerMaxSeconds)",
+        "message": "autotune.stragglerMinSeconds must not exceed stragglerMaxSeconds",
+    },
+    {
+        "rule": f"!({_given('autotune.syncBelow', 'autotune.asyncAbove')} && "
+        "self.autotune.syncBelow >= self.autotune.asyncAbove)",
+        "message": "autotune.syncBelow must be below asyncAbove, else the mode advice has no hysteresis",
+    },
+]
 
 
 _SPEC_RULES = spec_rules()

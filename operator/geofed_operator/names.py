@@ -32,6 +32,7 @@ LABEL_SITECLIENT = f"{GROUP}/siteclient"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_PS_GROUP = f"{GROUP}/ps-group"
 LABEL_PS_SHARD = f"{GROUP}/ps-shard"
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"  # the LocalQueue Kueue admits a Job from
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_TLS_NAMES = f"{GROUP}/tls-names"
 ANNOTATION_TOKEN_EXPIRES = f"{GROUP}/token-expires-at"

@@ -205,6 +205,8 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         pod_spec["runtimeClassName"] = spec.runtime_class_name
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
+    if spec.scheduler_name:
+        pod_spec["schedulerName"] = spec.scheduler_name
     template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
     if spec.pod_annotations:
         template["metadata"]["annotations"] = dict(spec.pod_annotations)
@@ -214,9 +216,13 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
     }
     if spec.attempt_deadline_s:
         job_spec["activeDeadlineSeconds"] = spec.attempt_deadline_s
+    job_labels = dict(labels)
+    if spec.queue_name:  # Kueue unsuspends the Job when its workload is admitted; the operator never does
+        job_labels[names.LABEL_KUEUE_QUEUE] = spec.queue_name
+        job_spec["suspend"] = True
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": names.job_name(sc.name, attempt), "namespace": sc.namespace, "labels": labels},
+        "metadata": {"name": names.job_name(sc.name, attempt), "namespace": sc.namespace, "labels": job_labels},
         "spec": job_spec,
     }

@@ -8,10 +8,11 @@ launch with the site credential and runs the client as a Job, relaunching it aft
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from geofed.config import ClientConfig
 from geofed.ps_groups import GROUP_NAME
 from geofed_operator.k8s_types import (
     DNS_LABEL,
@@ -39,6 +40,58 @@ PROCS_WITHIN_GPUS_RULE = "!has(self.procsPerPod) || self.gpusPerPod == 0 || self
 PROCS_WITHIN_GPUS_MESSAGE = "procsPerPod must not exceed gpusPerPod: each training process needs a GPU of its own"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 PS_ADDRESS = rf"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):{PORT}$"
+# The client flags the operator sets itself (site_builders.client_command), and the spec field each comes from.
+OPERATOR_OWNED_CLIENT_FLAGS: dict[str, str] = {
+    "--ps": "psAddress",
+    "--client-id": "site and the SiteClient's name",
+    "--token-file": "the attempt's one-time token Secret",
+    "--data": "data",
+    "--work-dir": "workPvc",
+    "--group": "group",
+    "--insecure": "insecure",
+    "--no-insecure": "insecure",
+    "--ca": "caSecretRef",
+}
+
+
+def client_flags() -> tuple[str, ...]:
+    """Every long option `geofed client` parses: one per ClientConfig field (and `--no-X` for a switch)."""
+    out = ["--help", "--log-level"]
+    for name, info in ClientConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        out += [flag, "--no-" + flag[2:]] if info.annotation is bool else [flag]
+    return tuple(out)
+
+
+def flag_spellings(flag: str, flags: tuple[str, ...]) -> tuple[str, ...]:
+    """What argparse (allow_abbrev) reads as `flag`: the flag, and each prefix of it no other flag shares."""
+    prefixes = [flag[:k] for k in range(3, len(flag))]
+    return (flag, *(p for p in prefixes if p not in flags and [f for f in flags if f.startswith(p)] == [flag]))
+
+
+def owned_flag_message(flag: str) -> str:
+    """The refusal of an operator-owned flag in extraArgs, naming it and the field that sets it."""
+    return f"extraArgs must not set {flag}: the operator sets it (from {OPERATOR_OWNED_CLIENT_FLAGS[flag]})"
+
+
+def _owned_flag_rules() -> list[dict[str, str]]:
+    """One CEL rule per operator-owned flag, on each extraArgs item: `--flag`, `--flag=v` or an abbreviation."""
+    flags = client_flags()
+    return [
+        {"rule": f"!self.matches('^(?:{'|'.join(flag_spellings(f, flags))})(=|$)')", "message": owned_flag_message(f)}
+        for f in OPERATOR_OWNED_CLIENT_FLAGS
+    ]
+
+
+def owned_flag_in(arg: str) -> str | None:
+    """The operator-owned flag `arg` sets, as argparse would read it; None if it sets none."""
+    flags = client_flags()
+    name = arg.split("=", 1)[0]
+    return next((f for f in OPERATOR_OWNED_CLIENT_FLAGS if name in flag_spellings(f, flags)), None)
+
+
+# At most 1024 characters: the rules' regular expressions run on each item, within the API server's CEL cost budget.
+ExtraArg = Annotated[str, Field(max_length=1024, json_schema_extra={"x-kubernetes-validations": _owned_flag_rules()})]
 
 
 class PVCSource(K8sModel):
@@ -231,6 +284,19 @@ class SiteClientSpec(K8sModel):
         "a failure and is relaunched with a new token. Unset: no limit.",
     )
     service_account_name: str | None = Field(None, max_length=253, description="ServiceAccount of the client pod.")
+    queue_name: str | None = Field(
+        None,
+        max_length=63,
+        pattern=DNS_SUBDOMAIN,
+        description="Kueue LocalQueue of the client Job (label kueue.x-k8s.io/queue-name): the Job is created "
+        "suspended and Kueue starts it on admission. Set tokenTtlSeconds to cover the wait in the queue.",
+    )
+    scheduler_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Scheduler of the client pod (e.g. volcano, a gang scheduler); unset: the default scheduler.",
+    )
     env: list[EnvVar] = Field(
         default_factory=list,
         max_length=256,
@@ -240,7 +306,21 @@ class SiteClientSpec(K8sModel):
     env_from: list[EnvFromSource] = Field(
         default_factory=list, max_length=64, description="Every key of these Secrets or ConfigMaps as a variable."
     )
-    extra_args: list[str] = Field(default_factory=list, description="Extra arguments appended to the client command.")
+    extra_args: list[ExtraArg] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Extra arguments appended to the client command (`geofed client --help`); not the flags the "
+        "operator sets from the spec (--ps, --client-id, --token-file, --data, --work-dir, --group, --insecure, --ca).",
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_owned_flag(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            flag = owned_flag_in(arg)
+            if flag is not None:
+                raise ValueError(owned_flag_message(flag))
+        return args
 
     @model_validator(mode="after")
     def _check(self) -> SiteClientSpec:

@@ -47,11 +47,10 @@ def test_chart_with_two_replicas_peers_them() -> None:
     """replicas: 2 -> --peering, a peering record per watched namespace, RBAC on it; kinds ship in crds/."""
     docs = render({"replicas": 2, "role": "site", "watchNamespaces": ["lab-a"]})
     dep = next(d for d in docs if d["kind"] == "Deployment")
-    assert (
-        dep["spec"]["replicas"] == 2 and "--peering=geofed" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    )
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert dep["spec"]["replicas"] == 2 and "--peering=geofed-geofed-system" in args  # release name and namespace
     peering = [d for d in docs if d["kind"] == "KopfPeering"]
-    assert [(p["metadata"]["name"], p["metadata"]["namespace"]) for p in peering] == [("geofed", "lab-a")]
+    assert [(p["metadata"]["name"], p["metadata"]["namespace"]) for p in peering] == [("geofed-geofed-system", "lab-a")]
     role = next(d for d in docs if d["kind"] == "Role")
     assert any(r["apiGroups"] == ["kopf.dev"] and r["resources"] == ["kopfpeerings"] for r in role["rules"])
     single = render({"role": "site"})

@@ -12,6 +12,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Name of the objects outside the release namespace (cluster-scoped, or in a watched or shared namespace):
+the release namespace in it, so two releases of one name in two namespaces never claim the same object. */}}
+{{- define "geofed.uniqueName" -}}
+{{- printf "%s-%s" (include "geofed.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
 {{/* Labels that select the operator pod. */}}
 {{- define "geofed.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "geofed.name" . }}-operator
@@ -113,4 +119,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [get, list, watch]
+{{- end -}}
+
+{{/* Proxy variables of the operator container, both spellings: gRPC reads the lower-case ones, others either.
+The API server (by the service variable Kubernetes expands), Services and localhost are always dialled directly. */}}
+{{- define "geofed.proxyEnv" -}}
+{{- with .Values.proxy -}}
+{{- if or .httpProxy .httpsProxy -}}
+{{- $direct := concat (list "$(KUBERNETES_SERVICE_HOST)" ".svc" ".cluster.local" "localhost" "127.0.0.1") (.noProxy | default list) | join "," -}}
+{{- range $name, $value := dict "HTTP_PROXY" (.httpProxy | default "") "HTTPS_PROXY" (.httpsProxy | default "") "NO_PROXY" $direct }}
+{{- if $value }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+- name: {{ lower $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import logging
 import secrets
 import threading
@@ -48,6 +49,7 @@ from geofed_operator.federation_status import (
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
 from geofed_operator.handlers.finalizers import release_finalizer
 from geofed_operator.kube import Kube, KubeError
+from geofed_operator.ownership import ForeignObject, apply_owned, ensure_owned
 from geofed_operator.pod_problems import workload_problem
 from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.quantity import parse_quantity
@@ -181,9 +183,12 @@ def ensure_tls(kube: Kube, fed: FederationObject, owner: Any, hosts: tuple[str, 
             )
         else:
             material = TLSMaterial(cert or b"", _data(existing, "tls.key") or b"", ca or b"", ca_key or b"")
-        for secret in (build_ca_secret(fed, material), build_tls_secret(fed, material, wanted)):
-            kopf.adopt(secret, owner=owner)
-            kube.apply(secret)
+        ca_secret = build_ca_secret(fed, material)
+        kopf.adopt(ca_secret, owner=owner)
+        kube.apply(ca_secret)  # restored from a backup by hand, as CASecretMissing asks: taken over as it is
+        tls_secret = build_tls_secret(fed, material, wanted)
+        kopf.adopt(tls_secret, owner=owner)
+        apply_owned(kube, tls_secret)
         if legacy:  # apply keeps keys it did not set on simpler servers: drop it
             kube.patch("v1", "Secret", fed.namespace, name, {"data": {"ca.key": None}})
         cert = material.cert_pem
@@ -207,11 +212,11 @@ class ChildRejected(Exception):
 
 
 def _apply(kube: Kube, obj: dict[str, Any], *, create_only: bool = False) -> dict[str, Any]:
-    return _ensure(kube, obj)[0] if create_only else _refused_as_child(kube.apply, obj)
+    return _ensure(kube, obj)[0] if create_only else _refused_as_child(functools.partial(apply_owned, kube), obj)
 
 
 def _ensure(kube: Kube, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    return _refused_as_child(kube.ensure, obj)
+    return _refused_as_child(functools.partial(ensure_owned, kube), obj)
 
 
 def _refused_as_child(call: Any, obj: dict[str, Any]) -> Any:
@@ -339,12 +344,13 @@ def reconcile_federation(
     now = deps.clock()
     try:
         tls, digest, address = reconcile_children(deps, fed, body, on_change=on_change)
-    except (MissingSecret, CAMissing, ChildRejected, StorageMismatch, KubeError) as exc:
+    except (MissingSecret, CAMissing, ChildRejected, StorageMismatch, ForeignObject, KubeError) as exc:
         reason = {
             MissingSecret: "TLSSecretMissing",
             CAMissing: "CASecretMissing",
             ChildRejected: "ChildRejected",
             StorageMismatch: "StorageMismatch",
+            ForeignObject: "ForeignObject",
         }
         why = reason.get(type(exc), "APIError")
         if (body.get("status") or {}).get("phase") != "Degraded":

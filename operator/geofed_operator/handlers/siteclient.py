@@ -39,6 +39,7 @@ from geofed_operator.events import post_event
 from geofed_operator.handlers.deps import Deps, MissingSecret, read_secret_key, readable
 from geofed_operator.k8s_types import literal_secret_names
 from geofed_operator.kube import Kube, KubeError
+from geofed_operator.ownership import ForeignObject, apply_owned, check_owned, ensure_owned
 from geofed_operator.ps_admin import explain_admin_failure
 from geofed_operator.site_builders import TOKEN_KEY, SiteClientObject, build_client_job, build_token_secret
 from geofed_operator.status_models import SiteClientStatus, status_patch
@@ -207,7 +208,13 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
     kube, n, now = deps.kube, decision.attempt, deps.clock()
     secret_name = names.token_secret_name(sc.name, n)
     expires_at: str | None = None
-    if kube.get("batch/v1", "Job", sc.namespace, names.job_name(sc.name, n)) is None:
+    job = build_client_job(sc, n, secret_name)
+    kopf.adopt(job, owner=body)
+    try:
+        check_owned(existing := kube.get("batch/v1", "Job", sc.namespace, job["metadata"]["name"]), job)
+    except ForeignObject as exc:
+        raise _LaunchBlocked("ForeignObject", str(exc)) from None
+    if existing is None:
         if decision.replace and state.attempt:  # a spec change: stop the running attempt first
             kube.delete(
                 "batch/v1", "Job", sc.namespace, names.job_name(sc.name, state.attempt), propagation="Foreground"
@@ -231,8 +238,6 @@ def launch(deps: Deps, sc: SiteClientObject, body: Any, state: SiteState, decisi
             deps.unstored_tokens.pop(key, None)
         else:
             expires_at = reused[1] or None
-        job = build_client_job(sc, n, secret_name)
-        kopf.adopt(job, owner=body)
         _create_child(kube, job)
         post_event(
             kube, body, "Normal", "Launched", f"attempt {n} (Job {job['metadata']['name']}): {decision.reason}", now
@@ -288,7 +293,9 @@ def suspend(kube: Kube, sc: SiteClientObject, body: Any, state: SiteState, now: 
 def _create_child(kube: Kube, obj: dict[str, Any], *, apply: bool = False) -> None:
     """Create (or apply) a child; the API server's refusal (quota, admission, names) blocks the launch."""
     try:
-        kube.apply(obj) if apply else kube.ensure(obj)
+        apply_owned(kube, obj) if apply else ensure_owned(kube, obj)
+    except ForeignObject as exc:
+        raise _LaunchBlocked("ForeignObject", str(exc)) from None
     except KubeError as exc:
         kind, name = obj["kind"], obj["metadata"]["name"]
         raise _LaunchBlocked(
