@@ -30,11 +30,16 @@ def keyword_rule(prompt: str) -> str:
     return " GPL-3"
 
 
-task = Path(sys.argv[1])
-held = [json.loads(line) for line in (task / "eval" / "pairs.jsonl").open()]
-labels = collections.Counter(p["completion"] for p in held)
-label, n = labels.most_common(1)[0]
-print(f"held-out pairs {len(held)}, labels {len(labels)}")
-print(f"majority class {label.strip()!r}: {n}/{len(held)} = {100 * n / len(held):.1f}%")
-hits = sum(keyword_rule(p["prompt"]) == p["completion"] for p in held)
-print(f"keyword rule: {hits}/{len(held)} = {100 * hits / len(held):.1f}%")
+def main() -> None:
+    task = Path(sys.argv[1])
+    held = [json.loads(line) for line in (task / "eval" / "pairs.jsonl").open()]
+    labels = collections.Counter(p["completion"] for p in held)
+    label, n = labels.most_common(1)[0]
+    print(f"held-out pairs {len(held)}, labels {len(labels)}")
+    print(f"majority class {label.strip()!r}: {n}/{len(held)} = {100 * n / len(held):.1f}%")
+    hits = sum(keyword_rule(p["prompt"]) == p["completion"] for p in held)
+    print(f"keyword rule: {hits}/{len(held)} = {100 * hits / len(held):.1f}%")
+
+
+if __name__ == "__main__":
+    main()
