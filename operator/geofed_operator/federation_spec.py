@@ -65,6 +65,9 @@ PSServerSettings = create_model(  # type: ignore[call-overload]
 )
 
 
+METRICS_PORT_MESSAGE = "service.metricsPort must differ from service.port: the PS listens on both"
+
+
 class ServiceSpec(K8sModel):
     """How the PS is exposed: one gRPC port clients dial out to (paper §III-B2), one metrics port."""
 
@@ -74,7 +77,9 @@ class ServiceSpec(K8sModel):
                 {
                     "rule": "!has(self.nodePort) || self.type != 'ClusterIP'",
                     "message": "nodePort needs type NodePort or LoadBalancer",
-                }
+                },
+                {"rule": "!has(self.metricsPort) || !has(self.port) || self.metricsPort != self.port",
+                 "message": METRICS_PORT_MESSAGE},
             ]
         }
     )
@@ -94,6 +99,12 @@ class ServiceSpec(K8sModel):
     load_balancer_source_ranges: list[str] = Field(
         default_factory=list, description="CIDRs allowed to reach a LoadBalancer (the sites' egress ranges)."
     )
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> ServiceSpec:
+        if self.metrics_port == self.port:
+            raise ValueError(f"{METRICS_PORT_MESSAGE} ({self.port})")
+        return self
 
 
 class StorageSpec(K8sModel):

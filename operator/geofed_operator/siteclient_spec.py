@@ -97,7 +97,9 @@ ExtraArg = Annotated[str, Field(max_length=1024, json_schema_extra={"x-kubernete
 class PVCSource(K8sModel):
     """An existing PersistentVolumeClaim."""
 
-    claim_name: str = Field(min_length=1, max_length=253, description="PVC name in the SiteClient's namespace.")
+    claim_name: str = Field(
+        min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="PVC name in the SiteClient's namespace."
+    )
     read_only: bool = Field(True, description="Mount read-only.")
 
 
@@ -250,6 +252,7 @@ class SiteClientSpec(K8sModel):
     work_pvc: str | None = Field(
         None,
         max_length=253,
+        pattern=DNS_SUBDOMAIN,
         description="PVC for the work dir (checkpoints, optimizer state) to resume from; emptyDir if unset.",
     )
     shm_size: Quantity = Field("2Gi", description="Size of /dev/shm for data loaders.")

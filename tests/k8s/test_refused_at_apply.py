@@ -79,6 +79,10 @@ REFUSED = [
      "autotune.stragglerMinSeconds must not exceed stragglerMaxSeconds"),
     (_fed("hysteresis", autotune={"syncBelow": 2.0, "asyncAbove": 2.0}), "spec",
      "autotune.syncBelow must be below asyncAbove"),
+    (_fed("metrics-port-is-port", service={"port": 7443, "metricsPort": 7443}), "spec.service",
+     "service.metricsPort must differ from service.port: the PS listens on both"),
+    (_site("work-pvc-not-dns", workPvc="Work_PVC"), "spec.workPvc", "should match"),
+    (_site("claim-not-dns", data={"pvc": {"claimName": "uw data"}}), "spec.data.pvc.claimName", "should match"),
 ]  # fmt: skip
 ADMITTED = [
     _site("own-flags", extraArgs=["--max-rounds", "2", "--device=cpu", "--cert", "/c.pem", "--log-level", "DEBUG"]),
@@ -116,6 +120,8 @@ OPERATOR_SAYS = {
     "interval-range": "autotune.interval_min_s (700) must not exceed interval_max_s (600)",
     "straggler-range": "autotune.straggler_min_s (30) must not exceed straggler_max_s (10)",
     "hysteresis": "autotune.sync_below (2) must be below async_above (2)",
+    "work-pvc-not-dns": "String should match pattern",
+    "claim-not-dns": "String should match pattern",
 }
 
 
