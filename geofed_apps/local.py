@@ -252,9 +252,12 @@ def run_local_federation(opts: LocalOptions) -> int:
             task = UserTask.write(run / "data", users, fed)
             lists, held = task.client_files, [task.eval_file]
         elif opts.paradigm and split is None:
+            from geofed.paradigms import import_half
+
             from .finetune.preset import FinetuneTask
 
-            task = FinetuneTask.write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
+            task_class = import_half(fed.paradigm.local_task) if fed.paradigm.local_task else FinetuneTask
+            task = task_class.write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
             lists, held = task.client_files, [task.eval_file]
         else:
             lists, held = _write_lists(run, opts)
@@ -364,7 +367,8 @@ def run_local_federation(opts: LocalOptions) -> int:
             from .finetune.preset import summary_lines
 
             after = task.score_global(fed, ckpt.flat, [run / "clients" / f"client-{i}" for i in range(len(lists))])
-            lines = task.summary_lines(before, after) if users is not None else summary_lines(before, after, fed)
+            own_lines = hasattr(task, "summary_lines")  # the user's pairs, or a paradigm's own task
+            lines = task.summary_lines(before, after) if own_lines else summary_lines(before, after, fed)
             for line in lines:
                 _say(line)
         else:
