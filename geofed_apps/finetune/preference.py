@@ -93,6 +93,7 @@ class PreferenceTask:
 
     client_files: list[Path]
     eval_file: Path
+    base_line: str = ""  # the base model's hash (`base_model.describe`), once scored
 
     @classmethod
     def write(cls, out_dir: Path, n_clients: int, seed: int = 0, windows: bool = False,
@@ -118,6 +119,9 @@ class PreferenceTask:
                                  fed.paradigm.beta)
 
     def score_base(self, fed: FederationConfig) -> PreferenceScores:
+        from .base_model import describe
+
+        self.base_line = describe(fed.model)
         return self._score(fed, None)
 
     def score_global(self, fed: FederationConfig, flat: np.ndarray, client_dirs: list[Path]) -> PreferenceScores:
@@ -125,5 +129,6 @@ class PreferenceTask:
 
     def summary_lines(self, before: PreferenceScores, after: PreferenceScores) -> list[str]:
         """The lines `geofed local --paradigm dpo` ends with (before the run directory)."""
-        return [f"reward margin: {before.margin:.3f} -> {after.margin:.3f}",
+        return [*([self.base_line] if self.base_line else []),
+                f"reward margin: {before.margin:.3f} -> {after.margin:.3f}",
                 f"preference accuracy: {before.accuracy:.1f}% -> {after.accuracy:.1f}%"]
