@@ -142,7 +142,12 @@ class Encoded:
 
     @classmethod
     def of(cls, pairs: Sequence[Preference], tokenizer: object, block_size: int) -> Encoded:
-        per_pair = [rows(tokenizer, p.prompt, [p.chosen, p.rejected], block_size) for p in pairs]
+        per_pair = []
+        for p in pairs:
+            try:
+                per_pair.append(rows(tokenizer, p.prompt, [p.chosen, p.rejected], block_size))
+            except DataError as exc:
+                raise DataError(f"{p.where}: {exc}" if p.where else str(exc)) from None
         width = max(ids.shape[1] for ids, _ in per_pair)
         ids = torch.full((2 * len(pairs), width), int(tokenizer.eos_id), dtype=torch.long)
         mask = torch.zeros((2 * len(pairs), width - 1), dtype=torch.bool)

@@ -29,7 +29,8 @@ class ParadigmSettings(Section):
       name: settings merged over the fine-tuning task's common ones (`paradigm.name` is this paradigm's).
     - `local_task`: the task its presets train and score, when not the docstring task's
       (`geofed_apps.finetune.preset.FinetuneTask`): a class of the same `write`/`score_*` methods whose
-      `summary_lines(before, after)` gives the run's closing lines.
+      `summary_lines(before, after)` gives the run's closing lines, and `read_user`/`write_user` for
+      `--data` (the user's records checked before anything starts, then written per client).
 
     Capabilities are class attributes every reader asks (config validation, the operator's admission
     rules and builders, the launcher, the PS's guard), so a new paradigm declares them here, never in a

@@ -61,6 +61,44 @@ def _rng(seed: int, part: int) -> np.random.Generator:
 
 
 @dataclass(frozen=True)
+class UserPreferences:
+    """`--data`'s preference records dealt to the clients, and the held-out ones (`--eval-data`'s, else a seeded
+    `training.eval_fraction`)."""
+
+    clients: tuple[tuple[Preference, ...], ...]
+    eval: tuple[Preference, ...]
+    held_out: str
+
+    @classmethod
+    def read(cls, data: str, eval_data: str | None, fed: FederationConfig, n_clients: int,
+             seed: int) -> UserPreferences:
+        """Every record of `data` and `eval_data` read and checked (a DataError naming file:line) and split."""
+        from client_agent.data import DataError, collect_files
+
+        def read_all(source: str) -> list[Preference]:
+            prefs = [p for f in collect_files(source) for p in read_preferences(f)]
+            Encoded.of(prefs, tokenizer_of(fed), fed.model.block_size)  # a completion too long is refused here
+            return prefs
+
+        prefs = read_all(data)
+        order = np.random.default_rng(seed).permutation(len(prefs))
+        if eval_data is not None:
+            held, train = read_all(eval_data), [prefs[i] for i in order]
+            held_out = f"{len(held)} pairs from {eval_data} (--eval-data)"
+        else:
+            n_eval = max(1, round(fed.training.eval_fraction * len(prefs)))
+            held, train = [prefs[i] for i in sorted(order[:n_eval])], [prefs[i] for i in order[n_eval:]]
+            held_out = f"{n_eval} of {len(prefs)} pairs of {data} (training.eval_fraction, seed {seed})"
+        if len(train) < n_clients:
+            raise DataError(f"{len(train)} training pairs in {data} are too few for {n_clients} clients")
+        return cls(tuple(tuple(train[i::n_clients]) for i in range(n_clients)), tuple(held), held_out)
+
+    def lines(self) -> list[str]:
+        return [f"held out: {self.held_out}; {sum(map(len, self.clients))} pairs trained on by "
+                f"{len(self.clients)} clients"]
+
+
+@dataclass(frozen=True)
 class PreferenceScores:
     """A model's held-out preference accuracy (%) and mean reward margin."""
 
@@ -105,6 +143,21 @@ class PreferenceTask:
         files = [write_preferences(out_dir / f"client-{i}.jsonl", preferences_of(pairs, _rng(seed, i)))
                  for i, pairs in enumerate(split.clients)]
         held = write_preferences(out_dir / "eval.jsonl", preferences_of(split.eval, _rng(seed, n_clients)))
+        return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held)
+
+    @classmethod
+    def read_user(cls, data: str, eval_data: str | None, fed: FederationConfig, n_clients: int,
+                  seed: int) -> UserPreferences:
+        """The user's preference records (`--data`), read and checked before anything starts."""
+        return UserPreferences.read(data, eval_data, fed, n_clients, seed)
+
+    @classmethod
+    def write_user(cls, out_dir: Path, users: UserPreferences) -> PreferenceTask:
+        """The user's split written as per-client preference JSONL (each behind a `.list`) and the held-out file."""
+        from client_agent.corpus import write_file_list
+
+        files = [write_preferences(out_dir / f"client-{i}.jsonl", prefs) for i, prefs in enumerate(users.clients)]
+        held = write_preferences(out_dir / "eval.jsonl", users.eval)
         return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held)
 
     def _score(self, fed: FederationConfig, flat: np.ndarray | None) -> PreferenceScores:
