@@ -176,3 +176,24 @@ def test_text_data_is_refused_by_name(tmp_path):
                            micro_batch_size=4)
     with pytest.raises(ValueError, match="trains on preference records"):
         paradigm.local_update(trainer, steps=1, deadline=None, version=1)
+
+
+def test_the_reference_log_probabilities_are_computed_once_per_pair_and_kept(tmp_path, monkeypatch):
+    # Prepare: count the reference passes over two rounds
+    words = ["alpha", "beta", "gamma", "delta"]
+    prefs = [Preference(f"# f: {w}\n# parameters: ", f"{w}\n", f"{words[(i + 1) % 4]}\n", "")
+             for i, w in enumerate(words)]
+    fed = _fed()
+    paradigm = client_paradigm(fed.paradigm)
+    model = paradigm.prepare(paradigm.build(fed, initialise=True))
+    trainer = LocalTrainer(model, fed.training, _stream(tmp_path, prefs), "cpu", micro_batch_size=4)
+    calls = []
+    original = Encoded.reference_logprobs
+    monkeypatch.setattr(Encoded, "reference_logprobs", lambda self, *a, **k: calls.append(len(self)) or
+                        original(self, *a, **k))
+    # Execute
+    paradigm.local_update(trainer, steps=2, deadline=None, version=1)
+    first = paradigm._ref
+    paradigm.local_update(trainer, steps=2, deadline=None, version=2)
+    # Assert: one pass over the 3 training pairs (one of 4 held out), the same tensors in round 2
+    assert calls == [3] and paradigm._ref is first
