@@ -207,7 +207,7 @@ def run_local_federation(opts: LocalOptions) -> int:
     from client_agent.corpus import CorpusError
     from client_agent.data import DataError
     from client_agent.tokenizer import TokenizerError
-    from geofed.paradigms import paradigms_with
+    from geofed.paradigms import import_half, paradigms_with
 
     from .evaluate import GlobalEvaluator
     from .groups import LocalPSSet
@@ -238,9 +238,13 @@ def run_local_federation(opts: LocalOptions) -> int:
             check_vocab(load_tokenizer(fed.model.tokenizer), fed.model.vocab_size)
         except TokenizerError as exc:
             return _fail(str(exc))
+    # A paradigm's own task (`ParadigmSettings.local_task`) writes and scores its data, the user's too.
+    own_task = import_half(fed.paradigm.local_task) if opts.paradigm and fed.paradigm.local_task else None
     try:  # the user's data is read and checked whole before anything starts
-        users = check_user_data(opts.data, opts.eval_data, fed, opts.clients, opts.seed,
-                                pairs=bool(opts.paradigm) and split is None)
+        users = (own_task.read_user(opts.data, opts.eval_data, fed, opts.clients, opts.seed)
+                 if own_task is not None and opts.data else
+                 check_user_data(opts.data, opts.eval_data, fed, opts.clients, opts.seed,
+                                 pairs=bool(opts.paradigm) and split is None))
     except (DataError, CorpusError, TokenizerError) as exc:
         return _fail(str(exc))
     run = new_run_dir(opts.run_dir)
@@ -249,12 +253,12 @@ def run_local_federation(opts: LocalOptions) -> int:
         if users is not None:
             from .finetune.user_task import UserTask
 
-            task = UserTask.write(run / "data", users, fed)
+            task = own_task.write_user(run / "data", users) if own_task else UserTask.write(run / "data", users, fed)
             lists, held = task.client_files, [task.eval_file]
         elif opts.paradigm and split is None:
             from .finetune.preset import FinetuneTask
 
-            task = FinetuneTask.write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
+            task = (own_task or FinetuneTask).write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
             lists, held = task.client_files, [task.eval_file]
         else:
             lists, held = _write_lists(run, opts)
@@ -364,7 +368,8 @@ def run_local_federation(opts: LocalOptions) -> int:
             from .finetune.preset import summary_lines
 
             after = task.score_global(fed, ckpt.flat, [run / "clients" / f"client-{i}" for i in range(len(lists))])
-            lines = task.summary_lines(before, after) if users is not None else summary_lines(before, after, fed)
+            own_lines = hasattr(task, "summary_lines")  # the user's pairs, or a paradigm's own task
+            lines = task.summary_lines(before, after) if own_lines else summary_lines(before, after, fed)
             for line in lines:
                 _say(line)
         else:

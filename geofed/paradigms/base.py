@@ -27,6 +27,10 @@ class ParadigmSettings(Section):
       delta form it folds (`CodecConfig.delta_form`: 'dense', or 'sparse' for a sparse codec's top-k deltas).
     - `presets`: what `geofed local --paradigm PRESET` fine-tunes the cached base model with, by preset
       name: settings merged over the fine-tuning task's common ones (`paradigm.name` is this paradigm's).
+    - `local_task`: the task its presets train and score, when not the docstring task's
+      (`geofed_apps.finetune.preset.FinetuneTask`): a class of the same `write`/`score_*` methods whose
+      `summary_lines(before, after)` gives the run's closing lines, and `read_user`/`write_user` for
+      `--data` (the user's records checked before anything starts, then written per client).
 
     Capabilities are class attributes every reader asks (config validation, the operator's admission
     rules and builders, the launcher, the PS's guard), so a new paradigm declares them here, never in a
@@ -48,6 +52,7 @@ class ParadigmSettings(Section):
     client_half: ClassVar[str] = ""
     strategies: ClassVar[Mapping[str, str]] = {}
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    local_task: ClassVar[str] = ""
     elementwise: ClassVar[bool] = False
     needs_trainer: ClassVar[bool] = False
     cumulative: ClassVar[bool] = True

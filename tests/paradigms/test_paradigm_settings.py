@@ -24,7 +24,7 @@ def test_every_paradigm_s_settings_name_a_client_half_and_a_server_half_for_each
 
 def test_the_declared_paradigms_are_the_settings_modules_of_the_package():
     assert list(PARADIGMS)[:2] == ["pretrain", "bitfit"]
-    assert set(PARADIGMS) == {"pretrain", "bitfit", "lora", "hybrid-lora", "ravan", "zo", "fsl-sage"}
+    assert set(PARADIGMS) == {"pretrain", "bitfit", "lora", "dpo", "hybrid-lora", "ravan", "zo", "fsl-sage"}
 
 
 @pytest.mark.parametrize("name", PARADIGMS)
