@@ -207,6 +207,7 @@ def build_client_job(sc: SiteClientObject, attempt: int, token_secret_name: str)
         pod_spec["serviceAccountName"] = spec.service_account_name
     if spec.scheduler_name:
         pod_spec["schedulerName"] = spec.scheduler_name
+    labels = {**spec.labels, **labels}  # the user's labels never replace the operator's (the spec refuses them)
     template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
     if spec.pod_annotations:
         template["metadata"]["annotations"] = dict(spec.pod_annotations)

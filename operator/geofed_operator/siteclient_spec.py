@@ -39,6 +39,15 @@ HOST_PATH_MESSAGE = "data.hostPath.path must be a data directory: not / and with
 PROCS_WITHIN_GPUS_RULE = "!has(self.procsPerPod) || self.gpusPerPod == 0 || self.procsPerPod <= self.gpusPerPod"
 PROCS_WITHIN_GPUS_MESSAGE = "procsPerPod must not exceed gpusPerPod: each training process needs a GPU of its own"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Label keys the operator sets on the client Job and pod (names.py), refused in spec.labels.
+OWN_LABELS_RULE = (
+    "self.all(k, !k.startsWith('geofed.io/') && !k.startsWith('app.kubernetes.io/') "
+    "&& k != 'kueue.x-k8s.io/queue-name')"
+)
+OWN_LABELS_MESSAGE = (
+    "labels must not set geofed.io/*, app.kubernetes.io/* or kueue.x-k8s.io/queue-name: the operator sets them"
+)
+LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
 PS_ADDRESS = rf"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):{PORT}$"
 # The client flags the operator sets itself (site_builders.client_command), and the spec field each comes from.
 OPERATOR_OWNED_CLIENT_FLAGS: dict[str, str] = {
@@ -280,6 +289,12 @@ class SiteClientSpec(K8sModel):
         "platform (OpenShift's restricted-v2 SCC).",
     )
     pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations of the client pod.")
+    labels: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        description="Extra labels of the client Job and pod (a Kueue priority class, a cost centre); keys under "
+        "geofed.io/ and app.kubernetes.io/ and Kueue's queue-name label are the operator's and refused.",
+        json_schema_extra={"x-kubernetes-validations": [{"rule": OWN_LABELS_RULE, "message": OWN_LABELS_MESSAGE}]},
+    )
     attempt_deadline_s: int | None = Field(
         None,
         ge=60,
@@ -315,6 +330,15 @@ class SiteClientSpec(K8sModel):
         description="Extra arguments appended to the client command (`geofed client --help`); not the flags the "
         "operator sets from the spec (--ps, --client-id, --token-file, --data, --work-dir, --group, --insecure, --ca).",
     )
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_not_owned(cls, value: dict[str, str]) -> dict[str, str]:
+        owned = [k for k in value
+                 if k.startswith(("geofed.io/", "app.kubernetes.io/")) or k == "kueue.x-k8s.io/queue-name"]
+        if owned:
+            raise ValueError(f"{OWN_LABELS_MESSAGE} (got {', '.join(sorted(owned))})")
+        return value
 
     @field_validator("extra_args")
     @classmethod

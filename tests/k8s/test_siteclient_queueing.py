@@ -44,12 +44,24 @@ def test_without_a_queue_the_job_runs_at_once_on_the_default_scheduler() -> None
     assert "suspend" not in job["spec"] and "schedulerName" not in job["spec"]["template"]["spec"]
 
 
+def test_the_users_labels_reach_the_job_and_its_pod_beside_the_operators() -> None:
+    labels = {"kueue.x-k8s.io/priority-class": "research-low", "cost-centre": "nlp-lab"}
+    job = valid(build_client_job(_site(queueName="gpu-queue", labels=labels), 1, "gpu0-token-1"))
+    for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
+        assert labels.items() <= meta["labels"].items()
+        assert meta["labels"]["geofed.io/siteclient"] == "gpu0"
+    assert job["metadata"]["labels"][QUEUE] == "gpu-queue"
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
         ({"queueName": "GPU_queue"}, "queueName"),
         ({"queueName": "q" * 64}, "queueName"),
         ({"schedulerName": "Volcano Scheduler"}, "schedulerName"),
+        ({"labels": {"geofed.io/siteclient": "other"}}, "labels must not set geofed.io/*"),
+        ({"labels": {QUEUE: "other-queue"}}, "labels must not set"),
+        ({"labels": {"team": "not a label value"}}, "labels"),
     ],
 )
 def test_names_kubernetes_would_refuse_on_the_job_are_refused_at_apply(spec: dict[str, Any], message: str) -> None:
