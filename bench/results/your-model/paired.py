@@ -41,22 +41,42 @@ def answers(model_dir: Path, prompts: list[str], max_new: int = 12) -> list[str]
     return out
 
 
-task = Path(sys.argv[1])
-held = [json.loads(line) for line in (task / "eval" / "pairs.jsonl").open()]
-truth = [p["completion"].strip() for p in held]
-train = [json.loads(line) for f in sorted((task / "train").glob("*.jsonl")) for line in f.open()]
-majority = max({p["completion"] for p in train}, key=[p["completion"] for p in train].count).strip()
-baselines = {
-    f"majority class of training ({majority})": [t == majority for t in truth],
-    "keyword rule": [keyword_rule(p["prompt"]).strip() == t for p, t in zip(held, truth, strict=True)],
-}
-for name, right in baselines.items():
-    print(f"{name}: {sum(right)}/{len(truth)} = {100 * sum(right) / len(truth):.1f}%")
-for run in sys.argv[2:]:
-    said = answers(Path(run) / "final_model", [p["prompt"] for p in held])
-    got = [a.strip() == t for a, t in zip(said, truth, strict=True)]
-    print(f"{run}: exact match {sum(got)}/{len(truth)} = {100 * sum(got) / len(truth):.1f}%")
+def held_out(task: Path) -> tuple[list[dict], list[str], dict[str, list[bool]]]:
+    """The task's held-out pairs, their answers, and which of them each baseline gets right."""
+    held = [json.loads(line) for line in (task / "eval" / "pairs.jsonl").open()]
+    truth = [p["completion"].strip() for p in held]
+    train = [json.loads(line) for f in sorted((task / "train").glob("*.jsonl")) for line in f.open()]
+    answers_seen = [p["completion"] for p in train]
+    majority = max(set(answers_seen), key=answers_seen.count).strip()
+    baselines = {
+        "majority class of training": [t == majority for t in truth],
+        "keyword rule": [keyword_rule(p["prompt"]).strip() == t for p, t in zip(held, truth, strict=True)],
+    }
+    return held, truth, baselines
+
+
+def right_answers(run: Path, held: list[dict], truth: list[str]) -> list[bool]:
+    said = answers(run / "final_model", [p["prompt"] for p in held])
+    return [a.strip() == t for a, t in zip(said, truth, strict=True)]
+
+
+def compare(name: str, got: list[bool], right: list[bool]) -> str:
+    b = sum(g and not r for g, r in zip(got, right, strict=True))
+    c = sum(r and not g for g, r in zip(got, right, strict=True))
+    return f"  vs {name}: LoRA alone right {b}, baseline alone right {c}, McNemar exact p = {mcnemar_p(b, c):.4f}"
+
+
+def main() -> None:
+    task = Path(sys.argv[1])
+    held, truth, baselines = held_out(task)
     for name, right in baselines.items():
-        b = sum(g and not r for g, r in zip(got, right, strict=True))
-        c = sum(r and not g for g, r in zip(got, right, strict=True))
-        print(f"  vs {name}: LoRA alone right {b}, baseline alone right {c}, McNemar exact p = {mcnemar_p(b, c):.4f}")
+        print(f"{name}: {sum(right)}/{len(truth)} = {100 * sum(right) / len(truth):.1f}%")
+    for run in sys.argv[2:]:
+        got = right_answers(Path(run), held, truth)
+        print(f"{run}: exact match {sum(got)}/{len(truth)} = {100 * sum(got) / len(truth):.1f}%")
+        for name, right in baselines.items():
+            print(compare(name, got, right))
+
+
+if __name__ == "__main__":
+    main()
