@@ -89,7 +89,8 @@ async def test_deleted_children_come_back_and_metrics_stay_in_cluster(api, fake_
         assert [p["name"] for p in public["spec"]["ports"]] == ["grpc"] and public["spec"]["type"] == "LoadBalancer"
         metrics = await wait_for(lambda: get(api, "v1/services", NAMESPACE, "demo-ps-metrics"), what="metrics Svc")
         assert metrics["spec"]["type"] == "ClusterIP" and [p["name"] for p in metrics["spec"]["ports"]] == ["metrics"]
-        assert get(api, "policy/v1/poddisruptionbudgets", NAMESPACE, "demo-ps")["spec"]["minAvailable"] == 1
+        pdb = await wait_for(lambda: get(api, "policy/v1/poddisruptionbudgets", NAMESPACE, "demo-ps"), what="PDB")
+        assert pdb["spec"]["minAvailable"] == 1
 
         await delete(api, "apps/v1", "Deployment", NAMESPACE, "demo-ps")
         await delete(api, "v1", "Service", NAMESPACE, "demo-ps")
