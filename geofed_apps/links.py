@@ -91,6 +91,10 @@ class ClientLinks:
         return (f"link bytes per round at the socket ({self.profile.shorthand()}): up {statistics.mean(up):.0f} B, "
                 f"down {statistics.mean(down):.0f} B (mean over {len(up)} clients, {rounds} rounds); {total}")
 
+    def blackhole(self, client_id: str, seconds: float) -> None:
+        """Cut client `client_id`'s link for `seconds` (`WanProxy.blackhole`: bytes held, then delivered)."""
+        self._links[client_id].blackhole(seconds)
+
     def stop(self) -> None:
         for link in self._links.values():
             link.stop()
