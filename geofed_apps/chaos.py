@@ -137,14 +137,15 @@ class ChaosRunner:
 
     It acts on the caller's own `clients` list (a relaunched client replaces the one it stands for), and
     reaches the rest through callables: `relaunch(i, duration_s)` starts client i again with a fresh
-    one-time token for the rest of the run; `blackhole(i, seconds)` cuts its link; `restart_ps()` stops and
+    one-time token for the rest of the run; `blackhole(i, seconds)` cuts its link (and says how many cuts the
+    link has begun); `restart_ps()` stops and
     starts the PS. Every fault is said (`event=chaos fault=... client=... t=...`), appended to `log`, and
     counted; a fault on a client that has already finished is skipped (and said so, not counted).
     """
 
     def __init__(self, schedule: tuple[Fault, ...], duration_s: float, clients: list[subprocess.Popen],
                  client_ids: list[str], *, relaunch: Callable[[int, float], subprocess.Popen],
-                 blackhole: Callable[[int, float], None] | None, restart_ps: Callable[[], None] | None,
+                 blackhole: Callable[[int, float], int] | None, restart_ps: Callable[[], None] | None,
                  say: Callable[[str], None], log: Path | None = None, grace_s: float = GRACE_S) -> None:
         self.schedule, self.duration_s = schedule, duration_s
         self.clients, self.client_ids = clients, client_ids
@@ -182,7 +183,8 @@ class ChaosRunner:
             self.clients[i] = self._relaunch(i, remaining)
             self._note(f"event=chaos_relaunch client={who} exit_code={code} token=fresh duration_s={remaining:.0f}")
         elif fault.kind == "flap" and self._blackhole is not None:
-            self._blackhole(fault.client, FLAP_S)
+            cuts = self._blackhole(fault.client, FLAP_S)
+            self._note(f"event=chaos_link_cut client={who} seconds={FLAP_S:g} link_blackholes={cuts}")
         elif fault.kind == "ps-restart" and self._restart_ps is not None:
             t = time.monotonic()
             self._restart_ps()

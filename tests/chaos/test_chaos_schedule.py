@@ -171,7 +171,7 @@ def test_runner_flaps_links_and_restarts_the_ps(tmp_path):
     calls: list[tuple] = []
     runner = ChaosRunner((Fault(1.0, "flap", 1), Fault(2.0, "ps-restart")), 10.0,
                          [_sleeper(tmp_path, "a"), _sleeper(tmp_path, "b")], ["c0", "c1"],
-                         relaunch=lambda i, d: None, blackhole=lambda i, s: calls.append(("blackhole", i, s)),
+                         relaunch=lambda i, d: None, blackhole=lambda i, s: calls.append(("blackhole", i, s)) or 1,
                          restart_ps=lambda: calls.append(("restart",)), say=lambda line: None)
     try:
         runner.tick(5.0)
