@@ -91,6 +91,13 @@ class ClientLinks:
         return (f"link bytes per round at the socket ({self.profile.shorthand()}): up {statistics.mean(up):.0f} B, "
                 f"down {statistics.mean(down):.0f} B (mean over {len(up)} clients, {rounds} rounds); {total}")
 
+    def blackhole(self, client_id: str, seconds: float) -> int:
+        """Cut client `client_id`'s link for `seconds` (`WanProxy.blackhole`: bytes held, then delivered); the
+        blackholes its link has begun so far, this one included."""
+        link = self._links[client_id]
+        link.blackhole(seconds)
+        return link.stats.blackholes
+
     def stop(self) -> None:
         for link in self._links.values():
             link.stop()

@@ -24,6 +24,7 @@ from geofed.config import FederationConfig
 from geofed.tokenizer_identity import BYTE
 from geofed.wan import LinkProfile
 
+from .chaos import NO_CHAOS, ChaosSpec, ChaosSpecError, check_spec, parse_spec
 from .deferred_eval import DeferredEvaluation
 from .links import ClientLinks
 from .local_settings import LOCAL_DEFAULTS, fill_run_duration, merge_settings
@@ -32,6 +33,8 @@ from .run_dir import new_run_dir
 from .user_data import check_user_data
 
 if TYPE_CHECKING:
+    import subprocess
+
     from ps_server.checkpoint import PSCheckpoint
 
     from .evaluate import GlobalEvaluator
@@ -78,6 +81,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     local.add_argument("--task", default="docstring-params", choices=("docstring-params", "stdlib-package"),
                        help="with --paradigm: the task, docstring-params (default) or stdlib-package (which stdlib "
                             "package a docstring is from; 1,200 held-out pairs)")
+    local.add_argument("--chaos", metavar="SPEC",
+                       help="inject a seeded (--seed) schedule of faults, e.g. 'preempt=60,kill=0,flap=90,"
+                            "ps-restart=1': mean seconds between preemptions, kills and --link flaps per client, "
+                            "and PS restarts in the run (docs/reliability.md, Chaos mode)")
     local.set_defaults(func=run_local)
 
 
@@ -98,6 +105,7 @@ class LocalOptions:
     seed: int = 0  # client i's data-order seed is 1000 * seed + i; the fine-tuning split's seed
     link: LinkProfile | None = None  # each client behind its own emulated WAN link (geofed_apps.links)
     renamings: int = 0  # with `paradigm`: renamed copies of each training pair (geofed_apps.finetune.task)
+    chaos: ChaosSpec | None = None  # a seeded fault schedule (geofed_apps.chaos)
 
 
 _PARADIGM_BYTES = ("--paradigm without --data fine-tunes the built-in byte-level base on the docstring task: tokenizer "
@@ -129,13 +137,20 @@ def run_local(args: argparse.Namespace) -> int:
         link = LinkProfile.parse(args.link) if args.link else None
     except ValueError as exc:
         return _fail(f"--link: {exc}")
+    try:
+        chaos = parse_spec(args.chaos) if args.chaos is not None else None
+    except ChaosSpecError as exc:
+        return _fail(f"--chaos: {exc}")
+    if chaos is not None and (why := check_spec(chaos, link=link is not None,
+                                                single_ps=args.ps_groups == 1 and args.ps_shards == 1)):
+        return _fail(why)
     overrides = [*(args.set or []), *([f"model.tokenizer={Path(args.tokenizer).expanduser().resolve()}"]
                                       if args.tokenizer else [])]
     opts = LocalOptions(clients=args.clients, data=args.data, eval_data=args.eval_data, duration_s=args.duration,
                         run_dir=args.run_dir,
                         slow_client=args.slow_client, federation_file=args.federation, overrides=overrides,
                         quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards,
-                        seed=args.seed, link=link, renamings=args.renamings)
+                        seed=args.seed, link=link, renamings=args.renamings, chaos=chaos)
     return run_local_federation(opts)
 
 
@@ -300,23 +315,32 @@ def run_local_federation(opts: LocalOptions) -> int:
                 split.start(run / "federation.yaml", ps.address, logs / "split-trainer.log")
             except (StartError, TimeoutError) as exc:
                 return _fail(f"{exc}; see {logs / 'split-trainer.log'}")
-        tails = []
-        for i, data_list in enumerate(lists):
+        addresses: list[str] = []
+
+        def launch(i: int, duration_s: float) -> subprocess.Popen:
+            """Start client i with a fresh one-time token, client 0's a master's (a relaunch too, as the operator
+            mints one per attempt; it only builds Θ0 if there is none), resuming from its work directory."""
             client_id = f"local.client-{i}"
             client_ps, client_extra = ps_set.for_client(i)
             with client_ps.admin() as client_admin:
                 # One site per client: each stands for one institution (the PS counts sites, not client ids).
                 token, _ = client_admin.create_token(client_id, site=f"local-{i}", ttl_s=600, master=(i == 0))
-            work = run / "clients" / f"client-{i}"
             slow = opts.slow_client if i == len(lists) - 1 else 1.0
-            address = links.address(client_id, client_ps.address) if links is not None else client_ps.address
-            clients.append(start_client(
-                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=address,
-                client_id=client_id, data=data_list, work_dir=work, duration_s=opts.duration_s,
+            return start_client(
+                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=addresses[i],
+                client_id=client_id, data=lists[i], work_dir=run / "clients" / f"client-{i}", duration_s=duration_s,
                 seed=1000 * opts.seed + i, slowdown=slow, **client_extra,
                 **({"tokenizer": fed.model.tokenizer} if fed.model.tokenizer != BYTE else {}),
-            ))  # fmt: skip
-            tails.append(_Tail(work / "metrics.jsonl"))
+            )  # fmt: skip
+
+        tails = []
+        for i in range(len(lists)):
+            client_ps = ps_set.for_client(i)[0]
+            addresses.append(links.address(f"local.client-{i}", client_ps.address) if links is not None
+                             else client_ps.address)
+            clients.append(launch(i, opts.duration_s))
+            tails.append(_Tail(run / "clients" / f"client-{i}" / "metrics.jsonl"))
+        chaos = NO_CHAOS if opts.chaos is None else _chaos_runner(opts, clients, launch, links, ps, run)
         evaluation = DeferredEvaluation(
             lambda: GlobalEvaluator(fed, held, run / "eval-tokens.npy"),
             (lambda ev: ev.loss()) if split is None else (lambda ev: split.full_loss(ev, fed)),
@@ -327,7 +351,7 @@ def run_local_federation(opts: LocalOptions) -> int:
         privacy = PrivacyWatch(admin, _say) if fed.privacy.enabled else None
         records: list[dict] = []
         try:
-            _watch(records, clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy, links)
+            _watch(records, clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy, links, chaos)
             interrupted = False
         except KeyboardInterrupt:  # Ctrl-C: stop training, but keep and export what was trained
             interrupted = True
@@ -364,6 +388,8 @@ def run_local_federation(opts: LocalOptions) -> int:
         _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed"
              + (f" (interrupted after {time.monotonic() - t0:.0f} s; final_model/ holds this version)"
                 if interrupted else ""))
+        if chaos.enabled:
+            _say(chaos.summary())
         if task is not None:
             from .finetune.preset import summary_lines
 
@@ -392,6 +418,24 @@ def run_local_federation(opts: LocalOptions) -> int:
         stop_all([p for p in (*ps_set.procs, *clients, split.proc if split else None) if p is not None])
         if links is not None:
             links.stop()
+
+
+def _chaos_runner(opts: LocalOptions, clients: list, launch, links: ClientLinks | None, ps, run: Path):
+    """The `--chaos` schedule's runner, acting on `clients` (relaunched with `launch`), their links and the PS."""
+    from .chaos import ChaosRunner, build_schedule
+
+    def restart_ps() -> None:
+        ps.terminate()
+        ps.start()
+
+    ids = [f"local.client-{i}" for i in range(len(clients))]
+    schedule = build_schedule(opts.chaos, len(clients), opts.duration_s, opts.seed)
+    _say(f"chaos: {len(schedule)} faults scheduled (seed {opts.seed}); each is logged as event=chaos, "
+         f"also in {run / 'logs' / 'chaos.log'}")
+    # Fault times count from the clients' launch, as their own duration does.
+    return ChaosRunner(schedule, opts.duration_s, clients, ids, relaunch=launch,
+                       blackhole=(lambda i, s: links.blackhole(ids[i], s)) if links is not None else None,
+                       restart_ps=restart_ps, say=_say, log=run / "logs" / "chaos.log")
 
 
 def _exit_report(i: int, code: int, log: Path, lines: int = 5) -> str:
@@ -440,11 +484,13 @@ def _finetune_preset(name: str) -> dict:
 
 
 def _watch(records: list[dict], clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float,
-           privacy: PrivacyWatch | None = None, links: ClientLinks | None = None) -> list[dict]:
+           privacy: PrivacyWatch | None = None, links: ClientLinks | None = None, chaos=NO_CHAOS) -> list[dict]:
     """Live progress into `records` until every client has exited; periodic global evals (of `latest()`) for
     the plot, once the evaluator is built. A Ctrl-C leaves what was recorded until then in `records`."""
     last_eval = time.monotonic()
+    t_chaos = time.monotonic()  # fault times count from here, when the clients were started
     while True:
+        chaos.tick(time.monotonic() - t_chaos)
         if privacy is not None:
             records += privacy.poll(t0)
         for tail in tails:
