@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the three images from images/*.Dockerfile with podman, on a machine without access to an image registry:
-#   localhost/geofed/ps:dev, localhost/geofed/operator:dev, localhost/geofed/client:dev-cpu
-# (TAG=... and PREFIX=... change the tag and the name prefix). Usage: images/build.sh [ps|operator|client|base ...]
+#   localhost/geofed/ps:dev, localhost/geofed/operator:dev, localhost/geofed/client:dev-cpu, and
+#   localhost/geofed/client:dev-cuda where its base (CUDA_BASE, Ubuntu 22.04) is present or can be pulled
+# (TAG=... and PREFIX=... change the tag and the name prefix).
+# Usage: images/build.sh [ps|operator|client|client-cuda|base ...]
 #
 # The Dockerfiles' base images come from a registry on a normal machine. Here a base is made once from the Debian
 # archive (debootstrap --variant=minbase bookworm plus Debian's python3) and tagged with the names the Dockerfiles
@@ -113,8 +115,22 @@ torch_index() {
   fi
 }
 
+CUDA_BASE=${CUDA_BASE:-docker.io/library/ubuntu:22.04}  # the CUDA client's FROM (client.Dockerfile's default)
+
+# Whether the CUDA client's base is here or can be pulled: a machine without a registry builds the CPU images only.
+cuda_base_reachable() {
+  "${PODMAN[@]}" image exists "$CUDA_BASE" || timeout 120 "${PODMAN[@]}" pull -q "$CUDA_BASE" >/dev/null 2>&1
+}
+
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(ps operator client)
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(ps operator client)
+  if cuda_base_reachable; then
+    targets+=(client-cuda)
+  else
+    log "skipping localhost/geofed/client:$TAG-cuda: its base $CUDA_BASE is neither here nor pullable (set CUDA_BASE)"
+  fi
+fi
 
 build_base
 workdir=$(mktemp -d /tmp/geofed-build.XXXXXX)
@@ -131,6 +147,10 @@ for target in "${targets[@]}"; do
     # CPU variant: the local Debian base instead of Ubuntu's; torch comes from the index pip is configured with.
     client) build_image client "$PREFIX/client:$TAG-cpu" --build-arg "BASE_IMAGE=$BASE" \
       --build-arg "TORCH_INDEX=$(torch_index)" ;;
-    *) log "unknown image '$target' (ps, operator, client, base)"; exit 2 ;;
+    # CUDA variant: the Dockerfile's own base and torch's CUDA 12.8 index (a registry and the internet needed).
+    client-cuda)
+      cuda_base_reachable || { log "the CUDA client's base $CUDA_BASE is neither here nor pullable"; exit 1; }
+      build_image client "$PREFIX/client:$TAG-cuda" --build-arg "BASE_IMAGE=$CUDA_BASE" ;;
+    *) log "unknown image '$target' (ps, operator, client, client-cuda, base)"; exit 2 ;;
   esac
 done
