@@ -1,9 +1,9 @@
 """`geofed local --paradigm dpo`: the docstring task as preference pairs, and its held-out preference scores.
 
 Each docstring pair becomes a preference record: the prompt, `chosen` its right answer, `rejected` the
-answer of another pair of the same set (a different one, drawn by the split's seed). Records also carry
-`completion` (the chosen answer), the prompt/completion schema a client's data reader knows, so the
-held-out eval loss is the chosen answers' loss. The score, on the shared held-out pairs:
+answer of another pair of the same set (a different one, drawn by the split's seed). A client's data
+reader takes each as the example (prompt, chosen) (`client_agent.records`), so the held-out eval loss is
+the chosen answers' loss. The score, on the shared held-out pairs:
 
 - preference accuracy: the share of pairs whose chosen completion the model finds likelier than the
   rejected one, log π(chosen) > log π(rejected) (summed over the completion's tokens). DPO's own accuracy,
@@ -46,12 +46,11 @@ def preferences_of(pairs: Sequence[QAPair], rng: np.random.Generator) -> list[Pr
 
 
 def write_preferences(path: Path, prefs: Sequence[Preference]) -> Path:
-    """JSONL preference records, each with `completion` (the chosen) for a client's data reader."""
+    """JSONL preference records (prompt, chosen, rejected)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for p in prefs:
-            f.write(json.dumps({"prompt": p.prompt, "completion": p.chosen, "chosen": p.chosen,
-                                "rejected": p.rejected}) + "\n")
+            f.write(json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) + "\n")
     return path
 
 
