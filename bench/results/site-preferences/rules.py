@@ -52,8 +52,8 @@ RULES: dict[str, Callable[[Preference], str | None]] = {
 
 def accuracy(rule: Callable[[Preference], str | None], prefs: list[Preference]) -> float:
     """Percent of pairs the rule prefers rightly, a tie counting one half."""
-    picks = [rule(p) for p in prefs]
-    return 100 * sum(0.5 if pick is None else float(pick == p.chosen) for pick, p in zip(picks, prefs, strict=True)) / len(prefs)
+    hits = [0.5 if (pick := rule(p)) is None else float(pick == p.chosen) for p in prefs]
+    return 100 * sum(hits) / len(prefs)
 
 
 def main() -> None:
