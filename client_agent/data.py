@@ -314,10 +314,10 @@ def load_data(
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta.get("fingerprint") == fingerprint:
                 report = meta["report"]
-                if meta.get("kind", "tokens") == "examples":
+                if meta.get("kind", "tokens") == "examples" and "preferences" in meta:  # else from an older reader
                     with np.load(examples_path, allow_pickle=False) as z:
                         arrays = {k: z[k] for k in ("tokens", "starts", "prompt_lens", "origins")}
-                    examples = Examples(**arrays, files=tuple(meta["files"]), preferences=bool(meta.get("preferences")))
+                    examples = Examples(**arrays, files=tuple(meta["files"]), preferences=bool(meta["preferences"]))
                     return examples, LoadReport(**report)
                 if cache.is_file():
                     return np.load(cache, mmap_mode="r", allow_pickle=False), LoadReport(**report)

@@ -111,6 +111,22 @@ def test_preference_records_survive_the_token_cache(tmp_path):
     assert isinstance(cached, Examples) and cached.preferences and cached.part(0, 1).preferences
 
 
+def test_a_cache_of_examples_written_before_preference_records_were_read_is_rebuilt(tmp_path):
+    # Prepare: the cache's metadata as a reader that knew no preference records wrote it
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "prefs.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    load_data(tmp_path / "d", TOK, cache=tmp_path / "tokens.npy")
+    meta = json.loads((tmp_path / "tokens.json").read_text())
+    del meta["preferences"]
+    (tmp_path / "tokens.json").write_text(json.dumps(meta))
+
+    # Execute
+    cached, _ = load_data(tmp_path / "d", TOK, cache=tmp_path / "tokens.npy")
+
+    # Assert
+    assert cached.preferences and "preferences" in json.loads((tmp_path / "tokens.json").read_text())
+
+
 @pytest.mark.parametrize(
     ("files", "message"),
     [
