@@ -6,9 +6,10 @@ pre-tokenised `.bin` token files (nanoGPT layout; an optional sidecar `<stem>.js
 or a prompt/completion example in one of the schemas `client_agent.records` reads. Text documents are
 joined with EOS into one token array that `TokenStream` cuts into windows; examples (prompt ids,
 completion ids, EOS each) become `Examples`, which `ExampleStream` serves one per row with the loss on
-the completion only. A run trains on one kind: data holding both is refused. Every file must be usable:
-a binary or non-UTF-8 file, a JSONL line of no known schema, an empty or missing source is a DataError
-naming it, so a site never trains on silently less than it holds.
+the completion only; a preference record becomes the example (prompt, chosen), and `Examples.preferences`
+says so. A run trains on one kind: data mixing text, prompt/completion and preference records is refused.
+Every file must be usable: a binary or non-UTF-8 file, a JSONL line of no known schema, an empty or
+missing source is a DataError naming it, so a site never trains on silently less than it holds.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from client_agent.batch import MaskedBatch
-from client_agent.records import DataError, Record, jsonl_records
+from client_agent.records import DataError, Preference, Record, jsonl_records
 from client_agent.tokenizer import Tokenizer, token_dtype
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class Examples:
     prompt_lens: np.ndarray  # int64 [n]
     origins: np.ndarray  # int64 [n, 2]
     files: tuple[str, ...]
+    preferences: bool = False  # read from preference records: each example is (prompt, chosen)
 
     def __len__(self) -> int:
         return int(self.prompt_lens.size)
@@ -72,7 +74,8 @@ class Examples:
 
     def part(self, lo: int, hi: int) -> Examples:
         """Examples `lo` to `hi` (exclusive), sharing this token array."""
-        return Examples(self.tokens, self.starts[lo : hi + 1], self.prompt_lens[lo:hi], self.origins[lo:hi], self.files)
+        return Examples(self.tokens, self.starts[lo : hi + 1], self.prompt_lens[lo:hi], self.origins[lo:hi], self.files,
+                        self.preferences)
 
     def where(self, i: int) -> str:
         """`path:line` of example `i`."""
@@ -197,10 +200,23 @@ class _ExampleBuilder:
         self.prompt_lens: list[int] = []
         self.origins: list[tuple[int, int]] = []
         self.files: list[str] = []
+        self.pair_at = ""  # where the first prompt/completion record was read
+        self.preference_at = ""  # where the first preference record was read
 
-    def add_file(self, path: Path, pairs: list[tuple[str, str, int]], tokenizer: Tokenizer) -> None:
+    def add_file(self, path: Path, records: list[tuple[Record, int]], tokenizer: Tokenizer) -> None:
+        """Each record's example, (prompt, completion) or a preference's (prompt, chosen); a DataError when
+        prompt/completion and preference records mix (no paradigm trains on both)."""
         self.files.append(str(path))
-        for prompt, completion, line in pairs:
+        for record, line in records:
+            if isinstance(record, Preference):
+                prompt, completion = record.prompt, record.chosen
+                self.preference_at = self.preference_at or record.where
+            else:
+                prompt, completion = record
+                self.pair_at = self.pair_at or f"{path}:{line}"
+            if self.pair_at and self.preference_at:
+                raise DataError(f"the data mix prompt/completion records ({self.pair_at}) and preference records "
+                                f"({self.preference_at}); train on one kind")
             ids = tokenizer.encode(prompt)
             self.pieces.append(np.asarray([*ids, *tokenizer.encode(completion), tokenizer.eos_id], dtype=self.dtype))
             self.prompt_lens.append(len(ids))
@@ -215,6 +231,7 @@ class _ExampleBuilder:
             prompt_lens=np.asarray(self.prompt_lens, dtype=np.int64),
             origins=np.asarray(self.origins, dtype=np.int64).reshape(-1, 2),
             files=tuple(self.files),
+            preferences=bool(self.preference_at),
         )
 
 
@@ -249,14 +266,15 @@ def tokenize_files(files: Sequence[Path], tokenizer: Tokenizer) -> tuple[Trainin
             jsonl = path.suffix.lower() in JSONL_SUFFIXES
             texts_at = (f"{path}:{line}" if jsonl else str(path) for r, line in records if isinstance(r, str) and r)
             text_at = next(texts_at, "")
-        pairs = [(*r, line) for r, line in records if not isinstance(r, str)]
+        pairs = [(r, line) for r, line in records if not isinstance(r, str)]
         if pairs:
             examples.add_file(path, pairs, tokenizer)
     pieces = [p for p in pieces if p.size]
     if examples.pieces:
         if text_at:
             first = examples.build().where(0)
-            raise DataError(f"the data mix text ({text_at}) and prompt/completion records ({first}); train on one kind")
+            kind = "preference" if examples.preference_at else "prompt/completion"
+            raise DataError(f"the data mix text ({text_at}) and {kind} records ({first}); train on one kind")
         built = examples.build()
         return built, LoadReport(files=len(files), tokens=int(built.tokens.size), examples=len(built))
     if not pieces:
@@ -296,10 +314,11 @@ def load_data(
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta.get("fingerprint") == fingerprint:
                 report = meta["report"]
-                if meta.get("kind", "tokens") == "examples":
+                if meta.get("kind", "tokens") == "examples" and "preferences" in meta:  # else from an older reader
                     with np.load(examples_path, allow_pickle=False) as z:
                         arrays = {k: z[k] for k in ("tokens", "starts", "prompt_lens", "origins")}
-                    return Examples(**arrays, files=tuple(meta["files"])), LoadReport(**report)
+                    examples = Examples(**arrays, files=tuple(meta["files"]), preferences=bool(meta["preferences"]))
+                    return examples, LoadReport(**report)
                 if cache.is_file():
                     return np.load(cache, mmap_mode="r", allow_pickle=False), LoadReport(**report)
         except (OSError, ValueError, KeyError, TypeError):
@@ -308,7 +327,7 @@ def load_data(
     cache.parent.mkdir(parents=True, exist_ok=True)
     meta = {"fingerprint": fingerprint, "report": asdict(report)}
     if isinstance(loaded, Examples):
-        meta |= {"kind": "examples", "files": list(loaded.files)}
+        meta |= {"kind": "examples", "files": list(loaded.files), "preferences": loaded.preferences}
         target, write = examples_path, lambda f: np.savez(
             f, tokens=loaded.tokens, starts=loaded.starts, prompt_lens=loaded.prompt_lens, origins=loaded.origins
         )

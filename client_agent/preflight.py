@@ -14,7 +14,7 @@ import torch
 
 from geofed.config import ClientConfig, FederationConfig
 
-from .data import Stream, TrainingData, open_stream
+from .data import Examples, Stream, TrainingData, open_stream
 from .errors import SiteError
 from .model import check_model_source
 from .paradigms import ClientParadigm, ParadigmError, client_paradigm
@@ -45,6 +45,21 @@ def check_device(device: torch.device) -> None:
         raise DeviceError(f"device {str(device)!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
 
 
+def check_data_kind(paradigm: ClientParadigm, data: TrainingData, flag: str) -> None:
+    """Refuse data of a kind the paradigm does not train on: preference records (prompt, chosen, rejected)
+    for one that trains on text or prompt/completion records, and any other data for one that trains on
+    preferences (`ClientParadigm.preference_data`)."""
+    examples = data if isinstance(data, Examples) else None
+    has_preferences = examples is not None and examples.preferences
+    if paradigm.preference_data and not has_preferences:
+        held = f"{examples.where(0)} is a prompt/completion record" if examples is not None else "it holds text"
+        raise SiteError(f"paradigm {paradigm.name!r} trains on preference records (prompt, chosen, rejected); "
+                        f"{flag}: {held}")
+    if has_preferences and not paradigm.preference_data:
+        raise SiteError(f"{examples.where(0)}: a preference record (prompt, chosen, rejected), but paradigm "
+                        f"{paradigm.name!r} trains on text or prompt/completion records ({flag})")
+
+
 def check_before_join(
     cfg: ClientConfig, fed: FederationConfig, tokenizer: Tokenizer, data: TrainingData, device: torch.device,
     eval_data: TrainingData | None = None,
@@ -56,6 +71,9 @@ def check_before_join(
         paradigm = client_paradigm(fed.paradigm)
     except ParadigmError as exc:
         raise SiteError(str(exc)) from None
+    check_data_kind(paradigm, data, "--data")
+    if eval_data is not None:
+        check_data_kind(paradigm, eval_data, "--eval-data")
     check_model_source(fed.model)
     check_device(device)
     precision = pick_precision(fed.training.precision, device)

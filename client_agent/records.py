@@ -3,6 +3,10 @@
 One schema per record, recognised by its keys:
 
 - `prompt`/`completion`: the pair as given;
+- `prompt`/`chosen`/`rejected` (a preference): `chosen` is the better completion of the prompt; read as a
+  `Preference`, whose (prompt, chosen) is the pair the site's eval loss is measured on. Only a paradigm
+  that trains on preferences takes them (`client_agent.preflight` checks it before Join), so a record
+  with `completion` too mixes two schemas and is refused;
 - `instruction`/`input`/`output` (Alpaca): the prompt is the instruction, then a blank line and the input
   when there is one; the completion is the output;
 - `text`: a text document;
@@ -11,6 +15,7 @@ One schema per record, recognised by its keys:
   the rendered chat the completion). A tokenizer without a chat template (the byte tokenizer) cannot
   render one, so such data is refused, not read as something else.
 
+A preference's three fields are non-empty strings and its `chosen` differs from its `rejected`.
 Anything else (a line that is not JSON, a record of no schema or of two) is a DataError naming the file,
 the line and the schemas expected: a site never trains on silently fewer records than it holds.
 """
@@ -19,13 +24,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-SCHEMAS = "prompt/completion, instruction/input/output, text or messages"
-Record = str | tuple[str, str]  # a text document, or (prompt, completion)
+SCHEMAS = "prompt/completion, prompt/chosen/rejected, instruction/input/output, text or messages"
+PREFERENCE_KEYS = ("prompt", "chosen", "rejected")
 
-# Each schema's keys, and of those the ones it requires.
+
+@dataclass(frozen=True)
+class Preference:
+    """One preference record: `chosen` is the better completion of `prompt` than `rejected`."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+    where: str  # path:line
+
+
+Record = str | tuple[str, str] | Preference  # a text document, (prompt, completion), or a preference
+
+# Each schema's keys (a record holding any of them is of that schema), and of those the ones it requires.
 _KEYS = {
     "prompt/completion": (("prompt", "completion"), ("prompt", "completion")),
+    "preference": (("chosen", "rejected"), PREFERENCE_KEYS),
     "instruction/input/output": (("instruction", "input", "output"), ("instruction", "output")),
     "text": (("text",), ("text",)),
     "messages": (("messages",), ("messages",)),
@@ -47,14 +67,32 @@ def _strings(record: dict, keys: tuple[str, ...], where: str) -> list[str]:
 def _schema(record: dict, where: str) -> str:
     """The one schema whose keys the record has (any of them: a partial record names what it lacks)."""
     found = [name for name, (keys, _) in _KEYS.items() if any(k in record for k in keys)]
+    if "preference" in found and "completion" not in record:  # its `prompt` names no prompt/completion record
+        found = [name for name in found if name != "prompt/completion"]
     if not found:
         raise DataError(f"{where}: a record with keys {sorted(record)[:6]} matches no schema (expected {SCHEMAS})")
     if len(found) > 1:
         raise DataError(f"{where}: a record mixes the {' and '.join(found)} schemas; give one per record")
     missing = [k for k in _KEYS[found[0]][1] if k not in record]
     if missing:
-        raise DataError(f"{where}: a {found[0]} record has no {missing[0]!r} field")
+        expected = f" (expected {', '.join(PREFERENCE_KEYS)})" if found[0] == "preference" else ""
+        raise DataError(f"{where}: a {found[0]} record has no {missing[0]!r} field{expected}")
     return found[0]
+
+
+def read_preference(record: object, where: str) -> Preference:
+    """A JSON value as a preference; a DataError naming `where` when it is not one."""
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: a preference record must be a JSON object, got {type(record).__name__}")
+    if "chosen" not in record and "rejected" not in record:
+        raise DataError(f"{where}: not a preference record (expected {', '.join(PREFERENCE_KEYS)})")
+    _schema(record, where)
+    for key in PREFERENCE_KEYS:
+        if not isinstance(record[key], str) or not record[key]:
+            raise DataError(f"{where}: {key!r} must be a non-empty string")
+    if record["chosen"] == record["rejected"]:
+        raise DataError(f"{where}: 'chosen' and 'rejected' are the same completion; a pair must differ")
+    return Preference(record["prompt"], record["chosen"], record["rejected"], where)
 
 
 def _chat(tokenizer: object, messages: object, where: str) -> tuple[str, str]:
@@ -77,10 +115,13 @@ def _chat(tokenizer: object, messages: object, where: str) -> tuple[str, str]:
 
 
 def read_record(record: object, where: str, tokenizer: object) -> Record:
-    """A JSON value as a text document or a (prompt, completion) pair; a DataError naming `where` otherwise."""
+    """A JSON value as a text document, a (prompt, completion) pair or a preference; a DataError naming `where`
+    otherwise."""
     if not isinstance(record, dict):
         raise DataError(f"{where}: a record must be a JSON object, got {type(record).__name__} (expected {SCHEMAS})")
     schema = _schema(record, where)
+    if schema == "preference":
+        return read_preference(record, where)
     if schema == "text":
         return _strings(record, ("text",), where)[0]
     if schema == "messages":

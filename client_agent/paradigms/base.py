@@ -41,6 +41,10 @@ class ClientParadigm:
     # model, every client must build the frozen rest itself (seeded init or `model.path`), so the
     # uninitialised shell that saves a pretraining client a random init (rejoin time) is not allowed.
     shell_ok: ClassVar[bool] = True
+    # The data it trains on: preference records (prompt, chosen, rejected) when true, else text or
+    # prompt/completion records; `client_agent.preflight` refuses the other kind before Join.
+    preference_data: ClassVar[bool] = False
+
     def __init__(self, settings: ParadigmSettings) -> None:
         self.settings = settings
 

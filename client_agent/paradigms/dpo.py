@@ -6,8 +6,9 @@ frozen base every client builds alike), so a pair's reference log-probabilities 
 run: they are computed once per pair, on first use, and cached. With margin = (π_c − ref_c) − (π_r − ref_r)
 the loss is −log σ(β·margin) (`sigmoid`, DPO) or (margin − 1/(2β))² (`ipo`).
 
-The pairs are the records of the client's own training examples: the record a prompt/completion example
-was read from (its file and line) also holds `chosen` and `rejected` (`read_preferences`).
+The pairs are the client's own training examples: the data reader reads a preference record
+(`client_agent.records`) as the example (prompt, chosen), and the record it was read from (its file and
+line) gives the pair back (`read_preferences`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -28,36 +30,12 @@ from torch import nn
 from geofed.config import FederationConfig
 from geofed.paradigms.dpo import DPOSettings
 
-from ..records import DataError
+from ..records import DataError, Preference, read_preference
 from ..trainer import LocalTrainer, TrainStats, scheduled_lr
 from .base import ParadigmError
 from .lora import LoRA
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Preference:
-    """One preference record: `chosen` is the better completion of `prompt` than `rejected`."""
-
-    prompt: str
-    chosen: str
-    rejected: str
-    where: str  # path:line
-
-
-def read_preference(record: object, where: str) -> Preference:
-    """A JSON value as a preference; a DataError naming `where` when it is not one."""
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: a preference record must be a JSON object, got {type(record).__name__}")
-    for key in ("prompt", "chosen", "rejected"):
-        if key not in record:
-            raise DataError(f"{where}: a preference record has no {key!r} field (expected prompt, chosen, rejected)")
-        if not isinstance(record[key], str) or not record[key]:
-            raise DataError(f"{where}: {key!r} must be a non-empty string")
-    if record["chosen"] == record["rejected"]:
-        raise DataError(f"{where}: 'chosen' and 'rejected' are the same completion; a pair must differ")
-    return Preference(record["prompt"], record["chosen"], record["rejected"], where)
 
 
 def read_preferences(path: str | Path) -> list[Preference]:
@@ -184,6 +162,7 @@ class DPO(LoRA):
     """LoRA's adapters and exchange; the local loop minimises the DPO loss against the frozen base."""
 
     settings: DPOSettings
+    preference_data: ClassVar[bool] = True
 
     def __init__(self, settings: DPOSettings) -> None:
         super().__init__(settings)
@@ -198,9 +177,9 @@ class DPO(LoRA):
     def _training_pairs(self, trainer: LocalTrainer) -> list[Preference]:
         """The preference records of the stream's training examples (their file and line)."""
         examples = getattr(trainer.stream, "examples", None)
-        if examples is None:
+        if examples is None or not examples.preferences:
             raise ParadigmError("paradigm 'dpo' trains on preference records (prompt, chosen, rejected); "
-                                "this client's data is text")
+                                "this client's data holds none")
         by_file = {f: {p.where: p for p in read_preferences(f)} for f in examples.files}
         pairs = []
         for file_index, line in examples.origins:

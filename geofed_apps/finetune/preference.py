@@ -1,9 +1,9 @@
 """`geofed local --paradigm dpo`: the docstring task as preference pairs, and its held-out preference scores.
 
 Each docstring pair becomes a preference record: the prompt, `chosen` its right answer, `rejected` the
-answer of another pair of the same set (a different one, drawn by the split's seed). Records also carry
-`completion` (the chosen answer), the prompt/completion schema a client's data reader knows, so the
-held-out eval loss is the chosen answers' loss. The score, on the shared held-out pairs:
+answer of another pair of the same set (a different one, drawn by the split's seed). A client's data
+reader takes each as the example (prompt, chosen) (`client_agent.records`), so the held-out eval loss is
+the chosen answers' loss. The score, on the shared held-out pairs:
 
 - preference accuracy: the share of pairs whose chosen completion the model finds likelier than the
   rejected one, log π(chosen) > log π(rejected) (summed over the completion's tokens). DPO's own accuracy,
@@ -11,13 +11,15 @@ held-out eval loss is the chosen answers' loss. The score, on the shared held-ou
   reference, every margin is 0); this one is meaningful before and after.
 - mean reward margin: β·[(log π(chosen) − log π_ref(chosen)) − (log π(rejected) − log π_ref(rejected))]
   averaged over the pairs; 0 for the base model.
+- F1 (the built-in task only): the held-out pairs' greedy answers scored as the LoRA preset scores them
+  (`answers.evaluate_answers`), so whether preferring the right answer also makes the model say it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +48,11 @@ def preferences_of(pairs: Sequence[QAPair], rng: np.random.Generator) -> list[Pr
 
 
 def write_preferences(path: Path, prefs: Sequence[Preference]) -> Path:
-    """JSONL preference records, each with `completion` (the chosen) for a client's data reader."""
+    """JSONL preference records (prompt, chosen, rejected)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for p in prefs:
-            f.write(json.dumps({"prompt": p.prompt, "completion": p.chosen, "chosen": p.chosen,
-                                "rejected": p.rejected}) + "\n")
+            f.write(json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) + "\n")
     return path
 
 
@@ -100,10 +101,12 @@ class UserPreferences:
 
 @dataclass(frozen=True)
 class PreferenceScores:
-    """A model's held-out preference accuracy (%) and mean reward margin."""
+    """A model's held-out preference accuracy (%) and mean reward margin, and with the docstring task's
+    answers its greedy answers' F1 (%)."""
 
     accuracy: float
     margin: float
+    f1: float | None = None
 
 
 @torch.no_grad()
@@ -132,6 +135,7 @@ class PreferenceTask:
     client_files: list[Path]
     eval_file: Path
     base_line: str = ""  # the base model's hash (`base_model.describe`), once scored
+    answers: tuple[QAPair, ...] = ()  # the docstring task's held-out pairs behind `eval_file`: F1 is scored on them
 
     @classmethod
     def write(cls, out_dir: Path, n_clients: int, seed: int = 0, windows: bool = False,
@@ -143,7 +147,7 @@ class PreferenceTask:
         files = [write_preferences(out_dir / f"client-{i}.jsonl", preferences_of(pairs, _rng(seed, i)))
                  for i, pairs in enumerate(split.clients)]
         held = write_preferences(out_dir / "eval.jsonl", preferences_of(split.eval, _rng(seed, n_clients)))
-        return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held)
+        return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held, answers=tuple(split.eval))
 
     @classmethod
     def read_user(cls, data: str, eval_data: str | None, fed: FederationConfig, n_clients: int,
@@ -168,8 +172,13 @@ class PreferenceTask:
         model = paradigm.prepare(paradigm.build(fed, initialise=True))  # adapters at init: B = 0, the base
         if flat is not None:
             load_flat_(model, torch.as_tensor(flat), paradigm.exchanged)
-        return score_preferences(model, read_preferences(self.eval_file), tokenizer_of(fed), fed.model.block_size,
-                                 fed.paradigm.beta)
+        scores = score_preferences(model, read_preferences(self.eval_file), tokenizer_of(fed), fed.model.block_size,
+                                   fed.paradigm.beta)
+        if not self.answers:
+            return scores
+        from .answers import evaluate_answers
+
+        return replace(scores, f1=evaluate_answers(model, self.answers).f1)
 
     def score_base(self, fed: FederationConfig) -> PreferenceScores:
         from .base_model import describe
@@ -182,6 +191,7 @@ class PreferenceTask:
 
     def summary_lines(self, before: PreferenceScores, after: PreferenceScores) -> list[str]:
         """The lines `geofed local --paradigm dpo` ends with (before the run directory)."""
+        f1 = [f"F1: {before.f1:.1f} -> {after.f1:.1f}"] if before.f1 is not None and after.f1 is not None else []
         return [*([self.base_line] if self.base_line else []),
                 f"reward margin: {before.margin:.3f} -> {after.margin:.3f}",
-                f"preference accuracy: {before.accuracy:.1f}% -> {after.accuracy:.1f}%"]
+                f"preference accuracy: {before.accuracy:.1f}% -> {after.accuracy:.1f}%", *f1]

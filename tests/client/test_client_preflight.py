@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from client_agent.data import DataError
+from client_agent.errors import SiteError
 from client_agent.model import ModelConfigError
 from client_agent.precision import PrecisionError
 from client_agent.preflight import DeviceError, check_before_join
@@ -62,3 +63,62 @@ def test_each_mismatch_is_one_specific_error(tmp_path, fed, tokens, device, erro
         check_before_join(_cfg(tmp_path), fed, ByteTokenizer(), tokens, torch.device(device))
 
     assert fragment in str(got.value) and "\n" not in str(got.value)
+
+
+def _examples(tmp_path, line: str):
+    from client_agent.data import load_data
+
+    (tmp_path / "d").mkdir(exist_ok=True)
+    (tmp_path / "d" / "r.jsonl").write_text(line * 40)
+    return load_data(tmp_path / "d", ByteTokenizer())[0]
+
+
+PREF = '{"prompt": "a prompt", "chosen": "yes", "rejected": "no"}\n'
+PAIR = '{"prompt": "a prompt", "completion": "yes"}\n'
+
+
+@pytest.mark.parametrize(
+    ("paradigm", "data", "fragment"),
+    [
+        ("dpo", PAIR, "paradigm 'dpo' trains on preference records (prompt, chosen, rejected); --data: "
+                      "{d}/r.jsonl:1 is a prompt/completion record"),
+        ("dpo", None, "paradigm 'dpo' trains on preference records (prompt, chosen, rejected); --data: it holds text"),
+        ("lora", PREF, "{d}/r.jsonl:1: a preference record (prompt, chosen, rejected), but paradigm 'lora' trains on "
+                       "text or prompt/completion records (--data)"),
+        ("pretrain", PREF, "but paradigm 'pretrain' trains on text or prompt/completion records"),
+    ],
+)
+def test_data_of_a_kind_the_paradigm_does_not_train_on_is_refused(tmp_path, paradigm, data, fragment):
+    # Prepare
+    fed = FederationConfig.model_validate({"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
+                                           "training": {"precision": "fp32"}, "paradigm": {"name": paradigm}})
+    loaded = TOKENS if data is None else _examples(tmp_path, data)
+
+    # Execute
+    with pytest.raises(SiteError) as got:
+        check_before_join(_cfg(tmp_path), fed, ByteTokenizer(), loaded, torch.device("cpu"))
+
+    # Assert
+    assert fragment.format(d=tmp_path / "d") in str(got.value)
+    assert "\n" not in str(got.value)
+
+
+@pytest.mark.parametrize(("paradigm", "line"), [("dpo", PREF), ("lora", PAIR)])
+def test_data_of_the_paradigm_s_kind_passes_and_held_out_data_is_checked_too(tmp_path, paradigm, line):
+    # Prepare: training data the paradigm takes, held-out data of the other kind
+    fed = FederationConfig.model_validate({"model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32},
+                                           "training": {"precision": "fp32"}, "paradigm": {"name": paradigm}})
+    data = _examples(tmp_path, line)
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "r.jsonl").write_text((PAIR if line == PREF else PREF) * 10)
+    from client_agent.data import load_data
+
+    held = load_data(tmp_path / "h", ByteTokenizer())[0]
+
+    # Execute
+    checked = check_before_join(_cfg(tmp_path), fed, ByteTokenizer(), data, torch.device("cpu"))
+    with pytest.raises(SiteError, match=r"--eval-data"):
+        check_before_join(_cfg(tmp_path), fed, ByteTokenizer(), data, torch.device("cpu"), held)
+
+    # Assert
+    assert checked.paradigm.name == paradigm and len(checked.stream.examples) > 0

@@ -36,7 +36,8 @@ def test_geofed_local_dpo_raises_the_held_out_preference_accuracy(tmp_path):
     lines = out.stdout.strip().splitlines()
     accuracy = re.search(r"^preference accuracy: ([0-9.]+)% -> ([0-9.]+)%$", out.stdout, re.M)
     margin = re.search(r"^reward margin: (-?[0-9.]+) -> (-?[0-9.]+)$", out.stdout, re.M)
-    assert accuracy and margin and lines[-1].startswith("run directory: ")
+    f1 = re.search(r"^preference accuracy: .*\nF1: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.M)  # beside it
+    assert accuracy and margin and f1 and lines[-1].startswith("run directory: ")
     assert float(accuracy.group(2)) > float(accuracy.group(1))
     assert float(margin.group(1)) == 0.0 and float(margin.group(2)) > 0  # the base is its own reference
     run = Path(lines[-1].removeprefix("run directory: "))

@@ -135,7 +135,9 @@ def test_the_docstring_task_s_pairs_reject_another_pair_s_answer(tmp_path):
     assert [p.chosen for p in read] == [p.completion for p in pairs]
     assert all(p.rejected != p.chosen and p.rejected in {"a\n", "b\n", "c\n"} for p in read)
     records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-    assert all(r["completion"] == r["chosen"] for r in records)  # what a client's data reader trains on
+    assert all(sorted(r) == ["chosen", "prompt", "rejected"] for r in records)  # the preference schema alone
+    examples, _ = load_data([tmp_path / "p.jsonl"], ByteTokenizer())  # a client's data reader takes them as is
+    assert examples.preferences and len(examples) == len(pairs)
 
 
 def _stream(tmp_path: Path, prefs: list[Preference]) -> ExampleStream:
