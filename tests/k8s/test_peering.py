@@ -25,6 +25,18 @@ def _replica(fake_ps: FakePS, priority: int) -> KopfRunner:
     return KopfRunner(args, registry=registry, timeout=30)
 
 
+async def both_peered(api: GeofedEmulator) -> None:
+    """Both replicas are in the peering record, and the lower one has had time to read it and pause.
+
+    A replica that starts alone serves at once (kopf's peering is priorities, not a lease), so a
+    SiteClient created while only the lower replica has registered may be launched by it."""
+    await wait_for(
+        lambda: len((get(api, "kopf.dev/v1/clusterkopfpeerings", None, "geofed") or {}).get("status") or {}) >= 2,
+        what="both replicas in the peering record",
+    )
+    await asyncio.sleep(1.0)
+
+
 @pytest.mark.asyncio
 @pytest.mark.kmock(cls=GeofedEmulator)
 async def test_two_replicas_never_both_launch(api) -> None:
@@ -35,6 +47,7 @@ async def test_two_replicas_never_both_launch(api) -> None:
     serving, standby = FakePS(), FakePS()
     async with operator_running(_replica(serving, 200)) as first, operator_running(_replica(standby, 100)) as second:
         await watches_open(api, {"siteclients"})
+        await both_peered(api)
         await create(api, CREDENTIAL)
         await create(api, SITECLIENT)
         await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="Job 1")

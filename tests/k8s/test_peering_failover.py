@@ -16,7 +16,7 @@ from .conftest import NAMESPACE, FakePS, operator_running, wait_for, watches_ope
 from .emulator import GeofedEmulator
 from .objects import create, get, patch
 from .test_operator_siteclient import CREDENTIAL, SITECLIENT, _status
-from .test_peering import _replica
+from .test_peering import _replica, both_peered
 
 
 @pytest.mark.asyncio
@@ -31,6 +31,7 @@ async def test_the_standby_replica_takes_over_when_the_serving_one_stops(api) ->
         second = await stack.enter_async_context(operator_running(_replica(standby, 100)))
         async with operator_running(_replica(serving, 200)) as first:
             await watches_open(api, {"siteclients"})
+            await both_peered(api)
             await create(api, CREDENTIAL)
             await create(api, SITECLIENT)
             job = await wait_for(lambda: get(api, "batch/v1/jobs", NAMESPACE, "gpu0-1"), what="Job 1")
