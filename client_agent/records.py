@@ -137,14 +137,20 @@ def read_record(record: object, where: str, tokenizer: object) -> Record:
     return prompt, completion
 
 
-def jsonl_records(raw: str, path: object, tokenizer: object) -> Iterator[tuple[Record, int]]:
-    """Each non-blank line's record and its 1-based line number; a line that is not JSON is a DataError."""
+def json_lines(raw: str, path: object) -> Iterator[tuple[object, str, int]]:
+    """Each non-blank line's JSON value, its `file:line` and its 1-based number; a line that is not JSON is a
+    DataError."""
     for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
-            record = json.loads(line)
+            yield json.loads(line), where, number
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: not a JSON line ({exc.msg}, column {exc.colno})") from None
+
+
+def jsonl_records(raw: str, path: object, tokenizer: object) -> Iterator[tuple[Record, int]]:
+    """Each non-blank line's record and its 1-based line number; a line that is not JSON is a DataError."""
+    for record, where, number in json_lines(raw, path):
         yield read_record(record, where, tokenizer), number

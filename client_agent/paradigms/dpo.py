@@ -13,7 +13,6 @@ line) gives the pair back (`read_preferences`).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -30,7 +29,7 @@ from torch import nn
 from geofed.config import FederationConfig
 from geofed.paradigms.dpo import DPOSettings
 
-from ..records import DataError, Preference, read_preference
+from ..records import DataError, Preference, json_lines, read_preference
 from ..trainer import LocalTrainer, TrainStats, scheduled_lr
 from .base import ParadigmError
 from .lora import LoRA
@@ -41,19 +40,10 @@ TensorPair = tuple[torch.Tensor, torch.Tensor]
 def read_preferences(path: str | Path) -> list[Preference]:
     """Every preference record of a JSONL file; a DataError naming file:line, or the file when it holds none."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        raw = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not a JSON line ({exc.msg}, column {exc.colno})") from None
-        out.append(read_preference(record, where))
+    out = [read_preference(record, where) for record, where, _ in json_lines(raw, path)]
     if not out:
         raise DataError(f"{path}: holds no preference record")
     return out
