@@ -152,12 +152,9 @@ class AggregationConfig(_Section):
         None,
         gt=0,
         le=10,
-        description="Global (outer) learning rate η. Unset: the outer optimizer's own. FedAvg 0.5, which suits "
-        "the default asynchronous K = 1 (FedAsync-style mixing; measured in docs/benchmarks.md; 1 is plain "
-        "FedAvg). Nesterov 0.5 × (1 − momentum), so that a delta's total weight over the steps momentum carries "
-        "it, η/(1 − μ), is FedAvg's 0.5, a hostile site's delta's too; a larger η (DiLoCo's synchronous recipe "
-        "sets 0.7) carries every delta further, a sign-flipped one included (docs/reliability.md measures what "
-        "that costs). Adam 0.01 (it moves every parameter by about η a step).",
+        description="Global (outer) learning rate η; unset: the outer optimizer's own. FedAvg: 1 in sync rounds "
+        "(the mean of every site's delta), 0.5 in async (one delta mixed in). Nesterov 0.5 × (1 − momentum), a "
+        "delta's total weight η/(1 − μ) kept at 0.5, a hostile one's too. Adam 0.01.",
     )
     momentum: float = Field(
         0.9,

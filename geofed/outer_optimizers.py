@@ -15,6 +15,7 @@ from typing import Protocol
 class OuterSettings(Protocol):
     """The aggregation settings a spec's facts read (`geofed.config.AggregationConfig`)."""
 
+    mode: str
     momentum: float
     beta1: float
 
@@ -65,9 +66,11 @@ def outer_spec(name: str) -> OuterSpec:
 
 
 FEDAVG_LR = 0.5
-"""FedAvg's η: suits the default asynchronous K = 1 (FedAsync-style mixing; docs/benchmarks.md)."""
+"""FedAvg's η where deltas arrive one at a time (async: FedAsync-style mixing; docs/benchmarks.md)."""
+FEDAVG_SYNC_LR = 1.0
+"""FedAvg's η in synchronous rounds, whose update is already the mean of every site's delta: plain FedAvg."""
 
-FEDAVG = OuterSpec("fedavg", lr=lambda cfg: FEDAVG_LR)
+FEDAVG = OuterSpec("fedavg", lr=lambda cfg: FEDAVG_SYNC_LR if cfg.mode == "sync" else FEDAVG_LR)
 NESTEROV = OuterSpec(
     "nesterov",
     # A delta's total weight over the steps momentum carries it, η/(1 − μ), stays FedAvg's.

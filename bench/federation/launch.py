@@ -110,7 +110,7 @@ class FederatedRun:
                 self.clients.append(start_client(
                     token, self.dir / "tokens" / client_id, self.dir / "logs" / f"client-{i}.log",
                     ps=f"127.0.0.1:{port}", client_id=client_id, data=self.data.lists[i],
-                    work_dir=self.dir / "clients" / f"client-{i}", seed=i, slowdown=spec.slowdown,
+                    work_dir=self.dir / "clients" / f"client-{i}", seed=i + 1000 * (self.repeat - 1), slowdown=spec.slowdown,
                     duration_s=self.scenario.budget_s + 600, micro_batch_size=spec.micro_batch,
                 ))  # fmt: skip
                 self.shares.place(f"client-{i}", self.clients[-1].pid)

@@ -339,3 +339,15 @@ def federation_for(scenario: Scenario, method: Method) -> FederationConfig:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ScenarioError(f"scenario {scenario.name!r}, method {method.name!r}: {problems}") from None
+
+
+def _recipes() -> dict[str, Method]:
+    from .recipes import CANDIDATES
+
+    return {
+        f"recipe-{tag}": Method(f"recipe-{tag}", f"recipe {tag}", "federated", summary, overrides)
+        for tag, (summary, overrides) in CANDIDATES.items()
+    }
+
+
+METHODS.update(_recipes())

@@ -37,6 +37,8 @@ class OuterOptimizer(ABC):
 
     spec: ClassVar[OuterSpec]
     name: ClassVar[str] = ""
+    lr: float
+    """η, the global learning rate it steps with; the strategy sets the live mode's before each step."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -132,6 +132,7 @@ class DeltaAveraging(Strategy):
         if self.centred.enabled:
             self.centred.update_(update)
         self.outer_bound.gradient.bound_(update)
+        self.outer.lr = self.cfg.outer_lr  # the live mode's η: aggregation.mode auto switches between two
         self.outer.increment_(update)
         factor = self.outer_bound.step.bound_(update)
         if factor < 1.0:
