@@ -47,20 +47,20 @@ class _Push(ReceivedPush):
         pass
 
 
-def _fed(mode: str) -> FederationConfig:
+def _fed(mode: str, global_lr: float | None = 1.0) -> FederationConfig:
     # FedAvg at η = 1 with equal weights: a round's update is the plain mean of its deltas times their staleness
     # factors (1 + s) ** -1, which the references below spell out. Timeouts far away: only quorum / K close.
     return FederationConfig.model_validate({
         "aggregation": {"mode": mode, "quorum": 1.0, "straggler_timeout_s": 1000, "late_policy": "accept",
                         "buffer_size": 1, "buffer_timeout_s": 1000, "staleness_exponent": 1.0,
-                        "weighting": "uniform", "outer_optimizer": "fedavg", "global_lr": 1.0,
+                        "weighting": "uniform", "outer_optimizer": "fedavg", "global_lr": global_lr,
                         "norm_bound_multiple": 0, "max_staleness": 16},
         "autotune": {"async_above": 2.0, "sync_below": 1.5, "round_window": 1},
     })
 
 
-def _aggregator(mode: str, clock: Clock) -> tuple[Aggregator, np.ndarray]:
-    agg = Aggregator(_fed(mode), GlobalModel(), sites=FixedSites(2), clock=clock)
+def _aggregator(mode: str, clock: Clock, global_lr: float | None = 1.0) -> tuple[Aggregator, np.ndarray]:
+    agg = Aggregator(_fed(mode, global_lr), GlobalModel(), sites=FixedSites(2), clock=clock)
     theta = np.random.default_rng(0).standard_normal(NUMEL).astype(np.float32)
     agg.restore(1, theta.copy(), MANIFEST, {})  # version 1 published at t = 0
     return agg, theta
@@ -141,6 +141,23 @@ def test_auto_starts_sync_switches_at_round_boundaries_and_loses_no_delta(caplog
         assert agg.mode == "sync" and len(_autotune_lines(caplog)) == 2
     # Every pushed delta went into exactly one version: the ledger counts them once each.
     assert {c: v.pushes for c, v in agg.ledger.items()} == {"F": 5, "S": 4}
+
+
+def test_fedavgs_own_eta_follows_the_live_mode():
+    """global_lr unset: a sync round steps by the mean of its deltas (η 1), an async delta by half of it (η 0.5)."""
+    clock = Clock()
+    agg, theta = _aggregator("auto", clock, global_lr=None)
+    run = Run(agg, clock)
+    ref = theta.astype(np.float64)
+    run.push(2, "F", 1)
+    run.push(8, "S", 1)  # closes the sync round; the spread 4 > 2 switches to async after it
+    ref += (run.d("F", 1) + run.d("S", 1)) / 2
+    np.testing.assert_allclose(agg.model.current().flat, ref, rtol=0, atol=1e-6)
+    assert agg.mode == "async"
+    out = run.push(12, "F", 2)
+    assert (out.status, out.version, out.staleness) == ("APPLIED", 3, 0)
+    ref += 0.5 * run.d("F", 2)
+    np.testing.assert_allclose(agg.model.current().flat, ref, rtol=0, atol=1e-6)
 
 
 def _to_async(agg: Aggregator, clock: Clock) -> None:

@@ -34,7 +34,10 @@ def test_unset_nesterov_carries_a_delta_as_far_as_fedavgs_default_step(momentum)
 
 
 def test_the_defaults_and_a_set_global_lr():
-    assert AggregationConfig().outer_lr == 0.5  # FedAvg, the default outer optimizer
+    assert AggregationConfig().outer_lr == 0.5  # FedAvg, the default outer optimizer, mixing async deltas
+    assert AggregationConfig(mode="sync").outer_lr == 1.0  # a sync round's update is already the sites' mean
+    assert AggregationConfig(mode="auto").outer_lr == 0.5  # the PS reads the live mode's (test_auto_mode_unit)
+    assert AggregationConfig(mode="sync", outer_optimizer="nesterov").outer_lr == pytest.approx(0.05)
     assert AggregationConfig(outer_optimizer="adam").outer_lr == 0.01
     assert AggregationConfig(outer_optimizer="nesterov").outer_lr == pytest.approx(0.05)
     assert AggregationConfig(outer_optimizer="nesterov", global_lr=0.7).outer_lr == 0.7  # DiLoCo's, as given
