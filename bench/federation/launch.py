@@ -31,6 +31,12 @@ from .scenario import Scenario
 Log = Callable[[str], None]
 
 
+def client_seed(index: int, repeat: int) -> int:
+    """Client `index`'s data seed in repeat `repeat`: its index in the first (every run saved before repeats
+    varied the seed), 1000 more per later repeat, so the repeats of a method see other batches."""
+    return index + 1000 * (repeat - 1)
+
+
 class RunError(RuntimeError):
     """A run that could not produce a result (PS died, no Θ0); the message points at the log."""
 
@@ -98,6 +104,7 @@ class FederatedRun:
         return f"the PS exited with code {self.ps.proc.returncode} (see {self.dir / 'logs'})"
 
     def _start_clients(self, ps: PSProcess) -> None:
+        """One client per scenario entry, each behind its own WAN proxy, seeded by `client_seed`."""
         from geofed.wan.proxy import WanProxy
 
         with ps.admin() as admin:
@@ -110,7 +117,8 @@ class FederatedRun:
                 self.clients.append(start_client(
                     token, self.dir / "tokens" / client_id, self.dir / "logs" / f"client-{i}.log",
                     ps=f"127.0.0.1:{port}", client_id=client_id, data=self.data.lists[i],
-                    work_dir=self.dir / "clients" / f"client-{i}", seed=i + 1000 * (self.repeat - 1), slowdown=spec.slowdown,
+                    work_dir=self.dir / "clients" / f"client-{i}", seed=client_seed(i, self.repeat),
+                    slowdown=spec.slowdown,
                     duration_s=self.scenario.budget_s + 600, micro_batch_size=spec.micro_batch,
                 ))  # fmt: skip
                 self.shares.place(f"client-{i}", self.clients[-1].pid)
