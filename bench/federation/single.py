@@ -71,11 +71,13 @@ def train_single(
     batch_size: int | None = None,
     lr: float | None = None,
     per_client: bool = False,
+    seed: int = 0,
 ) -> None:
     """Train on `lists` for `token_budget` tokens, appending (t, step, loss, tokens) to `out`.
 
     `batch_size` and `lr` replace the federation's training settings; `per_client` draws each batch as
-    an equal share from each list's own shard instead of from their union.
+    an equal share from each list's own shard instead of from their union; `seed` orders the batches (the
+    model's initialisation stays the federation's).
     """
     import torch
     import yaml
@@ -98,14 +100,14 @@ def train_single(
     if per_client:
         shards = [
             TokenStream(load_tokens(read_file_list(lst), tokenizer, cache=work / f"shard-{i}-tokens.npy")[0],
-                        fed.model.block_size, seed=i)
+                        fed.model.block_size, seed=seed + i)
             for i, lst in enumerate(lists)
         ]  # fmt: skip
         stream = PerClientStream(shards)
     else:
         files = [p for lst in lists for p in read_file_list(lst)]
         tokens, _ = load_tokens(files, tokenizer, cache=work / "union-tokens.npy")
-        stream = TokenStream(tokens, fed.model.block_size, seed=0)
+        stream = TokenStream(tokens, fed.model.block_size, seed=seed)
     torch.manual_seed(fed.model.seed)
     model = build_model(fed.model)
     trainer = LocalTrainer(model, fed.training, stream, "cpu")
@@ -143,6 +145,7 @@ def run_single(
     batch_size: int | None = None,
     lr: float | None = None,
     per_client: bool = False,
+    seed: int = 0,
 ) -> RunResult:
     """Run a reference in a one-thread subprocess and read its token-indexed loss curve."""
     from client_agent.corpus import write_file_list
@@ -171,6 +174,7 @@ def run_single(
         *(["--batch-size", str(batch_size)] if batch_size is not None else []),
         *(["--lr", repr(lr)] if lr is not None else []),
         *(["--per-client"] if per_client else []),
+        *(["--seed", str(seed)] if seed else []),
     ]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     with open(run_dir / "logs" / "single.log", "wb") as log:
@@ -215,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--per-client", action="store_true", help="each batch an equal share from each --data list's shard"
     )
+    p.add_argument("--seed", type=int, default=0, help="seed of the batch order (default 0)")
     args = p.parse_args(argv)
     if args.tokens < 1 or args.evals < 1:
         p.error(f"--tokens and --evals must be >= 1, got {args.tokens} and {args.evals}")
@@ -235,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         lr=args.lr,
         per_client=args.per_client,
+        seed=args.seed,
     )
     return 0
 

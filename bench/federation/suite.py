@@ -16,9 +16,9 @@ from pathlib import Path
 import yaml
 
 from .cpu_shares import CpuShares
-from .launch import FederatedRun, prepare_data
+from .launch import FederatedRun, client_seed, prepare_data
 from .methods import federation_for, get_method
-from .references import REFERENCES, SWEEP_LRS, SWEPT, sweep_method
+from .references import REFERENCES, SWEEP_LRS, SWEPT, best_of_sweep, split_method, sweep, sweep_method
 from .results import RESULTS_DIR, RunResult, load_all, save
 from .scenario import Scenario, ScenarioError
 from .single import run_single
@@ -77,7 +77,8 @@ def run_suite(
             if method.name in SWEPT_BASES:
                 out += _sweep(scenario, method.name, fed_file, data, run_dir, budget, repeat, results_root, log)
                 continue
-            result = run_single(scenario, fed_file, data, run_dir, budget, method=method.name)
+            result = run_single(scenario, fed_file, data, run_dir, budget, method=method.name,
+                                seed=client_seed(0, repeat))
             result = dataclasses.replace(result, repeat=repeat)
         else:
             result = FederatedRun(
@@ -111,18 +112,25 @@ def _sweep(
     results_root: Path,
     log: Callable[[str], None],
 ) -> list[RunResult]:
-    """Reference (b) or (c): one run per learning rate of SWEEP_LRS at the global batch, each saved."""
+    """Reference (b) or (c): one run per learning rate of SWEEP_LRS at the global batch, each saved. A later
+    repeat reruns only the rate the first one kept, with another batch order (its seed's spread)."""
     from geofed.config import FederationConfig
 
     fed = FederationConfig.model_validate(yaml.safe_load(fed_file.read_text(encoding="utf-8")))
     batch = fed.training.batch_size * len(scenario.clients)
+    rates: Sequence[float] = SWEEP_LRS
+    if repeat > 1:
+        kept = best_of_sweep(sweep(load_all(scenario.name, results_root), base))
+        if kept is None:
+            raise ScenarioError(f"repeat {repeat} of {base} reruns the rate its first sweep kept: run repeat 1 first")
+        rates = [split_method(kept.method)[1]]
     out = []
-    for lr in SWEEP_LRS:
+    for lr in rates:
         name = sweep_method(base, lr)
         load = os.getloadavg()[0]
         result = run_single(
             scenario, fed_file, data, run_dir / f"lr{lr:g}", budget, method=name, batch_size=batch, lr=lr,
-            per_client=SWEPT_BASES[base] == "c",
+            per_client=SWEPT_BASES[base] == "c", seed=client_seed(0, repeat),
         )  # fmt: skip
         result = dataclasses.replace(result, repeat=repeat, load_avg_1m=round(load, 2))
         path = save(result, results_root)

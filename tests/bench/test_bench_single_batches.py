@@ -48,3 +48,28 @@ def test_bad_reference_arguments_fail_before_any_training(tmp_path, capsys, extr
         main(argv)
     assert message in capsys.readouterr().err
     assert not (tmp_path / "c.jsonl").exists()
+
+
+def test_a_later_repeat_of_a_sweep_reruns_the_kept_rate_with_another_batch_order(tmp_path, monkeypatch):
+    import bench.federation.suite as suite
+    from bench.federation.references import sweep_method
+    from bench.federation.results import CurvePoint, RunResult, save
+    from bench.federation.scenarios import LOCAL3
+    from bench.federation.scenario import parse_scenario
+
+    scenario = parse_scenario(LOCAL3)
+    for lr, loss in ((0.001, 1.7), (0.002, 1.6), (0.004, 1.8)):
+        curve = [CurvePoint(0, 0, 5.0, 0), CurvePoint(9, 9, loss, 1000)]
+        save(RunResult("local3", sweep_method("single-global", lr), "single", 9.0, 0, curve, []), tmp_path)
+    calls = []
+
+    def fake_run_single(scenario, fed_file, data, run_dir, budget, *, method, lr, seed, **kw):
+        calls.append((method, lr, seed))
+        return RunResult("local3", method, "single", 9.0, 0, [CurvePoint(0, 0, 5.0, 0), CurvePoint(9, 9, 1.65, 1000)], [])
+
+    monkeypatch.setattr(suite, "run_single", fake_run_single)
+    fed_file = tmp_path / "federation.yaml"
+    fed_file.write_text("{}\n", encoding="utf-8")
+    out = suite._sweep(scenario, "single-global", fed_file, None, tmp_path / "run", 1000, 2, tmp_path, lambda m: None)
+    assert calls == [("single-global@lr=0.002", 0.002, 1000)]  # the kept rate only, seeded as repeat 2's clients
+    assert [r.repeat for r in out] == [2] and (tmp_path / "local3" / "single-global@lr=0.002.r2.json").is_file()
