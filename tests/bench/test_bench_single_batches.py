@@ -54,8 +54,8 @@ def test_a_later_repeat_of_a_sweep_reruns_the_kept_rate_with_another_batch_order
     import bench.federation.suite as suite
     from bench.federation.references import sweep_method
     from bench.federation.results import CurvePoint, RunResult, save
-    from bench.federation.scenarios import LOCAL3
     from bench.federation.scenario import parse_scenario
+    from bench.federation.scenarios import LOCAL3
 
     scenario = parse_scenario(LOCAL3)
     for lr, loss in ((0.001, 1.7), (0.002, 1.6), (0.004, 1.8)):
@@ -65,7 +65,8 @@ def test_a_later_repeat_of_a_sweep_reruns_the_kept_rate_with_another_batch_order
 
     def fake_run_single(scenario, fed_file, data, run_dir, budget, *, method, lr, seed, **kw):
         calls.append((method, lr, seed))
-        return RunResult("local3", method, "single", 9.0, 0, [CurvePoint(0, 0, 5.0, 0), CurvePoint(9, 9, 1.65, 1000)], [])
+        curve = [CurvePoint(0, 0, 5.0, 0), CurvePoint(9, 9, 1.65, 1000)]
+        return RunResult("local3", method, "single", 9.0, 0, curve, [])
 
     monkeypatch.setattr(suite, "run_single", fake_run_single)
     fed_file = tmp_path / "federation.yaml"
