@@ -113,8 +113,9 @@ def run_once(
     overrides: dict | None = None,
 ) -> dict:
     """One federation; per-version steps, the model after each round, the final held-out loss. `overrides`:
-    PS settings over the defaults and the outer optimizer's (nested dicts, as `--set` builds them)."""
-    fed = FederationConfig()
+    settings over the defaults and the outer optimizer's (nested dicts, as `--set` builds them), read by the PS
+    and, for training.*, by the sites' trainers too."""
+    fed = FederationConfig.model_validate(overrides or {})
     t = fed.training
     full = t.batch_size * fed.model.block_size * t.local_steps
     trainers = honest_trainers(fed, HONEST + 1, seed)
@@ -293,7 +294,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a PS setting over the defaults, e.g. "
+        help="a setting over the defaults (the PS reads it; the sites' trainers read training.*), e.g. "
         "aggregation.norm_bound_multiple=2 or aggregation.global_lr=0.5 (repeatable)",
     )
     args = p.parse_args()
