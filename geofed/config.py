@@ -139,11 +139,10 @@ class AggregationConfig(_Section):
     """How the PS folds deltas into the global model (Algorithm 1, step 13, and better)."""
 
     mode: Literal["sync", "async", "auto"] = Field(
-        "async",
+        "auto",
         description="sync: rounds with quorum and straggler timeout; async: buffered, staleness-aware; auto: starts "
-        "sync and switches between the two from the measured spread of client round times (autotune.async_above "
-        "/ sync_below), only between rounds, each switch logged and exported; the sync-only and async-only "
-        "settings apply while their mode runs. One PS only (not with groups or ps_shards > 1).",
+        "sync, switches between the two from the spread of client round times (autotune.async_above / "
+        "sync_below) between rounds. One PS only: unset, groups and ps_shards > 1 run async.",
     )
     outer_optimizer: OuterName = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
@@ -392,7 +391,12 @@ class TrainingConfig(_Section):
     micro_batch_size: int = Field(
         0, ge=0, le=1 << 20, description="Sequences per forward pass; 0 picks the largest that fits the device."
     )
-    local_steps: int = Field(40, ge=1, description="H: local steps between syncs.")
+    local_steps: int = Field(
+        10,
+        ge=1,
+        description="H: local steps between syncs. Short rounds keep the sites' models close on non-IID data "
+        "(docs/benchmarks.md); autotune.interval lengthens a round where a link needs it.",
+    )
     sync_interval_s: float = Field(
         60.0, gt=0, description="T: wall-clock seconds between syncs; whichever of H and T comes first."
     )
@@ -539,6 +543,17 @@ class FederationConfig(_Section):
                              f"({', '.join(paradigms_with('elementwise'))}); {self.paradigm.name!r} exchanges its own "
                              "vector, which a sharded PS does not split")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unset_mode_on_many_ps(cls, data: Any) -> Any:
+        # The default mode, auto, switches at one PS; a ring or a sharded front whose mode is unset runs async.
+        if not isinstance(data, dict) or not (data.get("groups") or (data.get("ps_shards") or 1) > 1):
+            return data
+        agg = data.get("aggregation")
+        if agg is None or isinstance(agg, dict) and "mode" not in agg:
+            return {**data, "aggregation": {**(agg or {}), "mode": "async"}}
+        return data
 
     @model_validator(mode="after")
     def _auto_mode_one_ps(self) -> FederationConfig:

@@ -1,0 +1,32 @@
+#!/bin/bash
+# The recipe search (docs/benchmarks.md, "A pretraining recipe by measurement"): the candidates of
+# bench/federation/recipes.py on local3 and hetero-wan, one after another, results under this folder
+# (<scenario>/<method>[.rN].json). Repeats N > 1 draw other client batch orders (client seed i + 1000 (N - 1)).
+# The references are read from bench/results/<scenario>/ (copied here by the table step below).
+# From the repository root; 2 cores, ~2 min a run. Progress: stdout.txt.
+set -e
+OUT=$(cd "$(dirname "$0")" && pwd)
+cd "$OUT/../../.."
+PY=${PY:-.venv/bin/python}
+R=(--results-dir "$OUT" --work-dir /tmp/geofed-recipe-search)
+run() { echo "=== $* $(date -u +%FT%T) $(uptime)" | tee -a "$OUT/stdout.txt"; $PY bench/run.py federation "$@" "${R[@]}" 2>&1 | tee -a "$OUT/stdout.txt"; }
+# Round 1, local3, one run each.
+run --scenario local3 --methods recipe-sync-h40,recipe-sync-h10,recipe-sync-h10-lr15,recipe-sync-h40-lr15,recipe-diloco-h10,recipe-diloco-h40,recipe-sync-h20-lr2,recipe-async-lr15
+run --scenario local3 --methods recipe-sync-h5,recipe-sync-h20,recipe-async-h10,recipe-auto-h10
+# Finalists: three batch orders each.
+for rep in 1 2 3; do run --scenario local3 --methods recipe-auto-h10 --repeat $rep; done
+for rep in 2 3; do run --scenario local3 --methods recipe-sync-h10 --repeat $rep; done
+run --scenario hetero-wan --methods ours,recipe-auto-h10,recipe-async-h10 --repeat 1
+for rep in 2 3; do run --scenario hetero-wan --methods recipe-auto-h10 --repeat $rep; done
+run --scenario hetero-wan --methods recipe-auto-h10-interval
+run --scenario local3 --methods recipe-auto-h10-interval
+# Tables: candidates against the references saved for each scenario.
+for s in local3 hetero-wan; do
+  cp bench/results/$s/single*.json bench/results/$s/dp-global*.json "$OUT/$s/" 2>/dev/null || true
+  $PY -c "
+import sys; from pathlib import Path
+from bench.federation.results import load_all
+from bench.federation.search_table import search_table
+runs = load_all('$s', Path('$OUT'))
+print(search_table([r for r in runs if r.kind == 'federated'], runs))" | tee "$OUT/$s-table.md"
+done
