@@ -139,10 +139,11 @@ class AggregationConfig(_Section):
     """How the PS folds deltas into the global model (Algorithm 1, step 13, and better)."""
 
     mode: Literal["sync", "async", "auto"] = Field(
-        "auto",
+        "async",
         description="sync: rounds with quorum and straggler timeout; async: buffered, staleness-aware; auto: starts "
-        "sync, switches between the two from the spread of client round times (autotune.async_above / "
-        "sync_below) between rounds. One PS only: unset, groups and ps_shards > 1 run async.",
+        "sync and switches between the two from the measured spread of client round times (autotune.async_above "
+        "/ sync_below), only between rounds, each switch logged and exported; the sync-only and async-only "
+        "settings apply while their mode runs. One PS only (not with groups or ps_shards > 1).",
     )
     outer_optimizer: OuterName = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
@@ -543,17 +544,6 @@ class FederationConfig(_Section):
                              f"({', '.join(paradigms_with('elementwise'))}); {self.paradigm.name!r} exchanges its own "
                              "vector, which a sharded PS does not split")
         return self
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unset_mode_on_many_ps(cls, data: Any) -> Any:
-        # The default mode, auto, switches at one PS; a ring or a sharded front whose mode is unset runs async.
-        if not isinstance(data, dict) or not (data.get("groups") or (data.get("ps_shards") or 1) > 1):
-            return data
-        agg = data.get("aggregation")
-        if agg is None or isinstance(agg, dict) and "mode" not in agg:
-            return {**data, "aggregation": {**(agg or {}), "mode": "async"}}
-        return data
 
     @model_validator(mode="after")
     def _auto_mode_one_ps(self) -> FederationConfig:
