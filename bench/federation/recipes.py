@@ -43,10 +43,19 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     "diloco-h10": ("sync Nesterov η 0.7 μ 0.9, H 10, inner lr 0.003", _sync(10, outer="nesterov", eta=0.7)),
     "sync-h5": ("sync FedAvg η 1, H 5, inner lr 0.003", _sync(5)),
     "sync-h20": ("sync FedAvg η 1, H 20, inner lr 0.003", _sync(20)),
-    "async-h10": ("ours (async, defaults) with H 10 local steps", {"training": {"local_steps": 10}}),
+    "async-h40": (
+        "ours (async) with H 40 local steps: geofed's default H until this search",
+        {"training": {"local_steps": 40}},
+    ),
+    "async-h10": ("ours (async) with H 10 local steps: geofed's defaults since", {"training": {"local_steps": 10}}),
     "auto-h10": (
         "ours with aggregation.mode auto and H 10 local steps",
         {"aggregation": {"mode": "auto"}, "training": {"local_steps": 10}},
+    ),
+    "auto-h10-eta05": (
+        "ours with aggregation.mode auto, H 10 and FedAvg η 0.5 in sync rounds too (its own η before it followed "
+        "the mode)",
+        {"aggregation": {"mode": "auto", "global_lr": 0.5}, "training": {"local_steps": 10}},
     ),
     "auto-h10-interval": (
         "ours with aggregation.mode auto, H 10 local steps and autotune.interval (thin links lengthen rounds)",

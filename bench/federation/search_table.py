@@ -7,10 +7,12 @@ median and the range of its gaps; the references are those `references.pick_refe
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .references import HEADLINE, LABELS, pick_references
-from .results import RunResult
+from .results import RESULTS_DIR, RunResult, load_all
 from .tables import markdown, name_of, vs_single
 
 
@@ -25,7 +27,8 @@ def _spread(values: Sequence[float], spec: str) -> str:
 
 
 def search_table(runs: Sequence[RunResult], references: Sequence[RunResult]) -> str:
-    """One row per federated method in `runs`: repeats, tokens, final loss and the gaps to (b), (a) and (c)."""
+    """One row per federated method in `runs`: repeats, tokens, final loss and the gaps to (b), (a) and (c)
+    (those saved), the smallest median gap to the headline reference (or to the first saved) first."""
     refs = pick_references(references)
     shown = [k for k in (HEADLINE, "a", "c") if refs.get(k) is not None]
     by_method: dict[str, list[RunResult]] = {}
@@ -33,7 +36,8 @@ def search_table(runs: Sequence[RunResult], references: Sequence[RunResult]) -> 
         if r.kind == "federated" and r.curve:
             by_method.setdefault(r.method, []).append(r)
     rows = []
-    for method, group in sorted(by_method.items(), key=lambda kv: _median_gap(kv[1], refs.get(HEADLINE))):
+    first = refs[shown[0]] if shown else None  # order by the headline gap, or the first reference there is
+    for method, group in sorted(by_method.items(), key=lambda kv: _median_gap(kv[1], first)):
         gaps = {k: [g for g in (vs_single(r, refs[k]) for r in group) if g is not None] for k in shown}
         rows.append([
             name_of(method),
@@ -49,3 +53,22 @@ def search_table(runs: Sequence[RunResult], references: Sequence[RunResult]) -> 
 def _median_gap(group: Sequence[RunResult], ref: RunResult | None) -> float:
     gaps = [g for g in (vs_single(r, ref) for r in group) if g is not None]
     return statistics.median(gaps) if gaps else float("inf")
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m bench.federation.search_table DIR SCENARIO`: the candidates saved under DIR/SCENARIO/ against
+    the references saved in bench/results/SCENARIO/."""
+    if len(argv) != 2:
+        print("usage: python -m bench.federation.search_table DIR SCENARIO", file=sys.stderr)
+        return 2
+    folder, scenario = Path(argv[0]), argv[1]
+    candidates = [r for r in load_all(scenario, folder) if r.kind == "federated"]
+    if not candidates:
+        print(f"no federated run saved under {folder / scenario}", file=sys.stderr)
+        return 1
+    print(search_table(candidates, load_all(scenario, RESULTS_DIR)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -34,3 +34,11 @@ def test_median_and_range_over_repeats_ordered_by_the_gap_to_b():
 
 def test_single_process_runs_are_not_candidates():
     assert search_table([A, B], REFS).count("\n") == 1  # the header and its rule only
+
+
+def test_without_reference_b_the_rows_follow_the_gap_to_a():
+    worse = run("recipe-a", [(0, 5.0, 0), (90, 3.74, 8_000)], kind="federated")  # +10 % against (a)'s 3.4
+    better = run("recipe-z", [(0, 5.0, 0), (90, 3.57, 8_000)], kind="federated")  # +5 %
+    lines = search_table([worse, better], [A]).splitlines()
+    assert "vs (b)" not in lines[0]
+    assert lines[2].startswith("| recipe-z |") and lines[3].startswith("| recipe-a |")

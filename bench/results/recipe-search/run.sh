@@ -16,17 +16,11 @@ run --scenario local3 --methods recipe-sync-h5,recipe-sync-h20,recipe-async-h10,
 # Finalists: three batch orders each.
 for rep in 1 2 3; do run --scenario local3 --methods recipe-auto-h10 --repeat $rep; done
 for rep in 2 3; do run --scenario local3 --methods recipe-sync-h10 --repeat $rep; done
-run --scenario hetero-wan --methods ours,recipe-auto-h10,recipe-async-h10 --repeat 1
+run --scenario hetero-wan --methods recipe-async-h40,recipe-auto-h10,recipe-async-h10 --repeat 1
 for rep in 2 3; do run --scenario hetero-wan --methods recipe-auto-h10 --repeat $rep; done
 run --scenario hetero-wan --methods recipe-auto-h10-interval
 run --scenario local3 --methods recipe-auto-h10-interval
-# Tables: candidates against the references saved for each scenario.
+# Tables: candidates here against the references saved in bench/results/<scenario>/.
 for s in local3 hetero-wan; do
-  cp bench/results/$s/single*.json bench/results/$s/dp-global*.json "$OUT/$s/" 2>/dev/null || true
-  $PY -c "
-import sys; from pathlib import Path
-from bench.federation.results import load_all
-from bench.federation.search_table import search_table
-runs = load_all('$s', Path('$OUT'))
-print(search_table([r for r in runs if r.kind == 'federated'], runs))" | tee "$OUT/$s-table.md"
+  $PY -m bench.federation.search_table "$OUT" $s | tee "$OUT/$s-table.md"
 done
