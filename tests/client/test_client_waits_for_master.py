@@ -38,6 +38,7 @@ def test_a_client_waiting_for_the_initial_model_names_the_cause_and_the_fix(tmp_
         waits = re.findall(r"event=waiting_for_model newer_than=0 waited_s=(\d+) .*reason=(.*)", log)
         assert waits and all(fix in reason for _, reason in waits), log[-3000:]
         assert float(waits[0][0]) >= NOTICE_S - 1  # not a line per poll: one per notice period
+        assert len(waits) >= 2, log[-3000:]  # the wait lasts two notice periods and a second
         last = log.strip().splitlines()[-1]
         assert last.startswith("geofed client: NoGlobalModel: ") and fix in last, log[-3000:]
     finally:
