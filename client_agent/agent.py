@@ -143,7 +143,8 @@ class ClientAgent:
     def loop(self, ps: PSClient, ranks: Ranks, site: Site) -> int:
         """The rounds: adopt → local update → evaluate → push → next model → record, until a stop condition."""
         fed, trainer, sync = site.fed, site.trainer, site.sync
-        global_model = ranks.lead(partial(first_model, ps, self.cfg.model_wait_timeout_s))
+        global_model = ranks.lead(
+            partial(first_model, ps, self.cfg.model_wait_timeout_s, self.cfg.model_wait_notice_s))
         if site.clock is not None:
             site.clock.first_model()
         rounds = bad_rounds = 0

@@ -18,11 +18,7 @@ log = logging.getLogger("geofed.client")
 DEFERRED_WAIT_S = 30.0
 
 
-# How often a client waiting for the initial model says why it waits (the master builds Θ0 in seconds to minutes).
-FIRST_MODEL_NOTICE_S = 15.0
-
-
-def first_model(ps: PSClient, timeout_s: float, notice_s: float = FIRST_MODEL_NOTICE_S) -> GlobalVersion:
+def first_model(ps: PSClient, timeout_s: float, notice_s: float) -> GlobalVersion:
     """The first global model; JoinError (exit 3, a readable reason) if the master never installs one. Every
     `notice_s` it waits, a warning names the cause and the fix (`no_master_reason`)."""
     t0 = time.monotonic()

@@ -741,6 +741,13 @@ class ClientConfig(_Section):
         description="Give up (exit 3, relaunched by the operator) when the PS still has no global model after "
         "this long: the federation's master client has not installed it.",
     )
+    model_wait_notice_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="While no global model exists yet, log why the client waits (no master client has installed "
+        "it) and how to fix that, every this many seconds.",
+    )
     retry_budget_s: float = Field(
         600.0, gt=0, description="Keep retransmitting a failed push this long (a PS outage) before giving up."
     )

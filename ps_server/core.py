@@ -42,8 +42,15 @@ from .waiting import Activity, NotWaiting, heartbeat_interval_s, not_waiting
 log = logging.getLogger("geofed.ps")
 
 MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may install
-# A running client heartbeats at least every 15 s (client_agent.ps_client); three missed ones and its site has left.
-PRESENT_FOR_S = 45.0
+# A running client heartbeats every third of its session's life, at least every 15 s (client_agent.ps_client);
+# three missed heartbeats and its site has left.
+PRESENT_HEARTBEATS = 3
+
+
+def present_for_s(session_ttl_s: float) -> float:
+    """How long after its clients' last call a site still counts as present: three of their heartbeat
+    intervals (45 s at the default 300 s session TTL)."""
+    return PRESENT_HEARTBEATS * heartbeat_interval_s(session_ttl_s)
 
 
 def goodput_status(goodput: dict[str, float]) -> dict[str, float]:
@@ -451,9 +458,9 @@ class ParameterServerCore:
         log.warning("event=stream_refused client=%r rpc=%s reason=%s", client_id, rpc, exc.reason)
 
     def site_present(self, site: str) -> bool:
-        """Whether a client of `site` called the PS (a heartbeat, a push, a model fetch) within PRESENT_FOR_S:
-        the round share's notion of a site still taking part."""
-        horizon = time.time() - PRESENT_FOR_S
+        """Whether a client of `site` called the PS (a heartbeat, a push, a model fetch) within `present_for_s`
+        of the session TTL: the round share's notion of a site still taking part."""
+        horizon = time.time() - present_for_s(self.registry.session_ttl_s)
         with self._clients_lock:
             return any(c.last_seen >= horizon and (c.site or c.client_id) == site for c in self.clients.values())
 

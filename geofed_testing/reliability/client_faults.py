@@ -18,6 +18,11 @@ from .scenario import Federation, ScenarioFailed, ScenarioResult, new_client
 
 NUMEL = 200_000  # 800 kB of fp32 per delta: 3.2 s on the capped link, so a kill lands well inside it
 LINK_BPS = 250_000
+# Several clients: a site that has finished its rounds stops holding the others' round share three of its
+# heartbeats after its last call (ps_server.core.present_for_s), 9 s here rather than 45 s at the default TTL,
+# and a client whose delta that share put off tries again every few seconds rather than every 30 s.
+SESSION_TTL_S = 9.0
+RETRY_DEFERRED_S = 3.0
 
 
 def _proxy(reaper: Reaper, fed: Federation, profile: LinkProfile) -> WanProxy:
@@ -120,8 +125,13 @@ def client_killed_mid_checkpoint(workdir: Path, reaper: Reaper) -> ScenarioResul
 def all_clients_gone(workdir: Path, reaper: Reaper, n: int = 4) -> ScenarioResult:
     """Every client SIGKILLed at once, PS alone; all relaunched: they rejoin and the versions move on."""
     res = ScenarioResult("all clients gone and back", f"SIGKILL of all {n} client processes at the same instant")
-    fed = Federation.start(workdir, reaper, NUMEL // 4)
-    clients = [new_client(fed, reaper, workdir, f"all.c{i}", rounds=6, pause_s=0.2).start() for i in range(n)]
+    fed = Federation.start(workdir, reaper, NUMEL // 4, extra=["--session-ttl-s", str(SESSION_TTL_S)])
+    go = workdir / "all.go"  # every client starts its rounds once all have joined: none is done before the kill
+    clients = [new_client(fed, reaper, workdir, f"all.c{i}", rounds=6, pause_s=0.2, deferred_wait_s=RETRY_DEFERRED_S,
+                          start_file=go).start() for i in range(n)]
+    for c in clients:
+        c.wait_event(lambda e: e["event"] == "joined", 60, "joined")
+    go.touch()
     for c in clients:
         c.wait_event(lambda e: e["event"] == "receipt" and e["seq"] == 1, 60, "two acknowledged pushes")
     t_kill = time.monotonic()

@@ -5,10 +5,10 @@ relaunch re-joins with its persisted rejoin token), take the newest global model
 (client, round, base version), then write its checkpoint atomically with `client_agent.checkpoint`
 (a ballast tensor stands in for optimizer state, so the write takes long enough to be interrupted).
 A delta put off by its site's round share is dropped and the next round trains on a newer model, or on the
-same one after 30 s, as the agent does (`client_agent.model_waits.next_model`). What the agent does that this
-stand-in does not: train (its deltas are seeded values named by client, round and base version), keep an
-error-feedback residual, tune its codec and interval, and checkpoint its encoded upload before sending it (this
-one checkpoints after the receipt, so a relaunch redoes the round).
+same one after --deferred-wait-s (30 s, as the agent does: `client_agent.model_waits.next_model`). What the
+agent does that this stand-in does not: train (its deltas are seeded values named by client, round and base
+version), keep an error-feedback residual, tune its codec and interval, and checkpoint its encoded upload
+before sending it (this one checkpoints after the receipt, so a relaunch redoes the round).
 Every step is appended to an events file (fsynced), which the scenario reads to decide when to kill
 and to know which deltas were attempted and which were acknowledged.
 
@@ -29,6 +29,7 @@ import torch
 
 from client_agent.checkpoint import CheckpointManager, ClientCheckpoint
 from client_agent.errors import DeferredDeltaError
+from client_agent.model_waits import DEFERRED_WAIT_S
 from client_agent.ps_client import PSClient, PushError, StaleDeltaError
 from geofed.codec import make_codec
 from geofed_testing.ledger import delta_for
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--numel", type=int, required=True)
     p.add_argument("--ballast-floats", type=int, default=0, help="extra checkpoint size (stands in for Adam state)")
     p.add_argument("--pause-s", type=float, default=0.0, help="sleep between rounds")
+    p.add_argument("--deferred-wait-s", type=float, default=DEFERRED_WAIT_S,
+                   help="after a put-off delta, how long to wait for a newer model before pushing on the one held")
+    p.add_argument("--start-file", help="once joined, wait for this file before the first round (a relaunch finds it)")
     args = p.parse_args(argv)
     state, events = Path(args.state_dir), Path(args.events)
     ckpts = CheckpointManager(state / "checkpoints", keep_best=1)
@@ -77,9 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         ps.join()
         emit(events, "joined", version=ps.join_version)
         ps.start()
+        while args.start_file and not Path(args.start_file).exists():
+            time.sleep(0.01)
         while seq < args.rounds:
-            # After a put-off delta, as the agent does: a newer model, or within 30 s the one held again.
-            model = ps.wait_for_version(pushed_on, timeout=30 if deferred else 120)
+            # After a put-off delta, as the agent does: a newer model, or after the deferred wait the one held again.
+            model = ps.wait_for_version(pushed_on, timeout=args.deferred_wait_s if deferred else 120)
             if model is None and deferred:
                 model = ps.latest()
             deferred = False

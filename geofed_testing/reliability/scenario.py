@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from client_agent.model_waits import DEFERRED_WAIT_S
 from geofed_apps.launch import child_env, spawn, stop, wait_until
 from geofed_testing.ledger import EXACT_ASYNC, Accounting, account, delta_for
 from geofed_testing.procs import PSNode, Reaper
@@ -106,7 +107,8 @@ class ClientProc:
     """A `client_proc` process in its own process group; relaunch with `start()` on the same state directory."""
 
     def __init__(self, reaper: Reaper, workdir: Path, address: str, client_id: str, token: str, numel: int,
-                 rounds: int, ballast_floats: int = 0, pause_s: float = 0.0) -> None:
+                 rounds: int, ballast_floats: int = 0, pause_s: float = 0.0,
+                 deferred_wait_s: float = DEFERRED_WAIT_S, start_file: Path | None = None) -> None:
         self.reaper, self.dir, self.client_id = reaper, workdir, client_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.token_file = self.dir / "token"
@@ -115,7 +117,10 @@ class ClientProc:
         self.state = self.dir / "state"
         self.args = ["--ps", address, "--client-id", client_id, "--token-file", str(self.token_file),
                      "--state-dir", str(self.state), "--events", str(self.events_file), "--rounds", str(rounds),
-                     "--numel", str(numel), "--ballast-floats", str(ballast_floats), "--pause-s", str(pause_s)]
+                     "--numel", str(numel), "--ballast-floats", str(ballast_floats), "--pause-s", str(pause_s),
+                     "--deferred-wait-s", str(deferred_wait_s)]
+        if start_file is not None:
+            self.args += ["--start-file", str(start_file)]
         self.proc = None
 
     def start(self) -> ClientProc:

@@ -3,7 +3,7 @@
 Sessions that join and heartbeat but never train must not hold a sync round to the straggler timeout (set to
 600 s here, far beyond what these tests take); a session whose heartbeats report progress on the round is
 waited for until that progress stops. The PS's heartbeat interval follows the session TTL (a third of it), so
-a 12 s TTL gives 4 s heartbeats and a 12 s silence bound (three of them) for a session with no timed round.
+a 6 s TTL gives 2 s heartbeats and a 6 s silence bound (three of them) for a session with no timed round.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from geofed_testing.ledger import delta_for
 from geofed_testing.procs import PSNode, Reaper
 from geofed_testing.wire import NUMEL, Observer, delta_messages, encoded, init_model, join, push, raw_session
 
-SESSION_TTL_S = 12.0
+SESSION_TTL_S = 6.0
 SILENCE_BOUND_S = 3 * SESSION_TTL_S / 3  # three heartbeat intervals
 STRAGGLER_TIMEOUT_S = 600.0
 PATIENCE_S = 120.0  # how long a test waits for what it expects: far less than the straggler timeout
+CHUNK_PERIOD_S = 0.5  # a slow upload's pace: one payload chunk per period
 
 
 class Heartbeats:
@@ -57,7 +58,7 @@ class Heartbeats:
 
 
 def sync_ps(tmp_path, reaper: Reaper) -> PSNode:
-    """A sync PS with a 600 s straggler timeout (not tuned down from round times) and a 12 s session TTL."""
+    """A sync PS with a 600 s straggler timeout (not tuned down from round times) and a 6 s session TTL."""
     ps = PSNode(
         tmp_path / "ps",
         {"aggregation": {"mode": "sync", "straggler_timeout_s": STRAGGLER_TIMEOUT_S},
@@ -154,16 +155,17 @@ def test_a_push_is_waited_for_while_its_bytes_arrive_and_not_once_they_stop(tmp_
     beats = Heartbeats(reaper)
     beats.add(slow_stub, slow_session)
     beats.start()
-    messages = delta_messages(*encoded(delta_for("slow/0", NUMEL)), base=version, upload_id="slow/0", chunk=256)
+    header, payload = encoded(delta_for("slow/0", NUMEL))
+    chunks = int(2 * SILENCE_BOUND_S / CHUNK_PERIOD_S)  # its bytes arrive for two silence bounds
+    messages = delta_messages(header, payload, base=version, upload_id="slow/0", chunk=-(-len(payload) // chunks))
     sending, stalled, release = threading.Event(), threading.Event(), threading.Event()
-    reaper.add(release.set)
 
     def upload():
         """Header and payload, a chunk every half second for longer than the silence bound, then nothing."""
         yield messages[0]
         sending.set()
         for chunk in messages[1:-1]:
-            time.sleep(0.5)
+            time.sleep(CHUNK_PERIOD_S)
             yield chunk
         stalled.set()
         release.wait(PATIENCE_S + 60)  # the trailer never comes; the stream ends when the test is done
@@ -176,7 +178,13 @@ def test_a_push_is_waited_for_while_its_bytes_arrive_and_not_once_they_stop(tmp_
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
-    reaper.add(lambda: sender.join(timeout=30))
+
+    def end_upload() -> None:
+        """The stream ends without its trailer, and the sender's call returns (refused as truncated)."""
+        release.set()
+        sender.join(timeout=30)
+
+    reaper.add(end_upload)
     assert sending.wait(30)
     assert push(fast, version, delta_for("fast/0", NUMEL), tokens=1024, local_steps=8).status == "ACCEPTED"
 
