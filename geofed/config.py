@@ -396,7 +396,7 @@ class TrainingConfig(_Section):
         10,
         ge=1,
         description="H: local steps between syncs. Short rounds keep the sites' models close on non-IID data "
-        "(docs/benchmarks.md); autotune.interval lengthens a round where a link needs it.",
+        "(docs/benchmarks.md, the recipe search); a thin link's site may take more to push less often.",
     )
     sync_interval_s: float = Field(
         60.0, gt=0, description="T: wall-clock seconds between syncs; whichever of H and T comes first."
