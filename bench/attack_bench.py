@@ -6,7 +6,7 @@
 Per run: a `geofed ps` subprocess with the federation defaults (async, K = 1, the norm bound, the displacement
 budget, the outer bounds) but the outer optimizer; four sites, each joined with a token of its own site. Three
 honest sites train the default model (GPT-2 2 × 128) with their real AdamW (`client_agent.trainer.LocalTrainer`,
-default training settings, H = 40 local steps, the optimizer state kept across rounds as `geofed client` keeps
+default training settings, H = training.local_steps, the optimizer state kept across rounds as `geofed client` keeps
 it) on their own module split of the Python standard library. Every honest push is trained from the model the
 PS published last, read back over the wire (closed loop: honest sites react to what the attacker did), and
 pushed in fp32 with the tokens and steps an honest client declares. After every round of the three honest
