@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .analysis import loss_at
 from .references import HEADLINE, LABELS, pick_references
 from .results import RESULTS_DIR, RunResult, load_all
 from .tables import markdown, name_of, vs_single
@@ -50,16 +51,32 @@ def search_table(runs: Sequence[RunResult], references: Sequence[RunResult]) -> 
     return markdown(head, rows)
 
 
+def checkpoints_table(runs: Sequence[RunResult], checkpoints: Sequence[float]) -> str:
+    """One row per federated method: the loss of the newest version published by each wall-clock checkpoint,
+    median and range over its repeats; the lowest median at the last checkpoint first."""
+    by_method: dict[str, list[RunResult]] = {}
+    for r in runs:
+        if r.kind == "federated" and r.curve:
+            by_method.setdefault(r.method, []).append(r)
+    table = {m: [[loss_at(r.curve, c) for r in group] for c in checkpoints] for m, group in by_method.items()}
+    rows = [
+        [name_of(m), str(len(by_method[m])), *(_spread(col, ".3f") for col in cols)]
+        for m, cols in sorted(table.items(), key=lambda kv: statistics.median(kv[1][-1]))
+    ]
+    return markdown(["candidate", "runs", *(f"loss @ {c:g} s" for c in checkpoints)], rows)
+
+
 def _median_gap(group: Sequence[RunResult], ref: RunResult | None) -> float:
     gaps = [g for g in (vs_single(r, ref) for r in group) if g is not None]
     return statistics.median(gaps) if gaps else float("inf")
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m bench.federation.search_table DIR SCENARIO`: the candidates saved under DIR/SCENARIO/ against
-    the references saved in bench/results/SCENARIO/."""
-    if len(argv) != 2:
-        print("usage: python -m bench.federation.search_table DIR SCENARIO", file=sys.stderr)
+    """`python -m bench.federation.search_table DIR SCENARIO [SECONDS,...]`: the candidates saved under
+    DIR/SCENARIO/ against the references saved in bench/results/SCENARIO/, then (with SECONDS) their losses at
+    those wall-clock checkpoints."""
+    if len(argv) not in (2, 3):
+        print("usage: python -m bench.federation.search_table DIR SCENARIO [SECONDS,...]", file=sys.stderr)
         return 2
     folder, scenario = Path(argv[0]), argv[1]
     candidates = [r for r in load_all(scenario, folder) if r.kind == "federated"]
@@ -67,6 +84,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"no federated run saved under {folder / scenario}", file=sys.stderr)
         return 1
     print(search_table(candidates, load_all(scenario, RESULTS_DIR)))
+    if len(argv) == 3:
+        print()
+        print(checkpoints_table(candidates, [float(x) for x in argv[2].split(",")]))
     return 0
 
 

@@ -42,3 +42,18 @@ def test_without_reference_b_the_rows_follow_the_gap_to_a():
     lines = search_table([worse, better], [A]).splitlines()
     assert "vs (b)" not in lines[0]
     assert lines[2].startswith("| recipe-z |") and lines[3].startswith("| recipe-a |")
+
+
+def test_losses_at_wall_clock_checkpoints_median_and_range():
+    from bench.federation.search_table import checkpoints_table
+
+    def fed(method, repeat, losses):  # versions published at 10, 20, 30 s
+        return run(method, [(t, loss, 1000 * t) for t, loss in zip((0, 10, 20, 30), losses, strict=True)],
+                   kind="federated", repeat=repeat)  # fmt: skip
+
+    runs = [fed("recipe-a", 1, (5.0, 4.0, 3.0, 2.0)), fed("recipe-a", 2, (5.0, 4.2, 3.4, 2.4)),
+            fed("recipe-b", 1, (5.0, 3.0, 2.5, 1.9))]  # fmt: skip
+    lines = checkpoints_table(runs, [15, 30]).splitlines()
+    assert lines[0] == "| candidate | runs | loss @ 15 s | loss @ 30 s |"
+    assert lines[2] == "| recipe-b | 1 | 3.000 | 1.900 |"  # at 15 s: the version of 10 s
+    assert lines[3] == "| recipe-a | 2 | 4.100 (4.000 – 4.200) | 2.200 (2.000 – 2.400) |"

@@ -22,5 +22,5 @@ run --scenario hetero-wan --methods recipe-auto-h10-interval
 run --scenario local3 --methods recipe-auto-h10-interval
 # Tables: candidates here against the references saved in bench/results/<scenario>/.
 for s in local3 hetero-wan; do
-  $PY -m bench.federation.search_table "$OUT" $s | tee "$OUT/$s-table.md"
+  $PY -m bench.federation.search_table "$OUT" $s "$([ $s = local3 ] && echo 25,50,75,100 || echo 30,60,90,120)" | tee "$OUT/$s-table.md"
 done
