@@ -18,6 +18,7 @@ for rep in 1 2 3; do run --scenario local3 --methods recipe-auto-h10 --repeat $r
 for rep in 2 3; do run --scenario local3 --methods recipe-sync-h10 --repeat $rep; done
 run --scenario hetero-wan --methods recipe-async-h40,recipe-auto-h10,recipe-async-h10 --repeat 1
 for rep in 2 3; do run --scenario hetero-wan --methods recipe-auto-h10 --repeat $rep; done
+for rep in 2 3; do run --scenario local3 --methods recipe-async-h10 --repeat $rep; run --scenario hetero-wan --methods recipe-async-h10 --repeat $rep; done
 run --scenario hetero-wan --methods recipe-auto-h10-interval
 run --scenario local3 --methods recipe-auto-h10-interval
 # Tables: candidates here against the references saved in bench/results/<scenario>/.
