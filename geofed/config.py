@@ -72,11 +72,10 @@ class CodecConfig(_Section):
 
     name: CodecName = Field(
         "int8",
-        description="Delta codec: fp32, bf16, int8 or int16 min-max quantisation (int8 with error feedback is the "
-        "default; docs/benchmarks.md compares them); 'auto' picks int8 or int16 from the measured link rate and "
-        "sync_time_budget_s "
-        "(bf16 when 2 bytes/param fit and the delta's range/rms makes it finer than int16); "
-        "'sparse' sends chunk-wise top-k with low-bit values (SparseLoCo) and the PS sums and publishes sparsely.",
+        description="Delta codec: fp32, bf16, int8 or int16 min-max quantisation (int8 with error "
+        "feedback is the default); auto: int8 or int16 (or bf16) from the measured link rate and "
+        "sync_time_budget_s; sparse: chunk-wise top-k with low-bit values (SparseLoCo), summed and published "
+        "sparsely.",
     )
     entropy: Literal["huffman", "ans", "none"] = Field(
         "huffman", description="Entropy stage after quantisation: canonical Huffman (paper), rANS, or none."
@@ -140,10 +139,10 @@ class AggregationConfig(_Section):
 
     mode: Literal["sync", "async", "auto"] = Field(
         "async",
-        description="sync: rounds with quorum and straggler timeout; async: buffered, staleness-aware; auto: starts "
-        "sync and switches between the two from the measured spread of client round times (autotune.async_above "
-        "/ sync_below), only between rounds, each switch logged and exported; the sync-only and async-only "
-        "settings apply while their mode runs. One PS only (not with groups or ps_shards > 1).",
+        description="sync: rounds with quorum and straggler timeout; async: buffered, staleness-aware; "
+        "auto: starts sync and switches between the two from the spread of client round times "
+        "(autotune.async_above / sync_below), only between rounds. One PS only: not with groups or ps_shards "
+        "> 1.",
     )
     outer_optimizer: OuterName = Field(
         "fedavg", description="Outer step on the averaged delta: FedAvg with global LR, DiLoCo Nesterov, FedAdam."
@@ -203,17 +202,10 @@ class AggregationConfig(_Section):
         2.0,
         ge=0,
         le=1000,
-        description="Default-on bounds, counted per site (a site's client ids share them): each delta is scaled "
-        "down to at most this multiple of the median of the other sites' recent L2 norms (one entry per site, "
-        "the median of its last 5), never beyond the most the inner AdamW can move the exchanged vector in one "
-        "sync (training.lr × training.local_steps × (√numel + weight_decay·‖θ‖), +10%); a site alone is bounded "
-        "by this multiple of its own norms, and a federation's first delta by the start bound 2 × that ceiling / "
-        "√local_steps. 1.5 × this multiple bounds what a site's last 16 deltas add up to (× √16 × the reference "
-        "norm, more where the other sites' deltas line up); this multiple bounds the outer optimizer's input and "
-        "step (× the median of recent rounds') and FedNova deltas as the round applies them. Beside them, under "
-        "an outer optimizer without momentum (fedavg) and once two other sites have pushed, a delta's component "
-        "against the other sites' recent directions (the upper median of its projections on them) is held to "
-        "0.1 × the norm its site's bound is a multiple of. 0 disables all of them (not advised outside tests).",
+        description="Default-on defences, per site: each delta scaled to at most this multiple of the "
+        "median of other sites' recent norms, within what AdamW can move in one sync; bounds on a site's "
+        "recent sum, the outer step and deltas against the others' direction (docs/reliability.md). 0 "
+        "disables them.",
     )
     centred_clip: float = Field(
         0.0,
@@ -225,12 +217,10 @@ class AggregationConfig(_Section):
     )
     round_share: bool = Field(
         True,
-        description="Async mode, with the norm bound on: a site's deltas in its current round (those since which "
-        "fewer deltas of other sites arrived than there are other sites active within server.client_timeout_s) "
-        "are at most ⌈norm_bound_multiple⌉ and their sum stays within its norm bound; a delta beyond is refused "
-        "(ABORTED, reason round_share) and the client retrains on a newer model. Off, a site lands a bounded "
-        "delta on every version however often it pushes, through however many client ids: only for sites that "
-        "trust each other.",
+        description="Async, with the norm bound on: a site's deltas within its current round stay within "
+        "⌈norm_bound_multiple⌉ deltas and its norm bound in sum; a delta beyond is refused (reason "
+        "round_share) and retrained. Off: a site lands a bounded delta on every version, through any number "
+        "of client ids.",
     )
     norm_bound_window: int = Field(
         16,
@@ -282,18 +272,15 @@ class DownlinkConfig(_Section):
 
     encoding: Literal["grid_delta", "fp32"] = Field(
         "grid_delta",
-        description="grid_delta: the PS publishes the model rounded to per-block power-of-two grids (server-side "
-        "error feedback) and sends each client the exact Huffman-coded difference from the version it holds, or "
-        "the whole fp32 vector when that is smaller; clients end bit-identical to the published model. fp32: "
-        "every client receives the whole fp32 vector of each version it asks for.",
+        description="grid_delta: the PS publishes the model on per-block power-of-two grids and sends "
+        "each client the Huffman-coded difference from the version it holds (or the fp32 vector when "
+        "smaller); clients end bit-identical to it. fp32: each version's whole fp32 vector.",
     )
     grid_steps: float = Field(
         4.0, ge=1.0, le=4096.0,
-        description="grid_delta: grid steps per rms of one version's change (per block of 16384 values), 1 to "
-        "4096. Higher: finer published model, more bits down; the published model stays within half a step of "
-        "the PS's (and "
-        "server-side error feedback carries the rest to the next version). docs/benchmarks.md (compressed model "
-        "stream) measures the bits and the loss of different values.",
+        description="grid_delta: grid steps per rms of one version's change (per block of 16384 values), "
+        "1 to 4096. Higher: a finer published model and more bits down; server-side error feedback carries "
+        "the rounding to the next version (docs/benchmarks.md measures values).",
     )
     prefetch: bool = Field(
         False,
@@ -333,20 +320,15 @@ class TrainingConfig(_Section):
     )
     overlap_sync: bool = Field(
         True,
-        description="Keep training while a round's delta uploads and the next global model downloads; the model "
-        "is folded in when it arrives, keeping the progress made meanwhile (one-rank sites of paradigms that "
-        "exchange parameters element by element, in a federation whose outer step carries no momentum (a round "
-        "trained one transfer behind adds to momentum and the model overshoots) and whose aggregation.mode is "
-        "not auto (it times rounds as a round-by-round client runs them); other sites sync round by round, and "
-        "say why in their log). "
-        "false: every site syncs round by round, waiting for its push and the next model before training on.",
+        description="Keep training while a round's delta uploads and the next model downloads, folding "
+        "the model in when it arrives. Taken by one-rank sites of element-wise paradigms when the outer step "
+        "has no momentum and aggregation.mode is not auto; others sync round by round and log why.",
     )
     overlap_eager: Literal["outer", "full"] = Field(
         "outer",
-        description="overlap_sync: the model the next round starts from while the push is in flight. outer: "
-        "base + aggregation.global_lr × delta (the PS's outer step, this client's delta standing in for the "
-        "round's average, as in DiLoCo's eager updates); full: base + delta (the client's own model as it is). "
-        "Either way the global model is folded in with the correction when it arrives.",
+        description="overlap_sync: where the round beside the transfer starts. outer: base + "
+        "aggregation's η × the client's delta (its delta standing in for the round's average, as DiLoCo's "
+        "eager updates); full: base + delta. Either way the global model is folded in when it arrives.",
     )
     torch_threads: int = Field(
         0, ge=0, le=1024, description="CPU threads torch uses on each client; 0 keeps torch's default (all cores)."
@@ -367,12 +349,9 @@ class TrainingConfig(_Section):
     )
     lr_progress: Literal["steps", "run_time"] = Field(
         "steps",
-        description="cosine: what the decay follows. steps: the client's own step count over lr_decay_steps (each "
-        "client decays on its own); run_time: the federation's progress, the seconds since the PS installed the "
-        "initial model over run_duration_s (from 0 to 1, the same on every client at the same moment; a client "
-        "that rejoins mid-run picks it up where the federation is). The rate is then lr × warm-up factor of the "
-        "client's own step × the cosine of the federation's progress. run_time suits runs budgeted in seconds "
-        "(geofed local --duration, the benchmark harness); clients' clocks must agree to within seconds.",
+        description="cosine: what the decay follows. steps: the client's own steps over lr_decay_steps; "
+        "run_time: seconds since the PS installed the initial model over run_duration_s, the same on every "
+        "client (clocks must agree within seconds), for runs budgeted in seconds.",
     )
     run_duration_s: float = Field(
         0.0,
@@ -428,10 +407,9 @@ class AutotuneConfig(_Section):
 
     interval: bool = Field(
         False,
-        description="Each client lengthens its rounds when its link needs it: from its measured upload and "
-        "download rates, RTT and step time, the shortest T (and H = T / its step time) with at most comm_fraction "
-        "of a round spent communicating, where the configured round (training.sync_interval_s or local_steps, "
-        "whichever comes first) is shorter; the configured T and H stand otherwise and until all are measured.",
+        description="Each client lengthens its rounds where its link needs it: the shortest T (and H = T "
+        "/ step time) that keeps communication within comm_fraction of a round, from measured rates, RTT and "
+        "step time; the configured T and H stand otherwise and until measured.",
     )
     comm_fraction: float = Field(
         0.2, gt=0, lt=1, description="interval: the largest share of a round (train + push + model download) "
@@ -525,10 +503,9 @@ class FederationConfig(_Section):
     ring: RingConfig = Field(default_factory=RingConfig, description="Ring all-reduce between the groups' PSs.")
     ps_shards: int = Field(
         1, ge=1, le=64,
-        description="PS shards, 1 to 64: the PS runs as a front on the public port plus N shard processes, each "
-        "owning a contiguous slice of the model on tensor boundaries (memory per shard ~ model / N). 1: one PS. "
-        "Fixed once the model is installed; paradigms that exchange parameters element by element, with a dense "
-        "codec; not combined with groups.",
+        description="PS shards, 1 to 64: a front on the public port and N shard processes, each owning a "
+        "slice of the model on tensor boundaries (memory ~ model / N). Fixed once the model is installed; "
+        "element-wise paradigms with a dense codec; not with groups.",
     )
 
     @model_validator(mode="after")

@@ -21,10 +21,9 @@ class PrivacyConfig(Section):
     enabled: bool = Field(False, description="Clip every site's update to clip_norm and add Gaussian noise.")
     mode: Literal["central", "local"] = Field(
         "central",
-        description="central: the PS clips each site's update and adds N(0, (σ·C)²) to the round's sum (the "
-        "PS sees the clipped updates; everyone who receives the model sees only the noised average). local: "
-        "each client clips its own update and adds N(0, (σ·C)²) to it before encoding, so the PS sees noised "
-        "updates only (the same σ costs about twice the ε: the PS sees each site's update on its own).",
+        description="central: the PS clips each site's update and adds N(0, (σ·C)²) to the round's sum "
+        "(it sees clipped updates; model receivers see the noised average). local: each client clips and "
+        "noises its own update before encoding; the PS sees noised updates (about twice the ε).",
     )
     clip_norm: float = Field(
         1.0,
