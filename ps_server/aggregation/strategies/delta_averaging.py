@@ -42,12 +42,14 @@ class DeltaAveraging(Strategy):
     def __init__(self, fed: FederationConfig) -> None:
         super().__init__(fed)
         self.outer: OuterOptimizer | None = None
+        self.outer_mode = ""  # the live mode whose η the outer optimizer steps with
         self.outer_bound = OuterBound(fed.aggregation.norm_bound_multiple)
         self.window: RobustWindow | None = None
         self.centred = CentredClip(0.0, 0)
 
     def install(self, numel: int, manifest: Manifest) -> None:
         self.outer = build_outer_optimizer(self.cfg, numel)
+        self.outer_mode = self.cfg.mode
         self.outer_bound = OuterBound(self.cfg.norm_bound_multiple)
         multiple = self.cfg.centred_clip if self.centred_clipping and self.cfg.robust == "none" else 0.0
         self.centred = CentredClip(multiple, numel)
@@ -132,7 +134,8 @@ class DeltaAveraging(Strategy):
         if self.centred.enabled:
             self.centred.update_(update)
         self.outer_bound.gradient.bound_(update)
-        self.outer.lr = self.cfg.outer_lr  # the live mode's η: aggregation.mode auto switches between two
+        if self.cfg.mode != self.outer_mode:  # aggregation.mode auto switched: step with the new mode's η
+            self.outer.lr, self.outer_mode = self.cfg.outer_lr, self.cfg.mode
         self.outer.increment_(update)
         factor = self.outer_bound.step.bound_(update)
         if factor < 1.0:
