@@ -1,4 +1,4 @@
-"""A site pushing against the federation, over the wire against a real `geofed ps` with default settings.
+"""A site pushing against the federation, over the wire against a real `geofed ps` with default settings but H 40.
 
 Three honest sites push deltas that share part of their direction (as real training deltas do); a fourth site
 pushes the negation of a delta like theirs at 3 × an honest norm, every round, half the time padded with noise
@@ -37,7 +37,9 @@ from tests.reliability.test_rel_attacks import attack_messages
 from tests.reliability.test_rel_sybil import LORA_MANIFEST, counter, site_session
 from tests.reliability.test_rel_sybil_shards import Front, Sybil
 
-T = TrainingConfig()
+# H 40 local steps: the honest deltas' length NORM stays within the start bound of the smallest exchanged vector
+# here (one layer's LoRA adapters, 440 values), which scales with √H.
+T = TrainingConfig(local_steps=40)
 H = T.local_steps
 FULL_SYNC = T.batch_size * ModelConfig().block_size * H
 ETA = 0.5  # the default global_lr
@@ -74,7 +76,9 @@ def reaper():
 def start_ps(tmp_path, reaper, codec: str, shards: bool, outer: str = "fedavg", lora: bool = False):
     """A default PS (a front and two shards when `shards`), with Θ0 of the test model (of one layer's LoRA
     adapters, the exchanged vector of a LoRA federation, when `lora`)."""
-    federation = {"codec": SPARSE} if codec == "sparse" else {}
+    federation: dict = {"training": {"local_steps": H}}
+    if codec == "sparse":
+        federation["codec"] = SPARSE
     if outer != "fedavg":
         federation["aggregation"] = {"outer_optimizer": outer}
     if lora:

@@ -182,7 +182,9 @@ def test_the_first_delta_of_a_federation_is_bounded_by_the_start_bound(ps, reape
     )
 
     _, after = observer.model()
-    assert step(before, after) == pytest.approx(ETA * START, rel=1e-3)
+    # Both models are read back from the grid_delta stream: Θ0's grid is set by Θ0's own scale, so its rounding
+    # is the same however short the step is; SLACK covers it (0.16 % of the step at H 10).
+    assert step(before, after) == pytest.approx(ETA * START, rel=SLACK - 1)
 
 
 class SyncSites:
