@@ -36,7 +36,12 @@ def test_the_banner_prints_a_status_command_that_works_while_the_run_lasts(tmp_p
     finally:
         os.kill(local.pid, signal.SIGINT)  # Ctrl-C: geofed local stops its PS and clients
         try:
-            local.communicate(timeout=60)
+            # Stopping waits up to 30 s for the clients and 60 s for the PS's last checkpoint (geofed_apps.launch);
+            # beyond that the run is stuck, and the error names the run's logs.
+            local.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            logs = sorted(str(p) for p in (tmp_path / "runs").glob("*/logs/*.log"))
+            raise AssertionError(f"geofed local did not stop within 120 s of Ctrl-C; its logs: {logs}") from None
         finally:
             if local.poll() is None:
                 os.killpg(local.pid, signal.SIGKILL)
