@@ -13,20 +13,10 @@ from pathlib import Path
 GEOFED = str(Path(sys.executable).with_name("geofed"))
 
 
-def _started_as_from_a_terminal(argv: list[str]) -> subprocess.Popen:
-    """Start `argv` with Ctrl-C delivered as a terminal delivers it: a test runner started in the background
-    (`nohup pytest &`) ignores SIGINT, and children inherit an ignored signal across exec."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handled signal resets at exec
-    try:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)  # fmt: skip
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def test_the_banner_prints_a_status_command_that_works_while_the_run_lasts(tmp_path):
-    local = _started_as_from_a_terminal(
-        [GEOFED, "local", "--clients", "1", "--duration", "120", "--run-dir", str(tmp_path / "runs")]
+    local = subprocess.Popen(
+        [GEOFED, "local", "--clients", "1", "--duration", "120", "--run-dir", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     seen: list[str] = []
     try:
