@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-BARRIER_S = 3600.0
+from .methods import BARRIER_S
+from .methods import _sync as sync_aggregation
 
 
 def _sync(h: int, *, outer: str = "fedavg", eta: float = 1.0, momentum: float = 0.9, lr: float | None = None,
@@ -19,17 +20,7 @@ def _sync(h: int, *, outer: str = "fedavg", eta: float = 1.0, momentum: float = 
     train = {"local_steps": h, "sync_interval_s": BARRIER_S, "overlap_sync": False, **training}
     if lr is not None:
         train["lr"] = lr
-    return {
-        "aggregation": {
-            "mode": "sync",
-            "quorum": 1.0,
-            "straggler_timeout_s": BARRIER_S,
-            "outer_optimizer": outer,
-            "global_lr": eta,
-            "momentum": momentum,
-        },
-        "training": train,
-    }
+    return {"aggregation": sync_aggregation(outer, eta, momentum=momentum), "training": train}
 
 
 # tag -> (summary, overrides)

@@ -27,15 +27,21 @@ def _spread(values: Sequence[float], spec: str) -> str:
     return f"{med} ({format(min(values), spec)} – {format(max(values), spec)})"
 
 
+def _by_method(runs: Sequence[RunResult]) -> dict[str, list[RunResult]]:
+    """The federated runs with a curve, grouped by method (their repeats)."""
+    groups: dict[str, list[RunResult]] = {}
+    for r in runs:
+        if r.kind == "federated" and r.curve:
+            groups.setdefault(r.method, []).append(r)
+    return groups
+
+
 def search_table(runs: Sequence[RunResult], references: Sequence[RunResult]) -> str:
     """One row per federated method in `runs`: repeats, tokens, final loss and the gaps to (b), (a) and (c)
     (those saved), the smallest median gap to the headline reference (or to the first saved) first."""
     refs = pick_references(references)
     shown = [k for k in (HEADLINE, "a", "c") if refs.get(k) is not None]
-    by_method: dict[str, list[RunResult]] = {}
-    for r in runs:
-        if r.kind == "federated" and r.curve:
-            by_method.setdefault(r.method, []).append(r)
+    by_method = _by_method(runs)
     rows = []
     first = refs[shown[0]] if shown else None  # order by the headline gap, or the first reference there is
     for method, group in sorted(by_method.items(), key=lambda kv: _median_gap(kv[1], first)):
@@ -54,10 +60,7 @@ def search_table(runs: Sequence[RunResult], references: Sequence[RunResult]) -> 
 def checkpoints_table(runs: Sequence[RunResult], checkpoints: Sequence[float]) -> str:
     """One row per federated method: the loss of the newest version published by each wall-clock checkpoint,
     median and range over its repeats; the lowest median at the last checkpoint first."""
-    by_method: dict[str, list[RunResult]] = {}
-    for r in runs:
-        if r.kind == "federated" and r.curve:
-            by_method.setdefault(r.method, []).append(r)
+    by_method = _by_method(runs)
     table = {m: [[loss_at(r.curve, c) for r in group] for c in checkpoints] for m, group in by_method.items()}
     rows = [
         [name_of(m), str(len(by_method[m])), *(_spread(col, ".3f") for col in cols)]
