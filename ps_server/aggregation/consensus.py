@@ -21,7 +21,18 @@ cannot aim the bound at an honest one: however its own direction points, an hone
 least its projection on one honest site's direction (with three sites, the larger of its projections on the
 other honest site and on the attacker), while a delta against the federation is negative on every honest
 site's direction. With one other site there is no majority to tell which way the federation goes, and the
-bound stays off. One direction per site, so client ids and pushing often buy no votes. The projections come
+bound stays off.
+
+A bound on each delta alone still lets a site land one delta after another at the floor: a sign flip at
+−allowance × reference each round adds up over a window to WINDOW times that against the federation, and at
+short rounds (ten local steps) most of a flipped delta lies where the other sites' directions do not see it.
+So the site's own window counts too: the upper median over the other sites of what the site's window (but its
+oldest delta, when full) plus c·δ projects on each one's direction is held at −`WINDOW_ALLOWANCE` × reference
+(c found by bisection; a delta that raises that median passes whole). Honest windows project positively on
+the others' directions (docs/reliability.md), so this leaves them alone; a site pushing against the
+federation lands, per window, what one delta at the floor would.
+
+One direction per site, so client ids and pushing often buy no votes. The projections come
 from the deltas' count sketches (`displacement.BUCKETS` buckets: about 2% of the delta's length), so the bound
 costs no pass over a delta.
 
@@ -37,10 +48,12 @@ import math
 
 import numpy as np
 
-from .displacement import DisplacementBudget
+from .displacement import WINDOW, DisplacementBudget
 
 MIN_SITES = 2  # other sites with a direction before the bound applies
 ALLOWANCE = 0.1  # the most negative upper-median projection a delta may have, in units of the reference norm
+WINDOW_ALLOWANCE = 0.25  # the same for the site's window with the delta, in units of the reference norm
+_BISECTIONS = 30
 
 
 class ConsensusBound:
@@ -62,11 +75,39 @@ class ConsensusBound:
         return projections[len(projections) // 2]
 
     def scale(self, site: str, sketch: np.ndarray, reference: float) -> float:
-        """Factor (≤ 1) that brings the delta's upper-median projection up to −allowance × reference."""
+        """Factor (≤ 1) that brings the delta's upper-median projection up to −allowance × reference, and that
+        of the site's window with it up to −WINDOW_ALLOWANCE × reference."""
         if not self.enabled or not math.isfinite(reference) or reference <= 0:
             return 1.0
         projection = self.projection(site, sketch)
         floor = -self.allowance * reference
-        if projection is None or projection >= floor:
+        if projection is None:
             return 1.0
-        return floor / projection
+        alone = 1.0 if projection >= floor else floor / projection
+        return min(alone, self._window_scale(site, sketch, -WINDOW_ALLOWANCE * reference))
+
+    def _window_scale(self, site: str, sketch: np.ndarray, floor: float) -> float:
+        """Largest c in [0, 1] (by bisection) with the upper median over the other sites of (window + c·δ)·u_t
+        at least `floor`; 1 when δ raises that median."""
+        directions = [u for s, u in self.budget.directions().items() if s != site]
+        if len(directions) < MIN_SITES:
+            return 1.0
+        window = self.budget.windows.get(site) or ()
+        kept = list(window)[1:] if len(window) == WINDOW else list(window)  # the oldest leaves with this delta
+        stacked = np.stack(directions)
+        base = stacked @ np.sum(kept, axis=0) if kept else np.zeros(len(directions))
+        step, middle = stacked @ sketch, len(directions) // 2
+
+        def median(c: float) -> float:
+            return float(np.sort(base + c * step)[middle])
+
+        at_zero, at_one = median(0.0), median(1.0)
+        if at_one >= floor or at_one >= at_zero:
+            return 1.0
+        if at_zero <= floor:
+            return 0.0
+        low, high = 0.0, 1.0
+        for _ in range(_BISECTIONS):
+            mid = (low + high) / 2
+            low, high = (mid, high) if median(mid) >= floor else (low, mid)
+        return low

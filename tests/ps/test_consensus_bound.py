@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ps_server.aggregation.consensus import ALLOWANCE, ConsensusBound
+from ps_server.aggregation.consensus import ALLOWANCE, WINDOW_ALLOWANCE, ConsensusBound
 from ps_server.aggregation.displacement import WINDOW, DeltaSketch, DisplacementBudget
 
 NUMEL = 20_000
@@ -123,3 +123,31 @@ def test_one_hostile_direction_cannot_aim_the_bound_at_an_honest_site():
         fed.push("evil", -3 * NORM * common)
     assert all(c == 1.0 for name in sites for c in fed.scales[name])
     assert min(fed.scales["evil"][1:]) < 0.2
+
+
+def test_a_sign_flip_lands_per_window_what_one_delta_at_the_floor_would():
+    """Flips at an honest norm, each alone within a few allowances of the floor: the per-delta bound would let
+    a window of them add up to WINDOW times the floor against the federation; the window bound holds what the
+    site's latest WINDOW landed deltas add up to on the other sites' directions (exact, unsketched) at
+    −WINDOW_ALLOWANCE × the reference, while the honest sites pass untouched."""
+    fed, common = Federation(), common_direction()
+    sites = {f"site{i}": Site(i, common) for i in range(3)}
+    evil = Site(99, common)
+    unbounded, held = [], []
+    for _ in range(2 * WINDOW):
+        for name, site in sites.items():
+            fed.push(name, site.delta())
+        flip = -evil.delta()
+        unbounded.append(flip)
+        fed.push("evil", flip)
+        held.append(fed.exact_median_projection("evil", np.sum(fed.windows["evil"], axis=0)))
+        unbounded = unbounded[-WINDOW:]
+
+    floor = -WINDOW_ALLOWANCE * NORM
+    # Teeth: the window's flips, unbounded, add up to far below the floor.
+    assert fed.exact_median_projection("evil", np.sum(unbounded, axis=0)) < 10 * floor
+    # Held: every window of landed flips on the floor, within the sketch's error and the drift of the other
+    # sites' directions as their windows fill (a held window's projection moves with them, by a few hundredths).
+    assert min(held) >= floor - 0.1 * NORM, [round(h / NORM, 3) for h in held]
+    assert sum(c for c in fed.scales["evil"][WINDOW:]) < 1.0  # a window's worth lands less than one flip
+    assert all(c == 1.0 for name in sites for c in fed.scales[name])

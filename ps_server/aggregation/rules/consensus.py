@@ -6,7 +6,8 @@ from .rule import PASS, Delta, Guard, Rule, Verdict
 
 
 class ConsensusRule(Rule):
-    """A delta's upper-median projection on the other sites' directions is at least −0.1 × its reference."""
+    """A delta's upper-median projection on the other sites' directions is at least −0.1 × its reference, and
+    its site's window's with it at least −0.25 × that."""
 
     name = "consensus"
 
