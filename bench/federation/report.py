@@ -191,7 +191,8 @@ def _setup(scenario: Scenario, runs: Sequence[RunResult]) -> str:
         "Data: the standard library split across clients by module (non-IID); held-out modules for "
         f"evaluation. Budget: {scenario.budget_s:g} s of wall-clock from the moment Θ0 reaches the PS; "
         "every global version published in it is evaluated afterwards. Each client dials the PS "
-        f"through its own WAN proxy.\n\n{methods}"
+        f"through its own WAN proxy. These are today's settings and methods; each saved run ran the code and "
+        f"defaults of its own day (`started_at` and `notes` in its JSON).\n\n{methods}"
     )
 
 
