@@ -48,7 +48,7 @@ import math
 
 import numpy as np
 
-from .displacement import WINDOW, DisplacementBudget
+from .displacement import DisplacementBudget
 
 MIN_SITES = 2  # other sites with a direction before the bound applies
 ALLOWANCE = 0.1  # the most negative upper-median projection a delta may have, in units of the reference norm
@@ -66,48 +66,47 @@ class ConsensusBound:
     def enabled(self) -> bool:
         return self._on and self.budget.enabled
 
+    def _directions(self, site: str) -> np.ndarray | None:
+        """The other sites' directions, one per row; None with fewer than MIN_SITES."""
+        directions = [u for s, u in self.budget.directions().items() if s != site]
+        return np.stack(directions) if len(directions) >= MIN_SITES else None
+
     def projection(self, site: str, sketch: np.ndarray) -> float | None:
         """The upper median over the other sites of the delta's projection on each one's recent direction;
         None with fewer than MIN_SITES other sites with a direction."""
-        projections = sorted(float(sketch @ u) for s, u in self.budget.directions().items() if s != site)
-        if len(projections) < MIN_SITES:
-            return None
-        return projections[len(projections) // 2]
+        directions = self._directions(site)
+        return None if directions is None else _upper_median(directions @ sketch)
 
     def scale(self, site: str, sketch: np.ndarray, reference: float) -> float:
         """Factor (≤ 1) that brings the delta's upper-median projection up to −allowance × reference, and that
         of the site's window with it up to −WINDOW_ALLOWANCE × reference."""
         if not self.enabled or not math.isfinite(reference) or reference <= 0:
             return 1.0
-        projection = self.projection(site, sketch)
-        floor = -self.allowance * reference
-        if projection is None:
+        directions = self._directions(site)
+        if directions is None:
             return 1.0
+        step = directions @ sketch
+        projection, floor = _upper_median(step), -self.allowance * reference
         alone = 1.0 if projection >= floor else floor / projection
-        return min(alone, self._window_scale(site, sketch, -WINDOW_ALLOWANCE * reference))
+        base = directions @ self.budget.staying_sum(site)
+        return min(alone, _window_scale(base, step, -WINDOW_ALLOWANCE * reference))
 
-    def _window_scale(self, site: str, sketch: np.ndarray, floor: float) -> float:
-        """Largest c in [0, 1] (by bisection) with the upper median over the other sites of (window + c·δ)·u_t
-        at least `floor`; 1 when δ raises that median."""
-        directions = [u for s, u in self.budget.directions().items() if s != site]
-        if len(directions) < MIN_SITES:
-            return 1.0
-        window = self.budget.windows.get(site) or ()
-        kept = list(window)[1:] if len(window) == WINDOW else list(window)  # the oldest leaves with this delta
-        stacked = np.stack(directions)
-        base = stacked @ np.sum(kept, axis=0) if kept else np.zeros(len(directions))
-        step, middle = stacked @ sketch, len(directions) // 2
 
-        def median(c: float) -> float:
-            return float(np.sort(base + c * step)[middle])
+def _upper_median(values: np.ndarray) -> float:
+    """The middle value of an odd count, the larger middle one of an even count."""
+    return float(np.sort(values)[len(values) // 2])
 
-        at_zero, at_one = median(0.0), median(1.0)
-        if at_one >= floor or at_one >= at_zero:
-            return 1.0
-        if at_zero <= floor:
-            return 0.0
-        low, high = 0.0, 1.0
-        for _ in range(_BISECTIONS):
-            mid = (low + high) / 2
-            low, high = (mid, high) if median(mid) >= floor else (low, mid)
-        return low
+
+def _window_scale(base: np.ndarray, step: np.ndarray, floor: float) -> float:
+    """Largest c in [0, 1] (by bisection) with the upper median of base + c·step at least `floor` (base: the
+    window's projections on the other sites' directions, step: the delta's); 1 when the delta raises it."""
+    at_zero, at_one = _upper_median(base), _upper_median(base + step)
+    if at_one >= floor or at_one >= at_zero:
+        return 1.0
+    if at_zero <= floor:
+        return 0.0
+    low, high = 0.0, 1.0
+    for _ in range(_BISECTIONS):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _upper_median(base + mid * step) >= floor else (low, mid)
+    return low

@@ -109,11 +109,9 @@ class DisplacementBudget:
         """Largest c in [0, 1] with ‖sum of the site's window (but its oldest, when full) + c·delta‖ ≤ budget."""
         if not self.enabled or not math.isfinite(reference) or reference <= 0:
             return 1.0
-        window = self.windows.get(site)
-        if not window:
+        if not self.windows.get(site):
             return 1.0
-        kept = list(window)[1:] if len(window) == WINDOW else list(window)  # the oldest leaves with this delta
-        total = np.sum(kept, axis=0) if kept else np.zeros(BUCKETS)
+        total = self.staying_sum(site)
         limit = self.budget(reference, site)
         a, b, c0 = float(sketch @ sketch), float(total @ sketch), float(total @ total) - limit * limit
         if a <= 0 or a + 2 * b + c0 <= 1e-9 * limit * limit:  # the whole delta fits (within rounding)
@@ -122,6 +120,13 @@ class DisplacementBudget:
         if disc < 0:  # the sum is beyond the budget along every c: nothing of this delta may add to it
             return 0.0
         return min(1.0, max(0.0, (-b + math.sqrt(disc)) / a))
+
+    def staying_sum(self, site: str) -> np.ndarray:
+        """The sketch of what `site`'s window adds up to without its oldest delta when full (the one a new
+        delta pushes out): what the window will hold beside that delta."""
+        window = self.windows.get(site) or ()
+        kept = list(window)[1:] if len(window) == WINDOW else list(window)
+        return np.sum(kept, axis=0) if kept else np.zeros(BUCKETS)
 
     def record(self, site: str, sketch: np.ndarray) -> None:
         """An accepted delta (its sketch as folded, i.e. after every scaling) joins its site's window."""
