@@ -7,6 +7,7 @@ python bench/run.py federation --methods ours,fedavg --repeat 2   # a repeat, fo
 python bench/run.py federation --methods single-global,dp-global   # references (b) and (c): lr sweeps
 python bench/run.py federation --cpu-share 0.4            # each client and the PS capped at 0.4 CPU (root)
 python bench/run.py report                                # tables + plots from bench/results/
+python bench/run.py report --results-dir DIR              # the same from DIR into DIR/report.md
 python bench/run.py codec|load|reliability [ARGS...]      # the sibling benchmarks in bench/
 """
 
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
     r = sub.add_parser("report", help="rebuild the docs sections and plots from bench/results/")
     r.add_argument("--scenario", default=None, help="one scenario (default: every scenario with saved results)")
+    r.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="rebuild from result JSONs under DIR/<scenario>/ into DIR/report.md and DIR's plots, leaving "
+        "docs/benchmarks.md alone",
+    )
     for name, script in SIBLINGS.items():
         s = sub.add_parser(name, help=f"run bench/{script} with the remaining arguments", add_help=False)
         s.add_argument("args", nargs=argparse.REMAINDER)
@@ -122,7 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "report":
             # One report for every saved scenario, so rebuilding it never drops a section.
-            write_report(load_scenario(args.scenario) if args.scenario else None)
+            chosen = load_scenario(args.scenario) if args.scenario else None
+            if args.results_dir:
+                root = args.results_dir.resolve()
+                write_report(chosen, results_root=root, doc=root / "report.md", img_dir=root)
+            else:
+                write_report(chosen)
             return 0
         scenario = load_scenario(args.scenario)
         if args.command in ("federation", "ratedist"):
