@@ -12,6 +12,8 @@ step count (it is forward-only: equal wall-clock). The `rule` row is the best fe
 geofed_apps/finetune/rules.py (all of them in rule.json). Every run records the base model's content
 hash, the commit of the paradigm algorithms and the 1-minute load average when it started.
 Raw outputs go to bench/results/finetune/<row>-<run>.txt and .json; `--report` rebuilds the table.
+`--task stdlib-package --out DIR` runs every row on the second task (which package a docstring comes from),
+each run on the held-out pairs of its seed; its `rule` row is that task's rules, the median over the seeds.
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def run_central(row: str, kind: str, paradigm: str, i: int, args) -> dict:
         "--seed",
         str(i),
         *(["--renamings", str(args.renamings)] if args.renamings else []),
+        *(["--task", args.task] if args.task != "docstring-params" else []),
         *[a for o in (f"training.max_steps={steps}", *args.set) for a in ("--set", o)],  # a decay's end
     ]
     t0 = time.monotonic()
@@ -215,7 +218,25 @@ def run_central(row: str, kind: str, paradigm: str, i: int, args) -> dict:
     }
 
 
+def run_package_rules(args) -> dict:
+    """The second task's rules on each run's held-out pairs (each seed holds out its own); F1 = exact match, as
+    a rule's answer is a whole label."""
+    from geofed_apps.finetune.package_task import package_pairs, rule_scores, split_pairs
+
+    pairs = package_pairs()
+    per_seed = [rule_scores(*split_pairs(pairs, i)) for i in range(args.runs)]
+    rules = {
+        name: {"em": statistics.median(s[name] for s in per_seed), "f1": statistics.median(s[name] for s in per_seed),
+               "per_seed": [s[name] for s in per_seed]}
+        for name in per_seed[0]
+    }
+    train, held = split_pairs(pairs, 0)
+    return {"rules": rules, "train_pairs": len(train), "eval_pairs": len(held), "seeds": list(range(args.runs))}
+
+
 def run_rules(args) -> dict:
+    if args.task != "docstring-params":
+        return run_package_rules(args)
     from geofed_apps.finetune.rules import rule_scores
     from geofed_apps.finetune.task import stdlib_qa_split
 
@@ -306,14 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="results directory (default bench/results/finetune)")
     parser.add_argument("--renamings", type=int, default=0, help="renamed copies of each training pair, every row")
     parser.add_argument("--task", default="docstring-params", choices=("docstring-params", "stdlib-package"),
-                        help="the task of the federated rows (`geofed local --task`); central and rule rows: "
-                        "docstring-params only")
+                        help="the task of every row (`geofed local --task`); keep each task's results in its own "
+                        "--out")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting every row trains with (`geofed local --set`), after the row's own")
     args = parser.parse_args(argv)
-    if args.task != "docstring-params" and any(r == "rule" or ROWS[r][0].startswith("central")
-                                               for r in args.rows.split(",") if r in ROWS or r == "rule"):
-        parser.error(f"--task {args.task} runs federated rows only; leave out rule and central-* rows")
+    if args.task != "docstring-params" and (args.renamings or not args.out):
+        parser.error(f"--task {args.task} brings its own pairs (no --renamings) and needs its own --out")
     global OUT
     OUT = args.out or OUT
     if not args.report:

@@ -3,6 +3,7 @@
 `python -m bench.finetune_central --paradigm lora --steps 500` trains the paradigm's preset (full model
 with `pretrain`, adapters with `lora`) for `steps` batches on every client's pairs at once, and prints the
 same summary lines `geofed local --paradigm` does, plus a `result:` JSON line for the benchmark.
+`--task stdlib-package` trains and scores on the second task's pairs of that seed, as `geofed local --task`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,27 @@ import time
 from pathlib import Path
 
 from geofed_apps.finetune.base_model import add_recipe_flags, ensure_base_model, recipe_from
+from geofed_apps.finetune.package_task import NAME as PACKAGE_TASK
+
+
+def _write_task(out_dir: Path, args: argparse.Namespace, fed):
+    """The clients' pairs and held-out pairs of `args.task`, split as `geofed local` splits them for that seed."""
+    from geofed_apps.finetune.preset import FinetuneTask
+
+    if args.task == "docstring-params":
+        return FinetuneTask.write(out_dir, args.clients, args.seed, windows=args.windows, renamings=args.renamings)
+    from geofed_apps.finetune.package_task import task_dirs
+    from geofed_apps.finetune.user_task import UserSplit, UserTask, tokenizer_of
+
+    train_dir, eval_dir = task_dirs(args.seed)
+    split = UserSplit.read(train_dir, eval_dir, args.clients, args.seed, fed.training.eval_fraction,
+                           tokenizer_of(fed), fed.model.block_size)
+    return UserTask.write(out_dir, split, fed)
+
+
+def _shared(scores):
+    """The held-out scores every task has (the docstring task's also has own-domain ones)."""
+    return getattr(scores, "shared", scores)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +53,12 @@ def main(argv: list[str] | None = None) -> int:
                         "training pair with its parameters renamed to other words of the training docstrings")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting of the preset, as `geofed local --set` does")
+    parser.add_argument("--task", default="docstring-params", choices=("docstring-params", PACKAGE_TASK),
+                        help="the pairs to train and score on, as `geofed local --task` (default docstring-params)")
     add_recipe_flags(parser, "base-")
     args = parser.parse_args(argv)
+    if args.task != "docstring-params" and (args.windows or args.renamings):
+        parser.error(f"--task {args.task} brings its own pairs: no --windows, --renamings")
 
     import torch
 
@@ -43,15 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     from client_agent.trainer import LocalTrainer
     from geofed.cli_flags import apply_overrides
     from geofed.config import FederationConfig
-    from geofed_apps.finetune.preset import FinetuneTask, preset_settings, summary_lines
+    from geofed_apps.finetune.preset import preset_settings, summary_lines, with_base_targets
     from geofed_apps.local_settings import LOCAL_DEFAULTS, merge_settings
 
     torch.set_num_threads(1)
     base = ensure_base_model(recipe=recipe_from(args, "base-"))
     settings = apply_overrides(merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, base)), args.set)
+    settings = with_base_targets(settings, str(base))  # the adapter layers `geofed local` wraps on this base
     fed = FederationConfig.model_validate(settings)
     with tempfile.TemporaryDirectory() as tmp:
-        task = FinetuneTask.write(Path(tmp), args.clients, args.seed, windows=args.windows, renamings=args.renamings)
+        task = _write_task(Path(tmp), args, fed)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]
         data, _ = load_data(files, load_tokenizer(None))
         before = task.score_base(fed)
@@ -71,27 +98,28 @@ def main(argv: list[str] | None = None) -> int:
             seconds, tokens = seconds + time.monotonic() - t0, tokens + stats.tokens
             t_eval = time.monotonic()
             after = task.score(lambda _: model, one_model=True)
-            point = {"step": trainer.step, "train_s": round(seconds, 1), "em": after.shared.exact_match,
-                     "f1": after.shared.f1, "eval_loss": after.shared.eval_loss, "own_f1": after.own.f1,
-                     "eval_s": round(time.monotonic() - t_eval, 1)}
+            shared = _shared(after)
+            point = {"step": trainer.step, "train_s": round(seconds, 1), "em": shared.exact_match,
+                     "f1": shared.f1, "eval_loss": shared.eval_loss, "eval_s": round(time.monotonic() - t_eval, 1)}
+            if shared is not after:
+                point["own_f1"] = after.own.f1
             print("curve: " + json.dumps(point), flush=True)
-    for line in summary_lines(before, after, fed):
+    lines = summary_lines(before, after, fed) if args.task == "docstring-params" else task.summary_lines(before, after)
+    for line in lines:
         print(line)
-    print(
-        "result: "
-        + json.dumps(
-            {
-                "trainable": count_parameters(model, trainable_only=True),
-                "steps": trainer.step,
-                "tokens": tokens,
-                "train_s": seconds,
-                "em": [before.shared.exact_match, after.shared.exact_match],
-                "f1": [before.shared.f1, after.shared.f1],
-                "eval_loss": [before.shared.eval_loss, after.shared.eval_loss],
-                "own_f1": [before.own.f1, after.own.f1],
-            }
-        )
-    )
+    b, a = _shared(before), _shared(after)
+    result = {
+        "trainable": count_parameters(model, trainable_only=True),
+        "steps": trainer.step,
+        "tokens": tokens,
+        "train_s": seconds,
+        "em": [b.exact_match, a.exact_match],
+        "f1": [b.f1, a.f1],
+        "eval_loss": [b.eval_loss, a.eval_loss],
+    }
+    if a is not after:
+        result["own_f1"] = [before.own.f1, after.own.f1]
+    print("result: " + json.dumps(result))
     return 0
 
 
