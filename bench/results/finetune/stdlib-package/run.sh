@@ -1,0 +1,27 @@
+#!/bin/bash
+# The fine-tuning rows on the second task (`--task stdlib-package`: which stdlib package a docstring comes
+# from; 1,776 training pairs dealt to 2 clients, 1,200 held out per seed, each seed its own split).
+# usage: [RUNS=N] bash bench/results/finetune/stdlib-package/run.sh CASE (RUNS seeds, default 3)
+# Every case writes its own folder beside this file and appends its progress to run.txt there.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+case "$1" in
+  rules) args=(--rows rule) ;;
+  # federated LoRA, 2 clients x 600 steps at batch 8, the docstring task's LoRA rate with a cosine decay
+  lora) args=(--rows lora --steps 600 --set training.lr=5e-3 --set training.lr_schedule=cosine) ;;
+  # central LoRA at the federation's global batch (2 x 8) for 600 steps: equal tokens, equal global batch
+  central-lora-b16) args=(--rows central-lora-steps --steps 600 --set training.lr=5e-3
+                          --set training.lr_schedule=cosine --set training.batch_size=16) ;;
+  # central LoRA at one client's batch (8) for 1200 steps: equal tokens, twice the sequential steps
+  central-lora) args=(--rows central-lora --steps 600 --set training.lr=5e-3 --set training.lr_schedule=cosine) ;;
+  # zeroth-order on the same adapters (MeZO on LoRA), its preset's rate, 2.5 x LoRA's steps
+  zo-lora) args=(--rows zo-lora --steps 1500) ;;
+  *) echo "usage: $0 rules|lora|central-lora-b16|central-lora|zo-lora" >&2; exit 2 ;;
+esac
+cd "$here/../../../.."
+export PYTHONPATH=$PWD:$PWD/operator
+mkdir -p "$here/$1"
+echo "=== $1: $(date -u +%FT%T) $(uptime)" >> "$here/$1/run.txt"
+.venv/bin/python bench/finetune_bench.py --task stdlib-package --runs "${RUNS:-3}" --clients 2 --max-seconds 3000 \
+  --out "$here/$1" "${args[@]}" >> "$here/$1/run.txt" 2>&1
+echo "=== $1 done: $(date -u +%FT%T) $(uptime)" >> "$here/$1/run.txt"
