@@ -133,11 +133,14 @@ def scc_restricted_v2(pod: dict[str, Any], annotations: dict[str, str]) -> None:
     pod_sc.setdefault("fsGroup", groups[0])
 
 
-def admit_pod(pod: dict[str, Any], namespace: dict[str, Any]) -> None:
-    """The namespace's SCC (mutating first, as OpenShift orders them), then Pod Security enforcement."""
-    meta = namespace.get("metadata") or {}
-    scc_restricted_v2(pod, meta.get("annotations") or {})
-    level = (meta.get("labels") or {}).get(ENFORCE)
+def mutate(pod: dict[str, Any], namespace: dict[str, Any]) -> None:
+    """The namespace's SCC: a mutating plugin on OpenShift, which refuses IDs outside its ranges."""
+    scc_restricted_v2(pod, ((namespace.get("metadata") or {}).get("annotations")) or {})
+
+
+def enforce(pod: dict[str, Any], namespace: dict[str, Any]) -> None:
+    """Pod Security enforcement, a validating plugin."""
+    level = ((namespace.get("metadata") or {}).get("labels") or {}).get(ENFORCE)
     if level != "restricted":
         return
     violations = restricted_violations(pod)

@@ -51,6 +51,7 @@ BUILTINS: dict[tuple[str, str], tuple[str, bool, set[str], str]] = {
     ("v1", "events"): ("Event", True, set(), "subdomain"),
     ("v1", "serviceaccounts"): ("ServiceAccount", True, {"token"}, "subdomain"),
     ("v1", "resourcequotas"): ("ResourceQuota", True, {"status"}, "subdomain"),
+    ("v1", "limitranges"): ("LimitRange", True, set(), "subdomain"),
     ("v1", "namespaces"): ("Namespace", False, {"status", "finalize"}, "label"),
     ("apps/v1", "deployments"): ("Deployment", True, {"status", "scale"}, "subdomain"),
     ("batch/v1", "jobs"): ("Job", True, {"status"}, "subdomain"),
@@ -71,7 +72,7 @@ BUILTINS: dict[tuple[str, str], tuple[str, bool, set[str], str]] = {
 SHORT_NAMES = {"configmaps": ["cm"], "services": ["svc"], "persistentvolumeclaims": ["pvc"], "pods": ["po"],
                "serviceaccounts": ["sa"], "namespaces": ["ns"], "deployments": ["deploy"], "events": ["ev"],
                "poddisruptionbudgets": ["pdb"], "resourcequotas": ["quota"], "networkpolicies": ["netpol"],
-               "customresourcedefinitions": ["crd", "crds"]}  # fmt: skip
+               "limitranges": ["limits"], "customresourcedefinitions": ["crd", "crds"]}  # fmt: skip
 
 
 def builtin_types() -> list[ResourceType]:
