@@ -1,7 +1,8 @@
 """The Federation reports why its PS pod does not run, against the operator, the emulator and the test node.
 
 Each cause is produced by the part of the cluster that produces it on a real one: admission refusing
-the pod (the Deployment controller's `ReplicaFailure`), the registry lacking the image (the kubelet's
+the pod (a ResourceQuota's pod count or compute resources, a LimitRange; the Deployment controller's
+`ReplicaFailure`), the registry lacking the image (the kubelet's
 `ErrImagePull`/`ImagePullBackOff`), no default StorageClass (the claim stays Pending and the scheduler
 leaves the pod unbound), too little cpu on the node (the scheduler's `Insufficient cpu`) and a
 container that keeps exiting (`CrashLoopBackOff`). What a real cluster still does differently is in
@@ -63,6 +64,49 @@ async def test_a_pod_refused_by_quota_is_degraded_with_the_api_message(api, fake
     assert cond["reason"] == "FailedCreate"
     assert "is forbidden: exceeded quota: no-pods, requested: pods=1" in cond["message"]
     assert "ResourceQuota" in cond["message"]  # the hint
+
+
+@pytest.mark.parametrize(
+    ("hard", "said"),
+    [
+        # The PS requests 1 CPU and 2Gi (the spec's defaults) and names no limits.
+        ({"requests.cpu": "500m"}, "exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=0, "
+                                   "limited: requests.cpu=500m"),
+        ({"limits.memory": "8Gi"}, "failed quota: compute: must specify limits.memory for: ps"),
+    ],
+)  # fmt: skip
+async def test_a_pod_over_a_compute_quota_is_degraded_with_the_api_message(api, fake_ps, node_root, hard, said) -> None:
+    """A compute ResourceQuota refuses the PS pod: the Deployment's ReplicaFailure carries the quota's message."""
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "compute", "namespace": NAMESPACE},
+             "spec": {"hard": hard}}  # fmt: skip
+    await create(api, quota)
+    cond = await _degraded_with(api, fake_ps, Kubelet(api, node_root), {})
+    assert cond["reason"] == "FailedCreate"
+    assert cond["message"].startswith('Deployment demo-ps cannot create its pod: pods "demo-ps-')
+    assert f"is forbidden: {said}; " in cond["message"] and "ResourceQuota" in cond["message"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "said"),
+    [
+        # A limit over the LimitRange's max: LimitRanger refuses it.
+        ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+         "is forbidden: maximum cpu usage per Container is 1, but limit is 2"),
+        # No limits: the max becomes the default limit, below the PS's default request of 2Gi (pod validation).
+        (None, 'is invalid: spec.containers[0].resources.requests: Invalid value: "2Gi": must be less than or equal '
+               "to memory limit of 1Gi"),
+    ],
+)  # fmt: skip
+async def test_a_pod_over_a_limit_range_is_degraded_with_the_api_message(
+    api, fake_ps, node_root, resources, said
+) -> None:
+    limits = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits", "namespace": NAMESPACE},
+              "spec": {"limits": [{"type": "Container", "max": {"cpu": "1", "memory": "1Gi"}}]}}  # fmt: skip
+    await create(api, limits)
+    cond = await _degraded_with(api, fake_ps, Kubelet(api, node_root), {"resources": resources} if resources else {})
+    assert cond["reason"] == "FailedCreate"
+    assert cond["message"].startswith("Deployment demo-ps cannot create its pod: ")
+    assert said in cond["message"] and "LimitRange" in cond["message"]
 
 
 async def test_an_image_the_registry_lacks_is_degraded_as_a_pull_failure(api, fake_ps, node_root) -> None:

@@ -1,7 +1,8 @@
 """SiteClient defects of issue 11, each played against the real operator and the emulated API server.
 
-A Job the API server refuses, pods a Job cannot create, a spec change while the client runs, a
-preemption, and the status keys the CRD really has.
+A Job the API server refuses, pods a Job cannot create (a FailedCreate event the test writes, and
+one the test node's Job controller posts when a compute ResourceQuota refuses the pod), a spec
+change while the client runs, a preemption, and the status keys the CRD really has.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import pytest
 
 from .conftest import NAMESPACE, operator_running, wait_for, watches_open
 from .emulator import GeofedEmulator
+from .kubelet import Kubelet
+from .node.testing import node_root
 from .objects import create, delete, get, patch
 from .test_operator_siteclient import CREDENTIAL, SITECLIENT, _runner, _status
 
+__all__ = ["node_root"]
 pytestmark = [pytest.mark.asyncio, pytest.mark.kmock(cls=GeofedEmulator)]
 
 
@@ -89,6 +93,22 @@ async def test_a_job_that_cannot_create_its_pod_says_why(api, fake_ps) -> None:
         await wait_for(lambda: _condition(api, "Degraded").get("reason") == "FailedCreate", what="FailedCreate")
         assert "PriorityClass" in _condition(api, "Degraded")["message"]
         assert _status(api)["phase"] == "Launching"  # still the same attempt: fixing the class lets it run
+    assert runner.exception is None
+
+
+async def test_a_job_pod_over_the_gpu_quota_is_degraded_with_the_api_message(api, fake_ps, node_root) -> None:
+    """gpusPerPod 2 against `requests.nvidia.com/gpu: 1`: the node's Job controller posts FailedCreate."""
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": NAMESPACE},
+             "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}  # fmt: skip
+    await create(api, quota)
+    async with Kubelet(api, node_root), operator_running(_runner(fake_ps)) as runner:
+        await _applied(api)
+        await wait_for(lambda: _condition(api, "Degraded").get("reason") == "FailedCreate", what="FailedCreate")
+        message = _condition(api, "Degraded")["message"]
+        assert 'Error creating: pods "gpu0-1-' in message
+        assert ("is forbidden: exceeded quota: gpu, requested: requests.nvidia.com/gpu=2, used: "
+                "requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=1") in message  # fmt: skip
+        assert _status(api)["phase"] == "Launching"
     assert runner.exception is None
 
 

@@ -14,8 +14,11 @@ terminating or failed, `backoffLimit` over failed pods, `activeDeadlineSeconds`.
 `FailureTarget` and `Failed` at once while its pods may still be terminating (clusters with delayed
 terminal conditions set `Failed` only after they stopped); `Complete` after a pod succeeded. Job pods
 carry no `batch.kubernetes.io/job-tracking` finalizer: a stopped pod goes as soon as the kubelet deletes
-it, where a real Job controller's finalizer keeps it the moment it takes to count it. A refused Job pod
-is an error here (a real Job controller posts a `FailedCreate` event and retries).
+it, where a real Job controller's finalizer keeps it the moment it takes to count it. A Job pod the
+API server refuses (quota, LimitRange, Pod Security) gets the Job a `FailedCreate` warning event
+(`Error creating: <the API's message>`, its count bumped at most once a second while the refusal
+repeats, as the event recorder aggregates) and is retried on each sync, without the real controller's
+back-off.
 
 Claims: bound at once when the cluster has a default StorageClass or the claim names one (no
 PersistentVolume objects, no `WaitForFirstConsumer` binding); Pending forever otherwise.
@@ -91,6 +94,27 @@ async def _set_status(kubelet: Kubelet, obj: dict[str, Any], status: dict[str, A
     meta = obj["metadata"]
     await patch(kubelet.api, obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], {"status": status},
                 status=True)  # fmt: skip
+
+
+async def _failed_create(kubelet: Kubelet, owner: dict[str, Any], message: str) -> None:
+    """The controller's `FailedCreate` warning event on its owner, or the same event's count bumped."""
+    meta, stamp, text = owner["metadata"], now(), f"Error creating: {message}"
+    for event in kubelet.objects("v1/events"):
+        if (event.get("involvedObject") or {}).get("uid") == meta["uid"] and event.get("message") == text:
+            if event.get("lastTimestamp") != stamp:
+                await patch(kubelet.api, "v1", "Event", meta["namespace"], event["metadata"]["name"],
+                            {"count": int(event.get("count") or 1) + 1, "lastTimestamp": stamp})  # fmt: skip
+            return
+    event = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
+                           "namespace": meta["namespace"], "uid": meta["uid"]},
+        "type": "Warning", "reason": "FailedCreate", "message": text, "count": 1,
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": "job-controller"},
+    }  # fmt: skip
+    async with kubelet.api.post(f"/api/v1/namespaces/{meta['namespace']}/events", json=event) as resp:
+        assert resp.status < 300, await resp.text()
 
 
 async def sync_deployments(kubelet: Kubelet) -> None:
@@ -199,8 +223,10 @@ async def sync_jobs(kubelet: Kubelet) -> None:
             labels = {"job-name": meta["name"], "batch.kubernetes.io/job-name": meta["name"],
                       "controller-uid": meta["uid"], "batch.kubernetes.io/controller-uid": meta["uid"]}  # fmt: skip
             refused = await _create_pod(kubelet, job, name, labels)
-            assert refused is None, f"the Job controller's pod was refused (no FailedCreate event here): {refused}"
-            counts["active"] = 1
+            if refused is not None:
+                await _failed_create(kubelet, job, refused)
+            else:
+                counts["active"] = 1
         await _set_status(kubelet, job, {**counts, "startTime": start})
 
 
