@@ -53,7 +53,7 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "zo-lora": ("fed", "zo-lora", ()),
     "zo-wallclock": ("fed-wallclock", "zo", ()),
 }
-_LINE = re.compile(r"^(exact match|F1|eval loss|own-domain F1): ([0-9.]+) -> ([0-9.]+)$", re.M)
+_LINE = re.compile(r"^(exact match|F1|eval loss|own-domain F1|closed-set accuracy): ([0-9.]+) -> ([0-9.]+)$", re.M)
 _BASE = re.compile(r"^base model: sha256 ([0-9a-f]{64})", re.M)
 _INTERVAL = re.compile(r"^95% interval on .+$", re.M)
 _RECEIVED = re.compile(r"event=model_received version=(\d+) encoding=(\S+) bytes=(\d+)")
@@ -69,6 +69,8 @@ def _summary(stdout: str) -> dict:
     summary = {"em": found["exact match"], "f1": found["F1"], "eval_loss": found["eval loss"]}
     if "own-domain F1" in found:
         summary["own_f1"] = found["own-domain F1"]
+    if "closed-set accuracy" in found:  # a classification task: the likeliest label's accuracy
+        summary["closed_set"] = found["closed-set accuracy"]
     if base:
         summary["base_sha256"] = base[1]
     if interval:
@@ -263,6 +265,11 @@ def _own(result: dict, index: int | None = None) -> str:
     return f"{value:.1f}"
 
 
+def _closed(result: dict, index: int) -> str:
+    """The closed-set accuracy of a result (its `index`-th value), or — for results recorded without it."""
+    return f"{result['closed_set'][index]:.1f}" if "closed_set" in result else "—"
+
+
 def _rule_runs(rule: dict) -> str:
     """How a rule's score was had: once (one held-out set) or the median over each seed's held-out set."""
     seeds = rule.get("per_seed")
@@ -280,8 +287,8 @@ def report() -> str:
     lines = [
         "| row | trainable params | exchanged params | up B/round/client | down B/round/client "
         "| socket up B/round/client | socket down B/round/client | exact match "
-        "| F1 | eval loss | own-domain F1 | train s | load (1 min) | runs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| F1 | eval loss | own-domain F1 | closed-set accuracy | train s | load (1 min) | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rule_path = OUT / "rule.json"
     if rule_path.is_file():
@@ -289,13 +296,13 @@ def report() -> str:
         best = max(rules, key=lambda name: rules[name]["f1"])
         lines.append(
             f"| trivial rule ({best}) | — | — | — | — | — | — | {rules[best]['em']:.1f} | {rules[best]['f1']:.1f} "
-            f"| — | {_own(rules[best])} | — | — | {_rule_runs(rules[best])} |"
+            f"| — | {_own(rules[best])} | — | — | — | {_rule_runs(rules[best])} |"
         )
     base = next((json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))), None)
     if base is not None:
         lines.append(
             f"| base model (before) | — | — | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
-            f"| {base['eval_loss'][0]:.2f} | {_own(base, 0)} | — | — | — |"
+            f"| {base['eval_loss'][0]:.2f} | {_own(base, 0)} | {_closed(base, 0)} | — | — | — |"
         )
     for row in ROWS:
         runs = [json.loads(p.read_text()) for p in sorted(OUT.glob(f"{row}-[0-9]*.json"))]
@@ -313,6 +320,7 @@ def report() -> str:
             f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {' | '.join(traffic)} "
             f"| {_cell(em, '.1f')} | {_cell(f1, '.1f')} | {_cell(loss, '.2f')} "
             f"| {_cell([r['own_f1'][1] for r in runs], '.1f') if all('own_f1' in r for r in runs) else '—'} "
+            f"| {_cell([r['closed_set'][1] for r in runs], '.1f') if all('closed_set' in r for r in runs) else '—'} "
             f"| {_cell([r['train_s'] for r in runs], '.0f')} | {load} | {len(runs)} |"
         )
     every = [json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))]

@@ -43,6 +43,7 @@ class AnswerScores:
     f1: float  # percent
     eval_loss: float  # nats per answer token
     predictions: tuple[str, ...]
+    closed_set: float | None = None  # percent whose likeliest candidate completion is theirs (closed-set tasks)
 
 
 def _encode(text: str, tokenizer: Tokenizer | None) -> list[int]:
@@ -91,10 +92,33 @@ def answer_loss(model: nn.Module, pairs: Sequence[Pair], tokenizer: Tokenizer | 
     return total / count
 
 
+@torch.no_grad()
+def closed_set_accuracy(model: nn.Module, pairs: Sequence[Pair], candidates: Sequence[str],
+                        tokenizer: Tokenizer | None = None) -> float:
+    """Percent of `pairs` whose own completion is the likeliest of `candidates` (each a whole completion, scored
+    by the summed log-probability of its tokens given the prompt): how a classifier built on the model answers,
+    whatever greedy decoding produces."""
+    context = _context(model)
+    endings = [_encode(c, tokenizer) for c in candidates]
+    width = max(map(len, endings))
+    right = 0
+    for p in pairs:
+        prompt = _encode(p.prompt, tokenizer)[-(context + 1 - width):]
+        rows = [prompt + e + [0] * (width - len(e)) for e in endings]
+        ids = torch.tensor(rows)
+        logp = F.log_softmax(model(input_ids=ids[:, :-1], use_cache=False).logits.float(), dim=-1)
+        picked = logp.gather(-1, ids[:, 1:, None])[..., 0]
+        start = len(prompt) - 1
+        scores = [float(picked[i, start:start + len(e)].sum()) for i, e in enumerate(endings)]
+        right += candidates[max(range(len(scores)), key=scores.__getitem__)] == p.completion
+    return 100.0 * right / len(pairs)
+
+
 def evaluate_answers(model: nn.Module, pairs: Sequence[Pair], eos_id: int = 256,
-                     tokenizer: Tokenizer | None = None) -> AnswerScores:
-    """Exact match and F1 (percent) of greedy answers, and the answer loss, on `pairs`; ids are bytes (EOS
-    `eos_id`) unless a `tokenizer` is given (its EOS, then)."""
+                     tokenizer: Tokenizer | None = None, candidates: Sequence[str] | None = None) -> AnswerScores:
+    """Exact match and F1 (percent) of greedy answers, and the answer loss, on `pairs`; with `candidates` (the
+    completions of a closed-set task) also the closed-set accuracy. Ids are bytes (EOS `eos_id`) unless a
+    `tokenizer` is given (its EOS, then)."""
     torch.set_num_threads(1)  # one token at a time: more threads only spin against the training processes
     eos_id = tokenizer.eos_id if tokenizer is not None else eos_id
     was_training = model.training
@@ -102,14 +126,16 @@ def evaluate_answers(model: nn.Module, pairs: Sequence[Pair], eos_id: int = 256,
     try:
         preds = tuple(greedy_answer(model, p.prompt, eos_id, tokenizer=tokenizer) for p in pairs)
         loss = answer_loss(model, pairs, tokenizer)
+        closed = closed_set_accuracy(model, pairs, candidates, tokenizer) if candidates else None
     finally:
         model.train(was_training)
     em, f1 = score(preds, [p.answer for p in pairs])
-    return AnswerScores(em, f1, loss, preds)
+    return AnswerScores(em, f1, loss, preds, closed)
 
 
 def mean_scores(scores: Sequence[AnswerScores]) -> AnswerScores:
     """The mean of several models' scores on the same pairs (Hybrid LoRA: one per client)."""
     n = len(scores)
+    closed = None if scores[0].closed_set is None else sum(s.closed_set or 0.0 for s in scores) / n
     return AnswerScores(sum(s.exact_match for s in scores) / n, sum(s.f1 for s in scores) / n,
-                        sum(s.eval_loss for s in scores) / n, scores[0].predictions)
+                        sum(s.eval_loss for s in scores) / n, scores[0].predictions, closed)

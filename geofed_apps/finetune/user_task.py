@@ -7,7 +7,9 @@ are the user's choice: the files of `--eval-data`, else a seeded `training.eval_
 clients, each written as its own JSONL. Examples longer than `model.block_size` lose the start of their
 prompt (as every client cuts them); they are counted up front, and data with a completion that cannot fit
 at all is refused. The score is the docstring task's: exact match, F1 and answer loss of greedy
-completions on the held-out pairs, of the base model before and of the published global model after.
+completions on the held-out pairs, of the base model before and of the published global model after; a
+closed-set task (2 to `MAX_CLASSES` distinct completions, such as labels) also gets the accuracy of picking the
+likeliest completion.
 Greedy decoding stops at the first newline, so a completion is scored on its first line.
 """
 
@@ -26,7 +28,9 @@ from client_agent.tokenizer import Tokenizer
 from geofed.config import FederationConfig
 
 from .answers import AnswerScores
-from .interval import interval_line
+from .interval import interval_line, wilson_interval
+
+MAX_CLASSES = 64  # at most this many distinct completions make a closed-set (classification) task
 
 
 def tokenizer_of(fed: FederationConfig) -> Tokenizer:
@@ -100,6 +104,14 @@ class UserSplit:
         clients = tuple(tuple(train[i::n_clients]) for i in range(n_clients))
         return cls(clients, tuple(held), held_out, fit, block_size)
 
+    def candidates(self) -> tuple[str, ...] | None:
+        """The training completions when the task is a closed set (2 to `MAX_CLASSES` distinct completions, every
+        held-out one among them): a classification task, also scored by which completion the model finds likeliest."""
+        seen = sorted({p.completion for pairs in self.clients for p in pairs})
+        if 2 <= len(seen) <= MAX_CLASSES and {p.completion for p in self.eval} <= set(seen):
+            return tuple(seen)
+        return None
+
     def lines(self) -> list[str]:
         """What the run trains and scores on: the held-out pairs and the examples cut to fit."""
         out = [f"held out: {self.held_out}; {sum(map(len, self.clients))} pairs trained on by"
@@ -140,9 +152,9 @@ class UserTask:
         from .answers import evaluate_answers, mean_scores
 
         n = 1 if one_model else len(self.client_files)
-        tokenizer = tokenizer_of(self.fed)
-        return mean_scores([evaluate_answers(model_of_client(i), self.split.eval, tokenizer=tokenizer)
-                            for i in range(n)])
+        tokenizer, candidates = tokenizer_of(self.fed), self.split.candidates()
+        return mean_scores([evaluate_answers(model_of_client(i), self.split.eval, tokenizer=tokenizer,
+                                             candidates=candidates) for i in range(n)])
 
     def score_base(self, fed: FederationConfig) -> AnswerScores:
         from client_agent.model import build_model
@@ -163,5 +175,18 @@ class UserTask:
             f"F1: {before.f1:.1f} -> {after.f1:.1f}",
             f"eval loss: {before.eval_loss:.2f} -> {after.eval_loss:.2f}",
             interval_line(after.predictions, [p.answer for p in self.split.eval]),
+            *self._closed_set_lines(before, after),
             *self.split.lines(),
         ]
+
+    def _closed_set_lines(self, before: AnswerScores, after: AnswerScores) -> list[str]:
+        """The closed-set accuracy of a classification task: how often the held-out pair's own completion is the
+        likeliest of the training completions."""
+        candidates = self.split.candidates()
+        if candidates is None or before.closed_set is None or after.closed_set is None:
+            return []
+        n = len(self.split.eval)
+        low, high = wilson_interval(round(after.closed_set * n / 100), n)
+        return [f"closed-set accuracy: {before.closed_set:.1f} -> {after.closed_set:.1f}",
+                f"closed set: the likeliest of the {len(candidates)} completions seen in training, by the summed"
+                f" log-probability of their tokens; 95% interval {low:.1f}-{high:.1f} (Wilson, {n} pairs)"]
