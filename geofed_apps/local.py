@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ps_server.checkpoint import PSCheckpoint
 
     from .evaluate import GlobalEvaluator
+    from .split_local import SplitLocal
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -222,37 +223,14 @@ def run_local_federation(opts: LocalOptions) -> int:
     from client_agent.corpus import CorpusError
     from client_agent.data import DataError
     from client_agent.tokenizer import TokenizerError
-    from geofed.paradigms import import_half, paradigms_with
-
-    from .evaluate import GlobalEvaluator
-    from .groups import LocalPSSet
-    from .launch import StartError, start_client, stop_all
-    from .split_local import SplitLocal
+    from geofed.paradigms import import_half
 
     try:
-        split = SplitLocal() if opts.paradigm in paradigms_with("needs_trainer") else None  # a trainer process too
-        preset = split.settings() if split else _finetune_preset(opts.paradigm) if opts.paradigm else {}
-        data = apply_overrides(merge_settings(merge_settings(LOCAL_DEFAULTS, preset),
-                                              load_settings_file(opts.federation_file)), opts.overrides)
-        if opts.paradigm and split is None:
-            from .finetune.preset import with_base_targets
-
-            data = with_base_targets(data, preset["model"]["path"])
-        if opts.ps_shards > 1:
-            data["ps_shards"] = opts.ps_shards
-        fill_run_duration(data, opts.duration_s)
-        fed = validate_settings(FederationConfig, fill_checkpoint_shape(data))
+        split, fed = _federation(opts)
     except (SettingsError, KeyError) as exc:
         return _fail(str(exc).strip("'\""))
-    if opts.paradigm and not opts.data and fed.model.tokenizer != BYTE:
-        return _fail(_PARADIGM_BYTES.format(tokenizer=fed.model.tokenizer))
-    if fed.model.tokenizer != BYTE:  # every client would refuse it at its preflight: say so once, before starting
-        from client_agent.tokenizer import TokenizerError, check_vocab, load_tokenizer
-
-        try:
-            check_vocab(load_tokenizer(fed.model.tokenizer), fed.model.vocab_size)
-        except TokenizerError as exc:
-            return _fail(str(exc))
+    if (refusal := _tokenizer_refusal(opts, fed)) is not None:
+        return _fail(refusal)
     # A paradigm's own task (`ParadigmSettings.local_task`) writes and scores its data, the user's too.
     own_task = import_half(fed.paradigm.local_task) if opts.paradigm and fed.paradigm.local_task else None
     try:  # the user's data is read and checked whole before anything starts
@@ -263,20 +241,8 @@ def run_local_federation(opts: LocalOptions) -> int:
     except (DataError, CorpusError, TokenizerError) as exc:
         return _fail(str(exc))
     run = new_run_dir(opts.run_dir)
-    task = None
     try:
-        if users is not None:
-            from .finetune.user_task import UserTask
-
-            task = own_task.write_user(run / "data", users) if own_task else UserTask.write(run / "data", users, fed)
-            lists, held = task.client_files, [task.eval_file]
-        elif opts.paradigm and split is None:
-            from .finetune.preset import FinetuneTask
-
-            task = (own_task or FinetuneTask).write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
-            lists, held = task.client_files, [task.eval_file]
-        else:
-            lists, held = _write_lists(run, opts)
+        task, lists, held = _write_data(run, opts, fed, split, own_task, users)
     except CorpusError as exc:
         return _fail(str(exc))
     before = task.score_base(fed) if task is not None else None
@@ -286,138 +252,274 @@ def run_local_federation(opts: LocalOptions) -> int:
          f"{opts.duration_s:.0f}s; run directory {run}")
     for line in users.lines() if users is not None else ():
         _say(line)
+    return _LocalRun(opts, fed, run, split, lists, held).run(task, before)
 
-    logs = run / "logs"
-    ps_set = LocalPSSet(run, run / "federation.yaml", logs, opts.ps_groups, opts.ps_shards)
-    ps = ps_set.primary
-    if split is not None:
-        split.attach(run)
-        ps.extra += split.ps_flags()
-    clients = []
-    links = ClientLinks(opts.link) if opts.link is not None else None
-    t0 = time.monotonic()
-    try:
+
+def _federation(opts: LocalOptions) -> tuple[SplitLocal | None, FederationConfig]:
+    """The run's settings (the local defaults, the paradigm's preset, --federation, then --set), validated, and
+    the split trainer when the paradigm needs one (a trainer process beside the PS)."""
+    from geofed.paradigms import paradigms_with
+
+    from .split_local import SplitLocal
+
+    split = SplitLocal() if opts.paradigm in paradigms_with("needs_trainer") else None  # a trainer process too
+    preset = split.settings() if split else _finetune_preset(opts.paradigm) if opts.paradigm else {}
+    data = apply_overrides(merge_settings(merge_settings(LOCAL_DEFAULTS, preset),
+                                          load_settings_file(opts.federation_file)), opts.overrides)
+    if opts.paradigm and split is None:
+        from .finetune.preset import with_base_targets
+
+        data = with_base_targets(data, preset["model"]["path"])
+    if opts.ps_shards > 1:
+        data["ps_shards"] = opts.ps_shards
+    fill_run_duration(data, opts.duration_s)
+    return split, validate_settings(FederationConfig, fill_checkpoint_shape(data))
+
+
+def _tokenizer_refusal(opts: LocalOptions, fed: FederationConfig) -> str | None:
+    """Why the federation's tokenizer cannot run, said once before anything starts (every client would refuse it
+    at its preflight); None when it can."""
+    if opts.paradigm and not opts.data and fed.model.tokenizer != BYTE:
+        return _PARADIGM_BYTES.format(tokenizer=fed.model.tokenizer)
+    if fed.model.tokenizer != BYTE:
+        from client_agent.tokenizer import TokenizerError, check_vocab, load_tokenizer
+
         try:
-            ps_set.start()
+            check_vocab(load_tokenizer(fed.model.tokenizer), fed.model.vocab_size)
+        except TokenizerError as exc:
+            return str(exc)
+    return None
+
+
+def _write_data(run: Path, opts: LocalOptions, fed: FederationConfig, split: SplitLocal | None, own_task: Any,
+                users: Any) -> tuple[Any, list[Path], list[Path]]:
+    """Write each client's data under `run`: the user's pairs, a fine-tuning task's or the corpus's split. The
+    task that scores the run (None for the corpus), the clients' files and the held-out evaluation files."""
+    if users is not None:
+        from .finetune.user_task import UserTask
+
+        task = own_task.write_user(run / "data", users) if own_task else UserTask.write(run / "data", users, fed)
+        return task, task.client_files, [task.eval_file]
+    if opts.paradigm and split is None:
+        from .finetune.preset import FinetuneTask
+
+        task = (own_task or FinetuneTask).write(run / "data", opts.clients, opts.seed, renamings=opts.renamings)
+        return task, task.client_files, [task.eval_file]
+    lists, held = _write_lists(run, opts)
+    return None, lists, held
+
+
+class _LocalRun:
+    """One federation on this machine once its data is written: start the PSs and the clients, watch them until
+    the clients exit, then evaluate, export and sum the run up. `run` stops every process it started."""
+
+    def __init__(self, opts: LocalOptions, fed: FederationConfig, run: Path, split: SplitLocal | None,
+                 lists: list[Path], held: list[Path]) -> None:
+        from .groups import LocalPSSet
+
+        self.opts, self.fed, self.run_dir, self.split, self.lists, self.held = opts, fed, run, split, lists, held
+        self.logs = run / "logs"
+        self.ps_set = LocalPSSet(run, run / "federation.yaml", self.logs, opts.ps_groups, opts.ps_shards)
+        self.ps = self.ps_set.primary
+        if split is not None:
+            split.attach(run)
+            self.ps.extra += split.ps_flags()
+        self.clients: list[subprocess.Popen] = []
+        self.links = ClientLinks(opts.link) if opts.link is not None else None
+        self.addresses: list[str] = []  # the address client i dials: its PS's, or its link's in front of it
+        self.t0 = time.monotonic()
+
+    def run(self, task: Any, before: Any) -> int:
+        """Run it to the end: 0, 1 when a client failed, 130 after a Ctrl-C, 2 when nothing could be trained."""
+        from .launch import stop_all
+
+        try:
+            if (code := self._start_servers()) is not None:
+                return code
+            admin = self.ps.admin()
+            if (code := self._start_split_trainer()) is not None:
+                return code
+            tails = self._launch_clients()
+            chaos = (NO_CHAOS if self.opts.chaos is None else
+                     _chaos_runner(self.opts, self.clients, self._launch, self.links, self.ps, self.run_dir))
+            evaluation = self._evaluation()
+            t_watch = time.time()
+            privacy = PrivacyWatch(admin, _say) if self.fed.privacy.enabled else None
+            records, interrupted = self._watch_clients(tails, admin, evaluation, privacy, chaos)
+            evaluator, initial = evaluation.result()
+            records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial,
+                               "elapsed_s": 0.0})
+            traffic = _traffic(admin) if not interrupted else None  # the PS may be stopping: Ctrl-C reached it too
+            goodput = _goodput(admin) if not interrupted else None
+            admin.close()
+            rings = self.ps_set.ring_summary()
+            failed = self._failed_clients(interrupted, privacy)
+            for one in self.ps_set.all:
+                one.terminate()
+            ckpt = self.ps_set.newest()
+            if ckpt is None:
+                return _fail(f"no global model was produced; see {self.logs}")
+            final = (evaluator.loss(ckpt.flat) if self.split is None else
+                     self.split.full_loss(evaluator, self.fed, ckpt.flat))
+            records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": final,
+                            "elapsed_s": time.monotonic() - self.t0})
+            _write_outputs(self.run_dir, records, evaluator, ckpt, self.fed)
+            self._report_failures(failed)
+            pushed = sum(r.get("payload_bytes", 0) for r in records) / 1e6
+            _say(f"global version {ckpt.version}, {pushed:.2f} MB pushed"
+                 + (f" (interrupted after {time.monotonic() - self.t0:.0f} s; final_model/ holds this version)"
+                    if interrupted else ""))
+            if chaos.enabled:
+                _say(chaos.summary())
+            self._say_scores(task, before, ckpt, initial, final)
+            self._say_closing(task, records, goodput, traffic, rings)
+            return 130 if interrupted else 0 if not failed else 1
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            stop_all([p for p in (*self.ps_set.procs, *self.clients, self.split.proc if self.split else None)
+                      if p is not None])
+            if self.links is not None:
+                self.links.stop()
+
+    def _start_servers(self) -> int | None:
+        """Start every PS and say where each is and how to ask its status; the exit code when one did not start."""
+        from .launch import StartError
+
+        try:
+            self.ps_set.start()
         except StartError as exc:
-            return _fail(f"a parameter server did not start: {str(exc).splitlines()[0]}; see {logs}")
+            return _fail(f"a parameter server did not start: {str(exc).splitlines()[0]}; see {self.logs}")
         except TimeoutError:
             return _fail("the parameter server did not start within 60 s")
-        for one in ps_set.all:
+        for one in self.ps_set.all:
             if one.status_url:
                 _say(f"status page: {one.status_url} (live while this runs)")
-        for one in ps_set.all if ps_set.sharded is None else [ps]:  # the PSs clients dial
+        for one in self.ps_set.all if self.ps_set.sharded is None else [self.ps]:  # the PSs clients dial
             _say(f"parameter server: {one.address}; its status: "
                  f"geofed status --ps {one.address} --insecure --admin-token-file {one.admin_file}")
-        admin = ps.admin()
-        if split is not None:
-            try:
-                split.start(run / "federation.yaml", ps.address, logs / "split-trainer.log")
-            except (StartError, TimeoutError) as exc:
-                return _fail(f"{exc}; see {logs / 'split-trainer.log'}")
-        addresses: list[str] = []
+        return None
 
-        def launch(i: int, duration_s: float) -> subprocess.Popen:
-            """Start client i with a fresh one-time token, client 0's a master's (a relaunch too, as the operator
-            mints one per attempt; it only builds Θ0 if there is none), resuming from its work directory."""
-            client_id = f"local.client-{i}"
-            client_ps, client_extra = ps_set.for_client(i)
-            with client_ps.admin() as client_admin:
-                # One site per client: each stands for one institution (the PS counts sites, not client ids).
-                token, _ = client_admin.create_token(client_id, site=f"local-{i}", ttl_s=600, master=(i == 0))
-            slow = opts.slow_client if i == len(lists) - 1 else 1.0
-            return start_client(
-                token, run / "tokens" / f"client-{i}", logs / f"client-{i}.log", ps=addresses[i],
-                client_id=client_id, data=lists[i], work_dir=run / "clients" / f"client-{i}", duration_s=duration_s,
-                seed=1000 * opts.seed + i, slowdown=slow, **client_extra,
-                **({"tokenizer": fed.model.tokenizer} if fed.model.tokenizer != BYTE else {}),
-            )  # fmt: skip
+    def _start_split_trainer(self) -> int | None:
+        """Start the paradigm's trainer process, if it has one; the exit code when it did not start."""
+        from .launch import StartError
 
+        if self.split is None:
+            return None
+        try:
+            self.split.start(self.run_dir / "federation.yaml", self.ps.address, self.logs / "split-trainer.log")
+        except (StartError, TimeoutError) as exc:
+            return _fail(f"{exc}; see {self.logs / 'split-trainer.log'}")
+        return None
+
+    def _launch(self, i: int, duration_s: float) -> subprocess.Popen:
+        """Start client i with a fresh one-time token, client 0's a master's (a relaunch too, as the operator
+        mints one per attempt; it only builds Θ0 if there is none), resuming from its work directory."""
+        from .launch import start_client
+
+        client_id = f"local.client-{i}"
+        client_ps, client_extra = self.ps_set.for_client(i)
+        with client_ps.admin() as client_admin:
+            # One site per client: each stands for one institution (the PS counts sites, not client ids).
+            token, _ = client_admin.create_token(client_id, site=f"local-{i}", ttl_s=600, master=(i == 0))
+        slow = self.opts.slow_client if i == len(self.lists) - 1 else 1.0
+        run, fed = self.run_dir, self.fed
+        return start_client(
+            token, run / "tokens" / f"client-{i}", self.logs / f"client-{i}.log", ps=self.addresses[i],
+            client_id=client_id, data=self.lists[i], work_dir=run / "clients" / f"client-{i}", duration_s=duration_s,
+            seed=1000 * self.opts.seed + i, slowdown=slow, **client_extra,
+            **({"tokenizer": fed.model.tokenizer} if fed.model.tokenizer != BYTE else {}),
+        )  # fmt: skip
+
+    def _launch_clients(self) -> list[_Tail]:
+        """Start every client, each dialling its PS (through its own link with --link); a tail of each one's
+        metrics."""
         tails = []
-        for i in range(len(lists)):
-            client_ps = ps_set.for_client(i)[0]
-            addresses.append(links.address(f"local.client-{i}", client_ps.address) if links is not None
-                             else client_ps.address)
-            clients.append(launch(i, opts.duration_s))
-            tails.append(_Tail(run / "clients" / f"client-{i}" / "metrics.jsonl"))
-        chaos = NO_CHAOS if opts.chaos is None else _chaos_runner(opts, clients, launch, links, ps, run)
-        evaluation = DeferredEvaluation(
-            lambda: GlobalEvaluator(fed, held, run / "eval-tokens.npy"),
+        for i in range(len(self.lists)):
+            client_ps = self.ps_set.for_client(i)[0]
+            self.addresses.append(self.links.address(f"local.client-{i}", client_ps.address)
+                                  if self.links is not None else client_ps.address)
+            self.clients.append(self._launch(i, self.opts.duration_s))
+            tails.append(_Tail(self.run_dir / "clients" / f"client-{i}" / "metrics.jsonl"))
+        return tails
+
+    def _evaluation(self) -> DeferredEvaluation:
+        """The global evaluator on the held-out files, built beside the clients' start-up; it says the initial
+        loss once known."""
+        from .evaluate import GlobalEvaluator
+
+        fed, held, split = self.fed, self.held, self.split
+        return DeferredEvaluation(
+            lambda: GlobalEvaluator(fed, held, self.run_dir / "eval-tokens.npy"),
             (lambda ev: ev.loss()) if split is None else (lambda ev: split.full_loss(ev, fed)),
-            [(p, logs / f"client-{i}.log") for i, p in enumerate(clients)],
+            [(p, self.logs / f"client-{i}.log") for i, p in enumerate(self.clients)],
             lambda loss: _say(f"initial global eval loss {loss:.3f} (held-out modules: {len(held)} files)"),
         )
-        t_watch = time.time()
-        privacy = PrivacyWatch(admin, _say) if fed.privacy.enabled else None
+
+    def _watch_clients(self, tails: list[_Tail], admin: Any, evaluation: DeferredEvaluation,
+                       privacy: PrivacyWatch | None, chaos: Any) -> tuple[list[dict], bool]:
+        """Live progress until every client has exited (`_watch`): the records, and whether a Ctrl-C cut it short
+        (it stops the clients, but keeps and exports what was trained)."""
+        from .launch import stop_all
+
         records: list[dict] = []
         try:
-            _watch(records, clients, tails, admin, opts, ps_set.newest, evaluation, t0, privacy, links, chaos)
-            interrupted = False
-        except KeyboardInterrupt:  # Ctrl-C: stop training, but keep and export what was trained
-            interrupted = True
+            _watch(records, self.clients, tails, admin, self.opts, self.ps_set.newest, evaluation, self.t0,
+                   privacy, self.links, chaos)
+        except KeyboardInterrupt:
             _say("interrupted: stopping the clients; the parameter server saves the global model "
                  "(Ctrl-C again to quit without it)")
-            stop_all(clients)
+            stop_all(self.clients)
             for tail in tails:
-                records.extend({**rec, "elapsed_s": time.monotonic() - t0} for rec in tail.new())
-        evaluator, initial = evaluation.result()
-        records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0})
-        traffic = _traffic(admin) if not interrupted else None  # the PS may be stopping: Ctrl-C reached it too
-        goodput = _goodput(admin) if not interrupted else None
-        admin.close()
-        rings = ps_set.ring_summary()
-        failed = [i for i, p in enumerate(clients) if p.returncode not in (0, None) and not interrupted]
+                records.extend({**rec, "elapsed_s": time.monotonic() - self.t0} for rec in tail.new())
+            return records, True
+        return records, False
+
+    def _failed_clients(self, interrupted: bool, privacy: PrivacyWatch | None) -> list[int]:
+        """The clients that exited with an error, not counting those the PS stopped at the privacy budget (said
+        here when it was spent); none after a Ctrl-C."""
+        failed = [i for i, p in enumerate(self.clients) if p.returncode not in (0, None) and not interrupted]
         if privacy is not None and privacy.spent:  # the PS refused their deltas at the budget: the intended stop
-            failed = [i for i in failed if not stopped_by_budget(logs / f"client-{i}.log")]
+            failed = [i for i in failed if not stopped_by_budget(self.logs / f"client-{i}.log")]
             _say(f"privacy budget spent at global v{privacy.last['version']}: ε {privacy.last['privacy_epsilon']:.4g} "
                  f"of {privacy.last['privacy_budget']:g} at δ {privacy.last['privacy_delta']:g}; the PS published no "
                  "further version")
-        for one in ps_set.all:
-            one.terminate()
-        ckpt = ps_set.newest()
-        if ckpt is None:
-            return _fail(f"no global model was produced; see {logs}")
-        final = evaluator.loss(ckpt.flat) if split is None else split.full_loss(evaluator, fed, ckpt.flat)
-        records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": final,
-                        "elapsed_s": time.monotonic() - t0})
-        _write_outputs(run, records, evaluator, ckpt, fed)
-        if failed:
-            _say(f"warning: client(s) {failed} exited with an error; see {logs}")
-            for i in failed:
-                _say(_exit_report(i, clients[i].returncode, logs / f"client-{i}.log"))
-        _say(f"global version {ckpt.version}, {sum(r.get('payload_bytes', 0) for r in records) / 1e6:.2f} MB pushed"
-             + (f" (interrupted after {time.monotonic() - t0:.0f} s; final_model/ holds this version)"
-                if interrupted else ""))
-        if chaos.enabled:
-            _say(chaos.summary())
-        if task is not None:
-            from .finetune.preset import summary_lines
+        return failed
 
-            after = task.score_global(fed, ckpt.flat, [run / "clients" / f"client-{i}" for i in range(len(lists))])
-            own_lines = hasattr(task, "summary_lines")  # the user's pairs, or a paradigm's own task
-            lines = task.summary_lines(before, after) if own_lines else summary_lines(before, after, fed)
-            for line in lines:
-                _say(line)
-        else:
+    def _report_failures(self, failed: list[int]) -> None:
+        """Say which clients exited with an error, and how each ended with its log's last lines."""
+        if failed:
+            _say(f"warning: client(s) {failed} exited with an error; see {self.logs}")
+            for i in failed:
+                _say(_exit_report(i, self.clients[i].returncode, self.logs / f"client-{i}.log"))
+
+    def _say_scores(self, task: Any, before: Any, ckpt: PSCheckpoint, initial: float, final: float) -> None:
+        """The task's scores before and after (a fine-tuning task's, the user's pairs'), else the eval loss."""
+        if task is None:
             _say(f"eval loss: {initial:.2f} -> {final:.2f}")
+            return
+        from .finetune.preset import summary_lines
+
+        clients = [self.run_dir / "clients" / f"client-{i}" for i in range(len(self.lists))]
+        after = task.score_global(self.fed, ckpt.flat, clients)
+        own_lines = hasattr(task, "summary_lines")  # the user's pairs, or a paradigm's own task
+        for line in task.summary_lines(before, after) if own_lines else summary_lines(before, after, self.fed):
+            _say(line)
+
+    def _say_closing(self, task: Any, records: list[dict], goodput: str | None, traffic: str | None,
+                     rings: str | None) -> None:
+        """The closing lines: goodput, the split trainer's memory, traffic, the links', the rings', the run dir."""
         if goodput is not None:
             _say(goodput)
-        if task is None and split is not None:
-            _say(split.memory_line(logs))
+        if task is None and self.split is not None:
+            _say(self.split.memory_line(self.logs))
         if traffic is not None:
             _say(traffic)
-        if links is not None:
-            _say(links.summary(records))
+        if self.links is not None:
+            _say(self.links.summary(records))
         if rings:
             _say(rings)
-        _say(f"run directory: {run}")
-        return 130 if interrupted else 0 if not failed else 1
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        stop_all([p for p in (*ps_set.procs, *clients, split.proc if split else None) if p is not None])
-        if links is not None:
-            links.stop()
+        _say(f"run directory: {self.run_dir}")
 
 
 def _chaos_runner(opts: LocalOptions, clients: list, launch, links: ClientLinks | None, ps, run: Path):
