@@ -25,21 +25,21 @@ from geofed.manifest import TensorEntry
 
 from .checkpoint import CheckpointManager, ClientCheckpoint
 from .corpus import read_file_list
-from .data import load_data
+from .data import TrainingData, load_data
 from .errors import JoinError
 from .flat import ManifestMismatch, check_manifest
 from .fsdp import build_on_meta, shard_model
 from .join_spec import JoinSpec
 from .link_tuner import LinkTuner, codec_policy
 from .paradigms import ClientParadigm, client_paradigm
-from .preflight import check_before_join
+from .preflight import Checked, check_before_join
 from .ps_client import GlobalVersion, PSClient
 from .ranks import Ranks
 from .run_clock import RunClock
 from .slices.state import sharded_meta
 from .sync import SyncContext, SyncPath, overlap_kept_off, start_restore, sync_route
 from .threads import in_thread
-from .tokenizer import check_identity, load_tokenizer
+from .tokenizer import Tokenizer, check_identity, load_tokenizer
 from .trainer import LocalTrainer
 
 log = logging.getLogger("geofed.client")
@@ -78,39 +78,13 @@ def pick_device(name: str) -> torch.device:
 def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: threading.Thread) -> Site:
     """Everything before the first round (see the module docstring), on every rank."""
     # Data first: a bad data directory must fail before the one-time token is spent.
-    tokenizer = load_tokenizer(cfg.tokenizer)
-    data, report = load_data(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
-    held = None
-    if cfg.eval_data:  # held out instead of the tail of `data`
-        held, _ = load_data(_data_source(cfg.eval_data), tokenizer, cache=work / "eval-tokens.npy")
-    log.info("event=data_loaded files=%d tokens=%d examples=%d", report.files, report.tokens, report.examples)
+    tokenizer, data, held = _load_site_data(cfg, work)
     # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
     resumed = ranks.share_resume(CheckpointManager(work / "checkpoints").load_latest() if ranks.leader else None)
     # A site that ran shard-wise has a sharded checkpoint instead (every rank wrote its own shards).
     shard_meta = sharded_meta(work) if ranks.leader else None
-    declared = _newest_declaration(resumed, shard_meta)
-    # Declare what we ran: a federation that changed refuses us at Join (and at its preview).
-    built = _cached_build(work / BUILD_CACHE) if declared else ("", "")
-    spec = JoinSpec(
-        paradigm=declared[0] if declared else "",
-        manifest=tuple(TensorEntry(n, tuple(s), d) for n, s, d in declared[1]) if declared else (),
-        group=cfg.group or "",
-        decoders=_downlink_decoders,
-        paradigm_json=built[0],
-        frozen_digest=built[1],
-        tokenizer=tokenizer.name,
-        tokenizer_sha256=tokenizer.sha256,
-    )
-
-    def preview() -> tuple[str, bool]:
-        answer = ps.preview(spec)  # the token is checked, not spent
-        check_identity(tokenizer, answer.tokenizer, answer.tokenizer_sha256, given=cfg.tokenizer is not None)
-        return answer.federation_json, answer.master and answer.version == 0
-
-    # Rank 0 talks to the PS while the other ranks wait in short polls (`Ranks.lead`): a slow PS cannot time them out.
-    fed_json, master = ranks.lead(preview) or (None, False)
-    fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
-    master = ranks.bcast_flag(master)
+    spec = _join_spec(cfg, work, tokenizer, _newest_declaration(resumed, shard_meta))
+    fed, master = _preview_join(cfg, ps, ranks, spec, tokenizer)
     device = ranks.device(pick_device(cfg.device))
     checked = check_before_join(cfg, fed, tokenizer, data, device, held)
     log.info("event=settings_checked client=%s paradigm=%s device=%s", cfg.client_id, fed.paradigm.name, device)
@@ -128,22 +102,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
         torch.set_num_threads(fed.training.torch_threads)
     # The model (its code's import included) is built while rank 0 joins and the first global model streams in.
     building = in_thread(lambda: _build(paradigm, fed, route.path, ranks, master, preload), "geofed-build")
-
-    def join() -> tuple[str, bool]:
-        if ps.session is None:  # a PS without previews joined us already
-            ps.join(spec)
-        joined = ps.federation.model_dump_json()
-        if ps.federation != fed:
-            raise JoinError("the federation's settings changed between the Join preview and the Join: relaunch")
-        bootstrap = ps.master and ps.join_version == 0
-        if not bootstrap:
-            if resumed is not None:
-                _hold_base(ps, resumed)
-            ps.start()  # fetch the global model while the model is being built
-        return joined, bootstrap
-
-    _, bootstrap = ranks.lead(join) or (None, False)
-    bootstrap = ranks.bcast_flag(bootstrap)
+    bootstrap = _join(ps, ranks, spec, fed, resumed)
     # The error-feedback residual needs only the checkpoint: restore it now, beside the model build.
     restoring = start_restore(resumed, fed, cfg.client_id, ranks.leader)
     paradigm.bind_ps(ps)
@@ -161,23 +120,120 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     _check_layout(ps, paradigm, model, ranks)
     if ranks.leader:  # before sharding: the digest is over whole tensors
         _declare_build(ps, fed, paradigm, model, work / BUILD_CACHE)
+    _restore_private(cfg, paradigm, model, resumed)  # before sharding: full tensors here
+    if ranks.distributed:
+        model = shard_model(model, checked.precision)  # only this rank's shards are allocated on the device
+    trainer, clock = _start_trainer(cfg, ps, ranks, fed, checked, model, device)
+    manifest = paradigm.manifest(model)
+    numel = paradigm.payload_numel(sum(t.numel for t in manifest))
+    tuner = LinkTuner(fed, ps.link, numel, cfg.client_id)
+    ctx = SyncContext(ps, ranks, fed, paradigm, tuner, cfg.client_id, work, tuple(manifest), numel)
+    sync = route.path(ctx, restoring)
+    resumed = sync.restore(trainer, resumed, shard_meta is not None)
+    if bootstrap:
+        sync.bootstrap(model, resumed)
+    resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
+    sync.resend()
+    return Site(fed, paradigm, trainer, sync, tuner, numel, clock)
+
+
+def _load_site_data(cfg: ClientConfig, work: Path) -> tuple[Tokenizer, TrainingData, TrainingData | None]:
+    """The site's tokenizer, its training data and the data held out for evaluation (None without
+    `eval_data`: then the tail of the training data), tokenised once into caches under `work`."""
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    data, report = load_data(_data_source(cfg.data), tokenizer, cache=work / "tokens.npy")
+    held = None
+    if cfg.eval_data:  # held out instead of the tail of `data`
+        held, _ = load_data(_data_source(cfg.eval_data), tokenizer, cache=work / "eval-tokens.npy")
+    log.info("event=data_loaded files=%d tokens=%d examples=%d", report.files, report.tokens, report.examples)
+    return tokenizer, data, held
+
+
+def _join_spec(cfg: ClientConfig, work: Path, tokenizer: Tokenizer, declared: tuple[str, list] | None) -> JoinSpec:
+    """What the site declares at Join: the paradigm and layout it ran (`declared`, from its checkpoint) and the
+    model it last built, so a federation that changed refuses it (at the preview too), and its tokenizer."""
+    built = _cached_build(work / BUILD_CACHE) if declared else ("", "")
+    return JoinSpec(
+        paradigm=declared[0] if declared else "",
+        manifest=tuple(TensorEntry(n, tuple(s), d) for n, s, d in declared[1]) if declared else (),
+        group=cfg.group or "",
+        decoders=_downlink_decoders,
+        paradigm_json=built[0],
+        frozen_digest=built[1],
+        tokenizer=tokenizer.name,
+        tokenizer_sha256=tokenizer.sha256,
+    )
+
+
+def _preview_join(
+    cfg: ClientConfig, ps: PSClient, ranks: Ranks, spec: JoinSpec, tokenizer: Tokenizer
+) -> tuple[FederationConfig, bool]:
+    """Rank 0 previews the Join and checks the federation's tokenizer is the site's; every rank gets the
+    federation's settings and whether the preview foresees this site seeding Θ0 (the master, at version 0)."""
+
+    def preview() -> tuple[str, bool]:
+        answer = ps.preview(spec)  # the token is checked, not spent
+        check_identity(tokenizer, answer.tokenizer, answer.tokenizer_sha256, given=cfg.tokenizer is not None)
+        return answer.federation_json, answer.master and answer.version == 0
+
+    # Rank 0 talks to the PS while the other ranks wait in short polls (`Ranks.lead`): a slow PS cannot time them out.
+    fed_json, master = ranks.lead(preview) or (None, False)
+    fed = FederationConfig.model_validate_json(ranks.bcast_text(fed_json))
+    return fed, ranks.bcast_flag(master)
+
+
+def _join(ps: PSClient, ranks: Ranks, spec: JoinSpec, fed: FederationConfig, resumed: ClientCheckpoint | None) -> bool:
+    """Rank 0 joins (JoinError when the federation changed since the preview) and, unless it bootstraps Θ0,
+    starts fetching the global model while the model is being built; every rank learns whether it bootstraps."""
+
+    def join() -> tuple[str, bool]:
+        if ps.session is None:  # a PS without previews joined us already
+            ps.join(spec)
+        joined = ps.federation.model_dump_json()
+        if ps.federation != fed:
+            raise JoinError("the federation's settings changed between the Join preview and the Join: relaunch")
+        bootstrap = ps.master and ps.join_version == 0
+        if not bootstrap:
+            if resumed is not None:
+                _hold_base(ps, resumed)
+            ps.start()  # fetch the global model while the model is being built
+        return joined, bootstrap
+
+    _, bootstrap = ranks.lead(join) or (None, False)
+    return ranks.bcast_flag(bootstrap)
+
+
+def _restore_private(
+    cfg: ClientConfig, paradigm: ClientParadigm, model: torch.nn.Module, resumed: ClientCheckpoint | None
+) -> None:
+    """Load the checkpoint's private state (what the site keeps and never sends) into `model`, if it has one."""
     if resumed is not None and resumed.private:
-        paradigm.load_private_state(model, resumed.private)  # before sharding: full tensors here
+        paradigm.load_private_state(model, resumed.private)
         log.info(
             "event=private_restored client=%s tensors=%d sha256=%s",
             cfg.client_id,
             len(resumed.private),
             private_digest(resumed.private),
         )
-    precision = checked.precision
-    if ranks.distributed:
-        model = shard_model(model, precision)  # only this rank's shards are allocated on the device
+
+
+def _start_trainer(
+    cfg: ClientConfig,
+    ps: PSClient,
+    ranks: Ranks,
+    fed: FederationConfig,
+    checked: Checked,
+    model: torch.nn.Module,
+    device: torch.device,
+) -> tuple[LocalTrainer, RunClock | None]:
+    """The local trainer of `model`, and on rank 0 the federation's clock when the learning rate follows the run's
+    time (`training.lr_progress`)."""
     trainer = LocalTrainer(
         model,
         fed.training,
         checked.stream,
         device,
-        precision=precision,
+        precision=checked.precision,
         slowdown=cfg.slowdown,
         rank=ranks.rank,
         world=ranks.world,
@@ -195,17 +251,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     if fed.training.lr_progress == "run_time" and ranks.leader:
         clock = RunClock(fed.training.run_duration_s, lambda: ps.run_started_at)
         trainer.progress = clock
-    manifest = paradigm.manifest(model)
-    numel = paradigm.payload_numel(sum(t.numel for t in manifest))
-    tuner = LinkTuner(fed, ps.link, numel, cfg.client_id)
-    ctx = SyncContext(ps, ranks, fed, paradigm, tuner, cfg.client_id, work, tuple(manifest), numel)
-    sync = route.path(ctx, restoring)
-    resumed = sync.restore(trainer, resumed, shard_meta is not None)
-    if bootstrap:
-        sync.bootstrap(model, resumed)
-    resumed = None  # drop the mmap of the old file: the next save replaces it, and its space should go
-    sync.resend()
-    return Site(fed, paradigm, trainer, sync, tuner, numel, clock)
+    return trainer, clock
 
 
 def _build(
