@@ -28,6 +28,15 @@ MASTER_NOTE = """\
 
 def add_commands(subparsers: Any) -> None:
     """Register `geofed operator` and `geofed site` on the top-level CLI (see `geofed_apps.cli`)."""
+    _add_operator(subparsers)
+    site = subparsers.add_parser("site", help="enroll or revoke an institution's site")
+    site_sub = site.add_subparsers(dest="site_command", required=True)
+    _add_enroll(site_sub)
+    _add_revoke(site_sub)
+
+
+def _add_operator(subparsers: Any) -> None:
+    """`geofed operator`: run the kopf operator, standalone or as one of several peered replicas."""
     op = subparsers.add_parser(
         "operator",
         help="run the Kubernetes operator (Federations in the cloud, SiteClients at a site)",
@@ -49,8 +58,9 @@ def add_commands(subparsers: Any) -> None:
     op.add_argument("--verbose", action="store_true", help="debug logging")
     op.set_defaults(func=run_operator)
 
-    site = subparsers.add_parser("site", help="enroll or revoke an institution's site")
-    site_sub = site.add_subparsers(dest="site_command", required=True)
+
+def _add_enroll(site_sub: Any) -> None:
+    """`geofed site enroll`: mint a site credential and write the site's Secret and SiteClient."""
     enroll = site_sub.add_parser(
         "enroll",
         help="issue a site credential and print the Secret + SiteClient YAML for that site",
@@ -102,6 +112,9 @@ def add_commands(subparsers: Any) -> None:
     enroll.add_argument("-o", "--output", help="write here instead of stdout")
     enroll.set_defaults(func=run_enroll)
 
+
+def _add_revoke(site_sub: Any) -> None:
+    """`geofed site revoke`: the site's credential and its tokens stop working."""
     revoke = site_sub.add_parser("revoke", help="revoke a site: its credential and its tokens stop working")
     revoke.add_argument("--site", required=True)
     revoke.add_argument("--admin-address", required=True, help="host:port of the PS admin API")

@@ -82,10 +82,10 @@ def _rate(metric: str, by: str) -> str:
     return f"sum by ({by}) (rate({metric}{{{_SEL}}}[$__rate_interval]))"
 
 
-def build_dashboard() -> dict[str, Any]:
-    """The dashboard JSON model (Grafana schemaVersion 39)."""
+def _federation_panels() -> list[dict]:
+    """The federation row: global version, connected clients, staleness of applied deltas, rejected pushes."""
     ts, stat = "timeseries", "stat"
-    panels = [
+    return [
         _row("Federation", 0),
         _panel(
             stat,
@@ -115,6 +115,13 @@ def build_dashboard() -> dict[str, Any]:
             "reqps",
             (18, 1, 6, 4),
         ),
+    ]
+
+
+def _communication_panels() -> list[dict]:
+    """The communication row, per client: bytes each way, throughput, push round-trip time, compression ratio."""
+    ts = "timeseries"
+    return [
         _row("Communication per client", 5),
         _per_client("Bytes received by the PS", "geofed_bytes_in_total", "bytes", (0, 6, 12, 8)),
         _per_client("Bytes sent by the PS", "geofed_bytes_out_total", "bytes", (12, 6, 12, 8)),
@@ -139,6 +146,12 @@ def build_dashboard() -> dict[str, Any]:
             (8, 14, 8, 8),
         ),
         _per_client("Compression ratio", "geofed_compression_ratio", "percentunit", (16, 14, 8, 8)),
+    ]
+
+
+def _training_panels() -> list[dict]:
+    """The training row, per client: train and eval loss, tokens per second, contribution."""
+    return [
         _row("Training per client", 22),
         _per_client("Train loss", "geofed_client_train_loss", "none", (0, 23, 12, 8)),
         _per_client("Eval loss", "geofed_client_eval_loss", "none", (12, 23, 12, 8)),
@@ -149,9 +162,15 @@ def build_dashboard() -> dict[str, Any]:
             "none",
             (12, 31, 12, 8),
         ),
+    ]
+
+
+def _server_panels() -> list[dict]:
+    """The parameter server row: its decode and aggregate time."""
+    return [
         _row("Parameter server", 39),
         _panel(
-            ts,
+            "timeseries",
             "Decode and aggregate time (p95)",
             [
                 (_quantile(0.95, "geofed_decode_seconds"), "decode"),
@@ -161,6 +180,11 @@ def build_dashboard() -> dict[str, Any]:
             (0, 40, 24, 8),
         ),
     ]
+
+
+def build_dashboard() -> dict[str, Any]:
+    """The dashboard JSON model (Grafana schemaVersion 39)."""
+    panels = [*_federation_panels(), *_communication_panels(), *_training_panels(), *_server_panels()]
     for i, panel in enumerate(panels, start=1):
         panel["id"] = i
     return {
