@@ -24,7 +24,7 @@ import numpy as np
 
 from client_agent.errors import DeferredDeltaError
 from client_agent.ps_client import PSClient
-from geofed.codec import decoder_for, make_codec
+from geofed.codec import Codec, decoder_for, make_codec
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.channel import CHANNEL_OPTIONS
 from geofed_testing.ledger import EXACT_ASYNC
@@ -92,36 +92,61 @@ def _decode(header: bytes, payload: bytes, numel: int) -> np.ndarray:
 def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float = 10.0, numel: int = 100_000,
              codec: str = "int8", extra: list[str] | None = None) -> LoadResult:
     """Start a PS, join `clients` clients, push for `seconds`, then audit the model against the receipts."""
+    ps = _start_ps(workdir, reaper, numel, extra)
+    coder = make_codec(codec, "huffman")
+    encoded = [_encode(coder, client_delta(i, numel), numel) for i in range(clients)]
+    with ThreadPoolExecutor(16) as pool:
+        conns = list(pool.map(lambda i: _connect(ps, reaper, i), range(clients)))
+    pushes = _push_for(ps, conns, encoded, seconds)
+    return _audit(ps, pushes, encoded, numel, coder.name)
+
+
+def _start_ps(workdir: Path, reaper: Reaper, numel: int, extra: list[str] | None) -> PSNode:
+    """A PS whose global model the master has bootstrapped to `numel` zeros."""
     ps = PSNode(workdir / "ps", EXACT_ASYNC, extra=extra, rate_limit=100_000.0)
     reaper.add(ps.kill)
     ps.start()
     master = join(ps, "load.master", master=True, start=False, reaper=reaper)
     init_model(master, np.zeros(numel, np.float32))
     master.close()
+    return ps
 
-    coder = make_codec(codec, "huffman")
-    encoded = []
-    for i in range(clients):
-        header, frames = coder.encode(client_delta(i, numel))
-        frames = list(frames)
-        encoded.append((header, frames, _decode(header, b"".join(frames), numel)))
 
-    def connect(i: int) -> PSClient:
-        token = mint(ps, f"load.c{i:03d}")
-        c = PSClient(ps.address, f"load.c{i:03d}", lambda: token, insecure=True, rpc_timeout_s=60)
-        reaper.add(c.close)
-        _own_connection(c)
-        c.join()
-        return c
+def _encode(coder: Codec, delta: np.ndarray, numel: int) -> tuple[bytes, list[bytes], np.ndarray]:
+    """`delta` encoded (its header and frames) and decoded again, as the PS will add it."""
+    header, frames = coder.encode(delta)
+    frames = list(frames)
+    return header, frames, _decode(header, b"".join(frames), numel)
 
-    with ThreadPoolExecutor(16) as pool:
-        conns = list(pool.map(connect, range(clients)))
 
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    done_at: list[float] = []
-    errors: list[str] = []
-    deferred = [0] * clients
-    rss: list[int] = [ps.rss_bytes()]
+def _connect(ps: PSNode, reaper: Reaper, i: int) -> PSClient:
+    """Client i joined, on its own connection."""
+    token = mint(ps, f"load.c{i:03d}")
+    c = PSClient(ps.address, f"load.c{i:03d}", lambda: token, insecure=True, rpc_timeout_s=60)
+    reaper.add(c.close)
+    _own_connection(c)
+    c.join()
+    return c
+
+
+@dataclass
+class _Pushes:
+    """What the pushers and the PS's memory sampler recorded during one load run."""
+
+    latencies: list[list[float]]  # per client, the seconds of each acknowledged push
+    deferred: list[int]  # per client, the pushes the round share put off
+    rss: list[int]  # the PS's resident memory, sampled
+    done_at: list[float] = field(default_factory=list)  # when each push was acknowledged (monotonic)
+    errors: list[str] = field(default_factory=list)
+    t_start: float = 0.0  # when the pushers were released (monotonic)
+    elapsed: float = 0.0  # seconds from the release until the pushers were joined
+
+
+def _push_for(ps: PSNode, conns: list[PSClient], encoded: list[tuple], seconds: float) -> _Pushes:
+    """Every client pushes its delta over and over, from the same moment, for `seconds`, each on the version its
+    last push made; the PS's memory is sampled meanwhile."""
+    clients = len(conns)
+    pushes = _Pushes(latencies=[[] for _ in range(clients)], deferred=[0] * clients, rss=[ps.rss_bytes()])
     start = threading.Barrier(clients + 1)
     stop = threading.Event()
 
@@ -134,33 +159,38 @@ def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float
             try:
                 r = conns[i].push(base_version=base, codec_header=header, frames=frames, num_tokens=1)
             except DeferredDeltaError:  # the site's round is full: push again once the other sites have
-                deferred[i] += 1
+                pushes.deferred[i] += 1
                 time.sleep(0.005)
                 continue
             except Exception as exc:  # recorded and reported: a load run must show every failure
-                errors.append(f"c{i}: {type(exc).__name__}: {exc}")
+                pushes.errors.append(f"c{i}: {type(exc).__name__}: {exc}")
                 return
-            latencies[i].append(time.perf_counter() - t0)
-            done_at.append(time.monotonic())
+            pushes.latencies[i].append(time.perf_counter() - t0)
+            pushes.done_at.append(time.monotonic())
             base = r.version
 
     def sample_rss() -> None:
         while not stop.wait(0.25):
-            rss.append(ps.rss_bytes())
+            pushes.rss.append(ps.rss_bytes())
 
     threads = [threading.Thread(target=pusher, args=(i,), daemon=True) for i in range(clients)]
     threads.append(threading.Thread(target=sample_rss, daemon=True))
     for t in threads:
         t.start()
     start.wait()
-    t_start = time.monotonic()
+    pushes.t_start = time.monotonic()
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join(120)
-    elapsed = time.monotonic() - t_start
-    rss.append(ps.rss_bytes())
+    pushes.elapsed = time.monotonic() - pushes.t_start
+    pushes.rss.append(ps.rss_bytes())
+    return pushes
 
+
+def _audit(ps: PSNode, pushes: _Pushes, encoded: list[tuple], numel: int, codec: str) -> LoadResult:
+    """The run's measurements, and the PS's model, version and push counts checked against the receipts."""
+    latencies, rss, elapsed = pushes.latencies, pushes.rss, pushes.elapsed
     receipts = [len(lat) for lat in latencies]
     expected = np.zeros(numel, np.float32)
     for n, (_, _, decoded) in zip(receipts, encoded, strict=True):
@@ -170,10 +200,12 @@ def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float
         counted = {c["client_id"]: c["pushes"] for c in admin.list_clients()}
     all_lat = np.sort(np.concatenate([np.asarray(lat) for lat in latencies if lat]) * 1e3)
     total = sum(receipts)
-    per_second = np.bincount(np.floor(np.asarray(done_at) - t_start).clip(0).astype(int)).tolist() if done_at else []
+    done_at = pushes.done_at
+    per_second = (np.bincount(np.floor(np.asarray(done_at) - pushes.t_start).clip(0).astype(int)).tolist()
+                  if done_at else [])
     applied = version - 1
     return LoadResult(
-        clients=clients, seconds=elapsed, numel=numel, codec=coder.name,
+        clients=len(latencies), seconds=elapsed, numel=numel, codec=codec,
         payload_bytes=float(np.mean([len(h) + sum(map(len, f)) for h, f, _ in encoded])),
         pushes=total, pushes_per_s=total / elapsed,
         p50_ms=float(np.percentile(all_lat, 50)) if total else 0.0,
@@ -183,6 +215,6 @@ def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float
         version=version, exact=bool(np.array_equal(model, expected)),
         max_abs_error=float(np.abs(model.astype(np.float64) - expected).max()),
         ledger_ok=all(counted.get(f"load.c{i:03d}", 0) == n for i, n in enumerate(receipts)),
-        lost=max(0, total - applied), double_counted=max(0, applied - total), deferred=sum(deferred), errors=errors,
-        per_second=per_second,
+        lost=max(0, total - applied), double_counted=max(0, applied - total), deferred=sum(pushes.deferred),
+        errors=pushes.errors, per_second=per_second,
     )
