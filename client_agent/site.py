@@ -287,8 +287,9 @@ def _check_layout(ps: PSClient, paradigm: ClientParadigm, model: torch.nn.Module
         raise ManifestMismatch(f"paradigm {paradigm.name!r}: {exc}") from None
 
 
-def _declare_build(ps: PSClient, fed: FederationConfig, paradigm: ClientParadigm, model: torch.nn.Module,
-                   cache: Path) -> None:
+def _declare_build(
+    ps: PSClient, fed: FederationConfig, paradigm: ClientParadigm, model: torch.nn.Module, cache: Path
+) -> None:
     """Tell the PS what this model was built under and the digest of its frozen part (JoinError when the
     federation's differs), and keep both for the next launch's Join."""
     settings, digest = fed.paradigm.model_dump_json(), paradigm.frozen_digest(model)

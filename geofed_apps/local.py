@@ -43,50 +43,110 @@ if TYPE_CHECKING:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register `geofed local` on the top-level CLI (see `geofed_apps.cli`)."""
-    local = sub.add_parser("local", help="run a whole federation on this machine (the embedded default)",
-                           description="Start a PS and N clients on 127.0.0.1 and train a small GPT-2-style model "
-                                       "on the Python standard library's sources, split by module across clients.")
+    local = sub.add_parser(
+        "local",
+        help="run a whole federation on this machine (the embedded default)",
+        description="Start a PS and N clients on 127.0.0.1 and train a small GPT-2-style model "
+        "on the Python standard library's sources, split by module across clients.",
+    )
+    _add_run_flags(local)
+    _add_scenario_flags(local)
+    local.set_defaults(func=run_local)
+
+
+def _add_run_flags(local: argparse.ArgumentParser) -> None:
+    """The run's clients, data, length, directory and settings, and how much it says."""
     local.add_argument("--clients", type=int, default=3, help="number of client processes (default 3)")
-    local.add_argument("--data", help="train on this directory of text/JSONL files instead (split across clients); "
-                                      "with --paradigm, on its prompt/completion pairs, scored on held-out ones")
-    local.add_argument("--eval-data", metavar="DIR",
-                       help="with --data: hold out this directory's files for the score instead of a seeded "
-                            "training.eval_fraction of --data (with --paradigm) or a share of its files")
+    local.add_argument(
+        "--data",
+        help="train on this directory of text/JSONL files instead (split across clients); "
+        "with --paradigm, on its prompt/completion pairs, scored on held-out ones",
+    )
+    local.add_argument(
+        "--eval-data",
+        metavar="DIR",
+        help="with --data: hold out this directory's files for the score instead of a seeded "
+        "training.eval_fraction of --data (with --paradigm) or a share of its files",
+    )
     local.add_argument("--duration", type=float, default=100.0, help="seconds of training (default 100)")
     local.add_argument("--run-dir", default="runs", help="parent folder of the run directory (default ./runs)")
-    local.add_argument("--slow-client", type=float, default=1.0, metavar="FACTOR",
-                       help="slow the last client down by FACTOR to show heterogeneity (default 1 = off)")
+    local.add_argument(
+        "--slow-client",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="slow the last client down by FACTOR to show heterogeneity (default 1 = off)",
+    )
     local.add_argument("--federation", help="federation settings file overriding the local defaults")
     local.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a federation setting")
     local.add_argument("--quiet", action="store_true", help="only the summary lines")
-    local.add_argument("--ps-groups", type=int, default=1, metavar="N",
-                       help="N PS groups combined by ring all-reduce (multi-PS), clients split across them")
-    local.add_argument("--ps-shards", type=int, default=1, metavar="N",
-                       help="run the PS as a front plus N shard processes, each holding a slice of the model")
-    local.add_argument("--paradigm", metavar="NAME",
-                       help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
-                            "ravan-matched, zo, zo-lora, bitfit, pretrain) on the docstring-parameters QA task, or on "
-                            "--data's pairs; ends with exact match and F1")
-    local.add_argument("--link", metavar="PROFILE",
-                       help="each client dials the PS through its own emulated WAN link, 'LAT[/JITTER[/RATE | "
-                            "/UP/DOWN]][,kind@at[+dur]...]' as `geofed wan` reads it ('0ms' shapes nothing); the "
-                            "summary gives the bytes each round put on the link, counted at the socket")
-    local.add_argument("--tokenizer", metavar="DIR",
-                       help="every client tokenises with this local Hugging Face tokenizer directory (the same as "
-                            "--set model.tokenizer=DIR; default: the built-in byte tokenizer)")
-    local.add_argument("--seed", type=int, default=0,
-                       help="seed of the clients' data order and, with --paradigm, of which modules go to which client")
-    local.add_argument("--renamings", type=int, default=0, metavar="N",
-                       help="with --paradigm: each client also trains on N copies of each of its pairs with the "
-                            "parameters renamed to other words of its own docstrings (default 0)")
-    local.add_argument("--task", default="docstring-params", choices=("docstring-params", "stdlib-package"),
-                       help="with --paradigm: the task, docstring-params (default) or stdlib-package (which stdlib "
-                            "package a docstring is from; 1,200 held-out pairs)")
-    local.add_argument("--chaos", metavar="SPEC",
-                       help="inject a seeded (--seed) schedule of faults, e.g. 'preempt=60,kill=0,flap=90,"
-                            "ps-restart=1': mean seconds between preemptions, kills and --link flaps per client, "
-                            "and PS restarts in the run (docs/reliability.md, Chaos mode)")
-    local.set_defaults(func=run_local)
+
+
+def _add_scenario_flags(local: argparse.ArgumentParser) -> None:
+    """What the run stands for: PS groups or shards, a fine-tuning paradigm and its task, WAN links, the
+    tokenizer, the seed and injected faults."""
+    local.add_argument(
+        "--ps-groups",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N PS groups combined by ring all-reduce (multi-PS), clients split across them",
+    )
+    local.add_argument(
+        "--ps-shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the PS as a front plus N shard processes, each holding a slice of the model",
+    )
+    local.add_argument(
+        "--paradigm",
+        metavar="NAME",
+        help="fine-tune the cached base model with this paradigm's preset (lora, hybrid-lora, ravan, "
+        "ravan-matched, zo, zo-lora, bitfit, pretrain) on the docstring-parameters QA task, or on "
+        "--data's pairs; ends with exact match and F1",
+    )
+    local.add_argument(
+        "--link",
+        metavar="PROFILE",
+        help="each client dials the PS through its own emulated WAN link, 'LAT[/JITTER[/RATE | "
+        "/UP/DOWN]][,kind@at[+dur]...]' as `geofed wan` reads it ('0ms' shapes nothing); the "
+        "summary gives the bytes each round put on the link, counted at the socket",
+    )
+    local.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="every client tokenises with this local Hugging Face tokenizer directory (the same as "
+        "--set model.tokenizer=DIR; default: the built-in byte tokenizer)",
+    )
+    local.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the clients' data order and, with --paradigm, of which modules go to which client",
+    )
+    local.add_argument(
+        "--renamings",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --paradigm: each client also trains on N copies of each of its pairs with the "
+        "parameters renamed to other words of its own docstrings (default 0)",
+    )
+    local.add_argument(
+        "--task",
+        default="docstring-params",
+        choices=("docstring-params", "stdlib-package"),
+        help="with --paradigm: the task, docstring-params (default) or stdlib-package (which stdlib "
+        "package a docstring is from; 1,200 held-out pairs)",
+    )
+    local.add_argument(
+        "--chaos",
+        metavar="SPEC",
+        help="inject a seeded (--seed) schedule of faults, e.g. 'preempt=60,kill=0,flap=90,"
+        "ps-restart=1': mean seconds between preemptions, kills and --link flaps per client, "
+        "and PS restarts in the run (docs/reliability.md, Chaos mode)",
+    )
 
 
 @dataclass
@@ -109,8 +169,10 @@ class LocalOptions:
     chaos: ChaosSpec | None = None  # a seeded fault schedule (geofed_apps.chaos)
 
 
-_PARADIGM_BYTES = ("--paradigm without --data fine-tunes the built-in byte-level base on the docstring task: tokenizer "
-                   "{tokenizer!r} needs your own pairs (--data) and a base that embeds it (--set model.path=DIR)")
+_PARADIGM_BYTES = (
+    "--paradigm without --data fine-tunes the built-in byte-level base on the docstring task: tokenizer "
+    "{tokenizer!r} needs your own pairs (--data) and a base that embeds it (--set model.path=DIR)"
+)
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -142,16 +204,32 @@ def run_local(args: argparse.Namespace) -> int:
         chaos = parse_spec(args.chaos) if args.chaos is not None else None
     except ChaosSpecError as exc:
         return _fail(f"--chaos: {exc}")
-    if chaos is not None and (why := check_spec(chaos, link=link is not None,
-                                                single_ps=args.ps_groups == 1 and args.ps_shards == 1)):
+    if chaos is not None and (
+        why := check_spec(chaos, link=link is not None, single_ps=args.ps_groups == 1 and args.ps_shards == 1)
+    ):
         return _fail(why)
-    overrides = [*(args.set or []), *([f"model.tokenizer={Path(args.tokenizer).expanduser().resolve()}"]
-                                      if args.tokenizer else [])]
-    opts = LocalOptions(clients=args.clients, data=args.data, eval_data=args.eval_data, duration_s=args.duration,
-                        run_dir=args.run_dir,
-                        slow_client=args.slow_client, federation_file=args.federation, overrides=overrides,
-                        quiet=args.quiet, ps_groups=args.ps_groups, paradigm=args.paradigm, ps_shards=args.ps_shards,
-                        seed=args.seed, link=link, renamings=args.renamings, chaos=chaos)
+    overrides = [
+        *(args.set or []),
+        *([f"model.tokenizer={Path(args.tokenizer).expanduser().resolve()}"] if args.tokenizer else []),
+    ]
+    opts = LocalOptions(
+        clients=args.clients,
+        data=args.data,
+        eval_data=args.eval_data,
+        duration_s=args.duration,
+        run_dir=args.run_dir,
+        slow_client=args.slow_client,
+        federation_file=args.federation,
+        overrides=overrides,
+        quiet=args.quiet,
+        ps_groups=args.ps_groups,
+        paradigm=args.paradigm,
+        ps_shards=args.ps_shards,
+        seed=args.seed,
+        link=link,
+        renamings=args.renamings,
+        chaos=chaos,
+    )
     return run_local_federation(opts)
 
 
@@ -192,8 +270,10 @@ def _write_lists(run: Path, opts: LocalOptions) -> tuple[list[Path], list[Path]]
     elif opts.data:
         groups = split_directory(opts.data, opts.clients + 1)
         if any(not g for g in groups):
-            raise CorpusError(f"{opts.data} has too few top-level entries to split across {opts.clients} clients "
-                              "and a held-out evaluation set")
+            raise CorpusError(
+                f"{opts.data} has too few top-level entries to split across {opts.clients} clients "
+                "and a held-out evaluation set"
+            )
         split = CorpusSplit(clients=tuple(tuple(g) for g in groups[:-1]), eval=tuple(groups[-1]))
     else:
         split = stdlib_split(opts.clients)
@@ -234,10 +314,13 @@ def run_local_federation(opts: LocalOptions) -> int:
     # A paradigm's own task (`ParadigmSettings.local_task`) writes and scores its data, the user's too.
     own_task = import_half(fed.paradigm.local_task) if opts.paradigm and fed.paradigm.local_task else None
     try:  # the user's data is read and checked whole before anything starts
-        users = (own_task.read_user(opts.data, opts.eval_data, fed, opts.clients, opts.seed)
-                 if own_task is not None and opts.data else
-                 check_user_data(opts.data, opts.eval_data, fed, opts.clients, opts.seed,
-                                 pairs=bool(opts.paradigm) and split is None))
+        users = (
+            own_task.read_user(opts.data, opts.eval_data, fed, opts.clients, opts.seed)
+            if own_task is not None and opts.data
+            else check_user_data(
+                opts.data, opts.eval_data, fed, opts.clients, opts.seed, pairs=bool(opts.paradigm) and split is None
+            )
+        )
     except (DataError, CorpusError, TokenizerError) as exc:
         return _fail(str(exc))
     run = new_run_dir(opts.run_dir)
@@ -247,9 +330,11 @@ def run_local_federation(opts: LocalOptions) -> int:
         return _fail(str(exc))
     before = task.score_base(fed) if task is not None else None
     (run / "federation.yaml").write_text(yaml.safe_dump(fed.model_dump(mode="json"), sort_keys=False))
-    _say(f"geofed local: {opts.clients} clients, model {_model_text(fed)}, "
-         f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {_codec_text(fed)}, "
-         f"{opts.duration_s:.0f}s; run directory {run}")
+    _say(
+        f"geofed local: {opts.clients} clients, model {_model_text(fed)}, "
+        f"{fed.aggregation.mode} {fed.aggregation.outer_optimizer}, codec {_codec_text(fed)}, "
+        f"{opts.duration_s:.0f}s; run directory {run}"
+    )
     for line in users.lines() if users is not None else ():
         _say(line)
     return _LocalRun(opts, fed, run, split, lists, held).run(task, before)
@@ -264,8 +349,9 @@ def _federation(opts: LocalOptions) -> tuple[SplitLocal | None, FederationConfig
 
     split = SplitLocal() if opts.paradigm in paradigms_with("needs_trainer") else None  # a trainer process too
     preset = split.settings() if split else _finetune_preset(opts.paradigm) if opts.paradigm else {}
-    data = apply_overrides(merge_settings(merge_settings(LOCAL_DEFAULTS, preset),
-                                          load_settings_file(opts.federation_file)), opts.overrides)
+    data = apply_overrides(
+        merge_settings(merge_settings(LOCAL_DEFAULTS, preset), load_settings_file(opts.federation_file)), opts.overrides
+    )
     if opts.paradigm and split is None:
         from .finetune.preset import with_base_targets
 
@@ -291,8 +377,9 @@ def _tokenizer_refusal(opts: LocalOptions, fed: FederationConfig) -> str | None:
     return None
 
 
-def _write_data(run: Path, opts: LocalOptions, fed: FederationConfig, split: SplitLocal | None, own_task: Any,
-                users: Any) -> tuple[Any, list[Path], list[Path]]:
+def _write_data(
+    run: Path, opts: LocalOptions, fed: FederationConfig, split: SplitLocal | None, own_task: Any, users: Any
+) -> tuple[Any, list[Path], list[Path]]:
     """Write each client's data under `run`: the user's pairs, a fine-tuning task's or the corpus's split. The
     task that scores the run (None for the corpus), the clients' files and the held-out evaluation files."""
     if users is not None:
@@ -313,8 +400,15 @@ class _LocalRun:
     """One federation on this machine once its data is written: start the PSs and the clients, watch them until
     the clients exit, then evaluate, export and sum the run up. `run` stops every process it started."""
 
-    def __init__(self, opts: LocalOptions, fed: FederationConfig, run: Path, split: SplitLocal | None,
-                 lists: list[Path], held: list[Path]) -> None:
+    def __init__(
+        self,
+        opts: LocalOptions,
+        fed: FederationConfig,
+        run: Path,
+        split: SplitLocal | None,
+        lists: list[Path],
+        held: list[Path],
+    ) -> None:
         from .groups import LocalPSSet
 
         self.opts, self.fed, self.run_dir, self.split, self.lists, self.held = opts, fed, run, split, lists, held
@@ -340,15 +434,19 @@ class _LocalRun:
             if (code := self._start_split_trainer()) is not None:
                 return code
             tails = self._launch_clients()
-            chaos = (NO_CHAOS if self.opts.chaos is None else
-                     _chaos_runner(self.opts, self.clients, self._launch, self.links, self.ps, self.run_dir))
+            chaos = (
+                NO_CHAOS
+                if self.opts.chaos is None
+                else _chaos_runner(self.opts, self.clients, self._launch, self.links, self.ps, self.run_dir)
+            )
             evaluation = self._evaluation()
             t_watch = time.time()
             privacy = PrivacyWatch(admin, _say) if self.fed.privacy.enabled else None
             records, interrupted = self._watch_clients(tails, admin, evaluation, privacy, chaos)
             evaluator, initial = evaluation.result()
-            records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial,
-                               "elapsed_s": 0.0})
+            records.insert(
+                0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0}
+            )
             traffic = _traffic(admin) if not interrupted else None  # the PS may be stopping: Ctrl-C reached it too
             goodput = _goodput(admin) if not interrupted else None
             admin.close()
@@ -359,16 +457,31 @@ class _LocalRun:
             ckpt = self.ps_set.newest()
             if ckpt is None:
                 return _fail(f"no global model was produced; see {self.logs}")
-            final = (evaluator.loss(ckpt.flat) if self.split is None else
-                     self.split.full_loss(evaluator, self.fed, ckpt.flat))
-            records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": final,
-                            "elapsed_s": time.monotonic() - self.t0})
+            final = (
+                evaluator.loss(ckpt.flat)
+                if self.split is None
+                else self.split.full_loss(evaluator, self.fed, ckpt.flat)
+            )
+            records.append(
+                {
+                    "t": time.time(),
+                    "event": "global_eval",
+                    "version": ckpt.version,
+                    "eval_loss": final,
+                    "elapsed_s": time.monotonic() - self.t0,
+                }
+            )
             _write_outputs(self.run_dir, records, evaluator, ckpt, self.fed)
             self._report_failures(failed)
             pushed = sum(r.get("payload_bytes", 0) for r in records) / 1e6
-            _say(f"global version {ckpt.version}, {pushed:.2f} MB pushed"
-                 + (f" (interrupted after {time.monotonic() - self.t0:.0f} s; final_model/ holds this version)"
-                    if interrupted else ""))
+            _say(
+                f"global version {ckpt.version}, {pushed:.2f} MB pushed"
+                + (
+                    f" (interrupted after {time.monotonic() - self.t0:.0f} s; final_model/ holds this version)"
+                    if interrupted
+                    else ""
+                )
+            )
             if chaos.enabled:
                 _say(chaos.summary())
             self._say_scores(task, before, ckpt, initial, final)
@@ -377,8 +490,13 @@ class _LocalRun:
         except KeyboardInterrupt:
             return 130
         finally:
-            stop_all([p for p in (*self.ps_set.procs, *self.clients, self.split.proc if self.split else None)
-                      if p is not None])
+            stop_all(
+                [
+                    p
+                    for p in (*self.ps_set.procs, *self.clients, self.split.proc if self.split else None)
+                    if p is not None
+                ]
+            )
             if self.links is not None:
                 self.links.stop()
 
@@ -396,8 +514,10 @@ class _LocalRun:
             if one.status_url:
                 _say(f"status page: {one.status_url} (live while this runs)")
         for one in self.ps_set.all if self.ps_set.sharded is None else [self.ps]:  # the PSs clients dial
-            _say(f"parameter server: {one.address}; its status: "
-                 f"geofed status --ps {one.address} --insecure --admin-token-file {one.admin_file}")
+            _say(
+                f"parameter server: {one.address}; its status: "
+                f"geofed status --ps {one.address} --insecure --admin-token-file {one.admin_file}"
+            )
         return None
 
     def _start_split_trainer(self) -> int | None:
@@ -437,8 +557,11 @@ class _LocalRun:
         tails = []
         for i in range(len(self.lists)):
             client_ps = self.ps_set.for_client(i)[0]
-            self.addresses.append(self.links.address(f"local.client-{i}", client_ps.address)
-                                  if self.links is not None else client_ps.address)
+            self.addresses.append(
+                self.links.address(f"local.client-{i}", client_ps.address)
+                if self.links is not None
+                else client_ps.address
+            )
             self.clients.append(self._launch(i, self.opts.duration_s))
             tails.append(_Tail(self.run_dir / "clients" / f"client-{i}" / "metrics.jsonl"))
         return tails
@@ -456,19 +579,33 @@ class _LocalRun:
             lambda loss: _say(f"initial global eval loss {loss:.3f} (held-out modules: {len(held)} files)"),
         )
 
-    def _watch_clients(self, tails: list[_Tail], admin: Any, evaluation: DeferredEvaluation,
-                       privacy: PrivacyWatch | None, chaos: Any) -> tuple[list[dict], bool]:
+    def _watch_clients(
+        self, tails: list[_Tail], admin: Any, evaluation: DeferredEvaluation, privacy: PrivacyWatch | None, chaos: Any
+    ) -> tuple[list[dict], bool]:
         """Live progress until every client has exited (`_watch`): the records, and whether a Ctrl-C cut it short
         (it stops the clients, but keeps and exports what was trained)."""
         from .launch import stop_all
 
         records: list[dict] = []
         try:
-            _watch(records, self.clients, tails, admin, self.opts, self.ps_set.newest, evaluation, self.t0,
-                   privacy, self.links, chaos)
+            _watch(
+                records,
+                self.clients,
+                tails,
+                admin,
+                self.opts,
+                self.ps_set.newest,
+                evaluation,
+                self.t0,
+                privacy,
+                self.links,
+                chaos,
+            )
         except KeyboardInterrupt:
-            _say("interrupted: stopping the clients; the parameter server saves the global model "
-                 "(Ctrl-C again to quit without it)")
+            _say(
+                "interrupted: stopping the clients; the parameter server saves the global model "
+                "(Ctrl-C again to quit without it)"
+            )
             stop_all(self.clients)
             for tail in tails:
                 records.extend({**rec, "elapsed_s": time.monotonic() - self.t0} for rec in tail.new())
@@ -481,9 +618,11 @@ class _LocalRun:
         failed = [i for i, p in enumerate(self.clients) if p.returncode not in (0, None) and not interrupted]
         if privacy is not None and privacy.spent:  # the PS refused their deltas at the budget: the intended stop
             failed = [i for i in failed if not stopped_by_budget(self.logs / f"client-{i}.log")]
-            _say(f"privacy budget spent at global v{privacy.last['version']}: ε {privacy.last['privacy_epsilon']:.4g} "
-                 f"of {privacy.last['privacy_budget']:g} at δ {privacy.last['privacy_delta']:g}; the PS published no "
-                 "further version")
+            _say(
+                f"privacy budget spent at global v{privacy.last['version']}: ε {privacy.last['privacy_epsilon']:.4g} "
+                f"of {privacy.last['privacy_budget']:g} at δ {privacy.last['privacy_delta']:g}; the PS published no "
+                "further version"
+            )
         return failed
 
     def _report_failures(self, failed: list[int]) -> None:
@@ -506,8 +645,9 @@ class _LocalRun:
         for line in task.summary_lines(before, after) if own_lines else summary_lines(before, after, self.fed):
             _say(line)
 
-    def _say_closing(self, task: Any, records: list[dict], goodput: str | None, traffic: str | None,
-                     rings: str | None) -> None:
+    def _say_closing(
+        self, task: Any, records: list[dict], goodput: str | None, traffic: str | None, rings: str | None
+    ) -> None:
         """The closing lines: goodput, the split trainer's memory, traffic, the links', the rings', the run dir."""
         if goodput is not None:
             _say(goodput)
@@ -532,12 +672,22 @@ def _chaos_runner(opts: LocalOptions, clients: list, launch, links: ClientLinks 
 
     ids = [f"local.client-{i}" for i in range(len(clients))]
     schedule = build_schedule(opts.chaos, len(clients), opts.duration_s, opts.seed)
-    _say(f"chaos: {len(schedule)} faults scheduled (seed {opts.seed}); each is logged as event=chaos, "
-         f"also in {run / 'logs' / 'chaos.log'}")
+    _say(
+        f"chaos: {len(schedule)} faults scheduled (seed {opts.seed}); each is logged as event=chaos, "
+        f"also in {run / 'logs' / 'chaos.log'}"
+    )
     # Fault times count from the clients' launch, as their own duration does.
-    return ChaosRunner(schedule, opts.duration_s, clients, ids, relaunch=launch,
-                       blackhole=(lambda i, s: links.blackhole(ids[i], s)) if links is not None else None,
-                       restart_ps=restart_ps, say=_say, log=run / "logs" / "chaos.log")
+    return ChaosRunner(
+        schedule,
+        opts.duration_s,
+        clients,
+        ids,
+        relaunch=launch,
+        blackhole=(lambda i, s: links.blackhole(ids[i], s)) if links is not None else None,
+        restart_ps=restart_ps,
+        say=_say,
+        log=run / "logs" / "chaos.log",
+    )
 
 
 def _exit_report(i: int, code: int, log: Path, lines: int = 5) -> str:
@@ -585,8 +735,19 @@ def _finetune_preset(name: str) -> dict:
     return preset_settings(name, ensure_base_model(say=_say))
 
 
-def _watch(records: list[dict], clients, tails, admin, opts, latest, evaluation: DeferredEvaluation, t0: float,
-           privacy: PrivacyWatch | None = None, links: ClientLinks | None = None, chaos=NO_CHAOS) -> list[dict]:
+def _watch(
+    records: list[dict],
+    clients,
+    tails,
+    admin,
+    opts,
+    latest,
+    evaluation: DeferredEvaluation,
+    t0: float,
+    privacy: PrivacyWatch | None = None,
+    links: ClientLinks | None = None,
+    chaos=NO_CHAOS,
+) -> list[dict]:
     """Live progress into `records` until every client has exited; periodic global evals (of `latest()`) for
     the plot, once the evaluator is built. A Ctrl-C leaves what was recorded until then in `records`."""
     last_eval = time.monotonic()
@@ -600,18 +761,27 @@ def _watch(records: list[dict], clients, tails, admin, opts, latest, evaluation:
                 rec["elapsed_s"] = time.monotonic() - t0
                 records.append(links.annotate(rec) if links is not None else rec)
                 if not opts.quiet:
-                    _say(f"  [{rec['elapsed_s']:5.0f}s] {rec['client']:<16} round {rec['round']:>3} "
-                         f"step {rec['step']:>5} "
-                         f"loss {rec['train_loss']:.3f}  {rec['tokens_per_s']:7.0f} tok/s  -> v{rec['version']:<4} "
-                         f"{rec['payload_bytes'] / 1e3:7.1f} kB ({rec['ratio'] * 100:.1f}% of fp32, {rec['codec']})")
+                    _say(
+                        f"  [{rec['elapsed_s']:5.0f}s] {rec['client']:<16} round {rec['round']:>3} "
+                        f"step {rec['step']:>5} "
+                        f"loss {rec['train_loss']:.3f}  {rec['tokens_per_s']:7.0f} tok/s  -> v{rec['version']:<4} "
+                        f"{rec['payload_bytes'] / 1e3:7.1f} kB ({rec['ratio'] * 100:.1f}% of fp32, {rec['codec']})"
+                    )
         evaluator = evaluation.ready()
         if evaluator is not None and time.monotonic() - last_eval > 10:
             last_eval = time.monotonic()
             ckpt = latest()
             if ckpt is not None:
                 loss = evaluator.loss(ckpt.flat)
-                records.append({"t": time.time(), "event": "global_eval", "version": ckpt.version, "eval_loss": loss,
-                                "elapsed_s": time.monotonic() - t0})
+                records.append(
+                    {
+                        "t": time.time(),
+                        "event": "global_eval",
+                        "version": ckpt.version,
+                        "eval_loss": loss,
+                        "elapsed_s": time.monotonic() - t0,
+                    }
+                )
                 try:
                     status = admin.status()
                     active = status["active_clients"]
@@ -627,8 +797,9 @@ def _watch(records: list[dict], clients, tails, admin, opts, latest, evaluation:
         time.sleep(0.5)
 
 
-def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, ckpt: PSCheckpoint,
-                   fed: FederationConfig) -> None:
+def _write_outputs(
+    run: Path, records: list[dict], evaluator: GlobalEvaluator, ckpt: PSCheckpoint, fed: FederationConfig
+) -> None:
     """metrics.jsonl, the final global model as `geofed export` writes it (`final_model/`), loss-vs-time PNG."""
     from .export import ExportError, GlobalModel, export_global_model, federation_tokenizer
 
@@ -636,8 +807,14 @@ def _write_outputs(run: Path, records: list[dict], evaluator: GlobalEvaluator, c
         for rec in records:
             f.write(json.dumps(rec) + "\n")
     try:
-        export_global_model(GlobalModel(evaluator.paradigm, evaluator.model), ckpt, fed, run / "final_model",
-                            federation_tokenizer(fed.model.tokenizer, fed), tokenizer_name=fed.model.tokenizer)
+        export_global_model(
+            GlobalModel(evaluator.paradigm, evaluator.model),
+            ckpt,
+            fed,
+            run / "final_model",
+            federation_tokenizer(fed.model.tokenizer, fed),
+            tokenizer_name=fed.model.tokenizer,
+        )
     except ExportError as exc:  # the run's other outputs still matter
         _say(f"warning: final_model/ not written: {exc}")
     _plot(run / "loss.png", records)

@@ -75,8 +75,9 @@ def client_delta(i: int, numel: int) -> np.ndarray:
 def _own_connection(client: PSClient) -> None:
     """Give a client its own TCP connection (gRPC would otherwise share one between same-target channels)."""
     client.channel.close()
-    client.channel = grpc.insecure_channel(client.address,
-                                           options=[*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)])
+    client.channel = grpc.insecure_channel(
+        client.address, options=[*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+    )
     client.stub = pb_grpc.ParameterServerStub(client.channel)
 
 
@@ -89,8 +90,16 @@ def _decode(header: bytes, payload: bytes, numel: int) -> np.ndarray:
     return out
 
 
-def run_load(workdir: Path, reaper: Reaper, *, clients: int = 64, seconds: float = 10.0, numel: int = 100_000,
-             codec: str = "int8", extra: list[str] | None = None) -> LoadResult:
+def run_load(
+    workdir: Path,
+    reaper: Reaper,
+    *,
+    clients: int = 64,
+    seconds: float = 10.0,
+    numel: int = 100_000,
+    codec: str = "int8",
+    extra: list[str] | None = None,
+) -> LoadResult:
     """Start a PS, join `clients` clients, push for `seconds`, then audit the model against the receipts."""
     ps = _start_ps(workdir, reaper, numel, extra)
     coder = make_codec(codec, "huffman")
@@ -201,20 +210,31 @@ def _audit(ps: PSNode, pushes: _Pushes, encoded: list[tuple], numel: int, codec:
     all_lat = np.sort(np.concatenate([np.asarray(lat) for lat in latencies if lat]) * 1e3)
     total = sum(receipts)
     done_at = pushes.done_at
-    per_second = (np.bincount(np.floor(np.asarray(done_at) - pushes.t_start).clip(0).astype(int)).tolist()
-                  if done_at else [])
+    per_second = (
+        np.bincount(np.floor(np.asarray(done_at) - pushes.t_start).clip(0).astype(int)).tolist() if done_at else []
+    )
     applied = version - 1
     return LoadResult(
-        clients=len(latencies), seconds=elapsed, numel=numel, codec=codec,
+        clients=len(latencies),
+        seconds=elapsed,
+        numel=numel,
+        codec=codec,
         payload_bytes=float(np.mean([len(h) + sum(map(len, f)) for h, f, _ in encoded])),
-        pushes=total, pushes_per_s=total / elapsed,
+        pushes=total,
+        pushes_per_s=total / elapsed,
         p50_ms=float(np.percentile(all_lat, 50)) if total else 0.0,
         p99_ms=float(np.percentile(all_lat, 99)) if total else 0.0,
         max_ms=float(all_lat[-1]) if total else 0.0,
-        rss_start_mb=rss[0] / 2**20, rss_peak_mb=max(rss) / 2**20, rss_end_mb=rss[-1] / 2**20,
-        version=version, exact=bool(np.array_equal(model, expected)),
+        rss_start_mb=rss[0] / 2**20,
+        rss_peak_mb=max(rss) / 2**20,
+        rss_end_mb=rss[-1] / 2**20,
+        version=version,
+        exact=bool(np.array_equal(model, expected)),
         max_abs_error=float(np.abs(model.astype(np.float64) - expected).max()),
         ledger_ok=all(counted.get(f"load.c{i:03d}", 0) == n for i, n in enumerate(receipts)),
-        lost=max(0, total - applied), double_counted=max(0, applied - total), deferred=sum(pushes.deferred),
-        errors=pushes.errors, per_second=per_second,
+        lost=max(0, total - applied),
+        double_counted=max(0, applied - total),
+        deferred=sum(pushes.deferred),
+        errors=pushes.errors,
+        per_second=per_second,
     )
