@@ -424,81 +424,74 @@ class _LocalRun:
         self.t0 = time.monotonic()
 
     def run(self, task: Any, before: Any) -> int:
-        """Run it to the end: 0, 1 when a client failed, 130 after a Ctrl-C, 2 when nothing could be trained."""
-        from .launch import stop_all
-
+        """Run it to the end: 0, 1 when a client failed, 130 after a Ctrl-C, 2 when nothing could be trained.
+        Every process it started is stopped on the way out."""
         try:
-            if (code := self._start_servers()) is not None:
-                return code
-            admin = self.ps.admin()
-            if (code := self._start_split_trainer()) is not None:
-                return code
-            tails = self._launch_clients()
-            chaos = (
-                NO_CHAOS
-                if self.opts.chaos is None
-                else _chaos_runner(self.opts, self.clients, self._launch, self.links, self.ps, self.run_dir)
-            )
-            evaluation = self._evaluation()
-            t_watch = time.time()
-            privacy = PrivacyWatch(admin, _say) if self.fed.privacy.enabled else None
-            records, interrupted = self._watch_clients(tails, admin, evaluation, privacy, chaos)
-            evaluator, initial = evaluation.result()
-            records.insert(
-                0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0}
-            )
-            traffic = _traffic(admin) if not interrupted else None  # the PS may be stopping: Ctrl-C reached it too
-            goodput = _goodput(admin) if not interrupted else None
-            admin.close()
-            rings = self.ps_set.ring_summary()
-            failed = self._failed_clients(interrupted, privacy)
-            for one in self.ps_set.all:
-                one.terminate()
-            ckpt = self.ps_set.newest()
-            if ckpt is None:
-                return _fail(f"no global model was produced; see {self.logs}")
-            final = (
-                evaluator.loss(ckpt.flat)
-                if self.split is None
-                else self.split.full_loss(evaluator, self.fed, ckpt.flat)
-            )
-            records.append(
-                {
-                    "t": time.time(),
-                    "event": "global_eval",
-                    "version": ckpt.version,
-                    "eval_loss": final,
-                    "elapsed_s": time.monotonic() - self.t0,
-                }
-            )
-            _write_outputs(self.run_dir, records, evaluator, ckpt, self.fed)
-            self._report_failures(failed)
-            pushed = sum(r.get("payload_bytes", 0) for r in records) / 1e6
-            _say(
-                f"global version {ckpt.version}, {pushed:.2f} MB pushed"
-                + (
-                    f" (interrupted after {time.monotonic() - self.t0:.0f} s; final_model/ holds this version)"
-                    if interrupted
-                    else ""
-                )
-            )
-            if chaos.enabled:
-                _say(chaos.summary())
-            self._say_scores(task, before, ckpt, initial, final)
-            self._say_closing(task, records, goodput, traffic, rings)
-            return 130 if interrupted else 0 if not failed else 1
+            return self._train_and_report(task, before)
         except KeyboardInterrupt:
             return 130
         finally:
-            stop_all(
-                [
-                    p
-                    for p in (*self.ps_set.procs, *self.clients, self.split.proc if self.split else None)
-                    if p is not None
-                ]
-            )
-            if self.links is not None:
-                self.links.stop()
+            self._stop()
+
+    def _train_and_report(self, task: Any, before: Any) -> int:
+        """Start the PSs and the clients, watch them until they exit, then evaluate, export and say the results."""
+        if (code := self._start_servers()) is not None:
+            return code
+        admin = self.ps.admin()
+        if (code := self._start_split_trainer()) is not None:
+            return code
+        tails = self._launch_clients()
+        chaos = (
+            NO_CHAOS
+            if self.opts.chaos is None
+            else _chaos_runner(self.opts, self.clients, self._launch, self.links, self.ps, self.run_dir)
+        )
+        evaluation = self._evaluation()
+        t_watch = time.time()
+        privacy = PrivacyWatch(admin, _say) if self.fed.privacy.enabled else None
+        records, interrupted = self._watch_clients(tails, admin, evaluation, privacy, chaos)
+        evaluator, initial = evaluation.result()
+        records.insert(0, {"t": t_watch, "event": "global_eval", "version": 1, "eval_loss": initial, "elapsed_s": 0.0})
+        traffic = _traffic(admin) if not interrupted else None  # the PS may be stopping: Ctrl-C reached it too
+        goodput = _goodput(admin) if not interrupted else None
+        admin.close()
+        rings = self.ps_set.ring_summary()
+        failed = self._failed_clients(interrupted, privacy)
+        for one in self.ps_set.all:
+            one.terminate()
+        ckpt = self.ps_set.newest()
+        if ckpt is None:
+            return _fail(f"no global model was produced; see {self.logs}")
+        final = (
+            evaluator.loss(ckpt.flat) if self.split is None else self.split.full_loss(evaluator, self.fed, ckpt.flat)
+        )
+        records.append(
+            {
+                "t": time.time(),
+                "event": "global_eval",
+                "version": ckpt.version,
+                "eval_loss": final,
+                "elapsed_s": time.monotonic() - self.t0,
+            }
+        )
+        _write_outputs(self.run_dir, records, evaluator, ckpt, self.fed)
+        self._report_failures(failed)
+        self._say_totals(ckpt, records, interrupted)
+        if chaos.enabled:
+            _say(chaos.summary())
+        self._say_scores(task, before, ckpt, initial, final)
+        self._say_closing(task, records, goodput, traffic, rings)
+        return 130 if interrupted else 0 if not failed else 1
+
+    def _stop(self) -> None:
+        """Stop every process this run started (the PSs, the clients, the split trainer) and the links."""
+        from .launch import stop_all
+
+        stop_all(
+            [p for p in (*self.ps_set.procs, *self.clients, self.split.proc if self.split else None) if p is not None]
+        )
+        if self.links is not None:
+            self.links.stop()
 
     def _start_servers(self) -> int | None:
         """Start every PS and say where each is and how to ask its status; the exit code when one did not start."""
@@ -631,6 +624,14 @@ class _LocalRun:
             _say(f"warning: client(s) {failed} exited with an error; see {self.logs}")
             for i in failed:
                 _say(_exit_report(i, self.clients[i].returncode, self.logs / f"client-{i}.log"))
+
+    def _say_totals(self, ckpt: PSCheckpoint, records: list[dict], interrupted: bool) -> None:
+        """The global version reached and the megabytes the clients pushed (and when a Ctrl-C stopped the run)."""
+        pushed = sum(r.get("payload_bytes", 0) for r in records) / 1e6
+        cut = ""
+        if interrupted:
+            cut = f" (interrupted after {time.monotonic() - self.t0:.0f} s; final_model/ holds this version)"
+        _say(f"global version {ckpt.version}, {pushed:.2f} MB pushed{cut}")
 
     def _say_scores(self, task: Any, before: Any, ckpt: PSCheckpoint, initial: float, final: float) -> None:
         """The task's scores before and after (a fine-tuning task's, the user's pairs'), else the eval loss."""
