@@ -226,13 +226,14 @@ def run_package_rules(args) -> dict:
     from geofed_apps.finetune.package_task import package_pairs, rule_scores, split_pairs
 
     pairs = package_pairs()
-    per_seed = [rule_scores(*split_pairs(pairs, i)) for i in range(args.runs)]
+    splits = [split_pairs(pairs, i) for i in range(args.runs)]
+    per_seed = [rule_scores(train, held) for train, held in splits]
     rules = {
         name: {"em": statistics.median(s[name] for s in per_seed), "f1": statistics.median(s[name] for s in per_seed),
                "per_seed": [s[name] for s in per_seed]}
         for name in per_seed[0]
     }
-    train, held = split_pairs(pairs, 0)
+    train, held = splits[0]
     return {"rules": rules, "train_pairs": len(train), "eval_pairs": len(held), "seeds": list(range(args.runs))}
 
 
@@ -257,17 +258,17 @@ def run_rules(args) -> dict:
     }
 
 
-def _own(result: dict, index: int | None = None) -> str:
-    """The own-domain F1 of a result (of its `index`-th value), or — for results recorded without it."""
-    if "own_f1" not in result:
+def _optional(result: dict, key: str, index: int | None = None) -> str:
+    """A score only some results record (`own_f1`, `closed_set`), its `index`-th value, or — without it."""
+    if key not in result:
         return "—"
-    value = result["own_f1"] if index is None else result["own_f1"][index]
+    value = result[key] if index is None else result[key][index]
     return f"{value:.1f}"
 
 
-def _closed(result: dict, index: int) -> str:
-    """The closed-set accuracy of a result (its `index`-th value), or — for results recorded without it."""
-    return f"{result['closed_set'][index]:.1f}" if "closed_set" in result else "—"
+def _optional_cell(runs: list[dict], key: str) -> str:
+    """The median (range) of a score only some results record, or — unless every run has it."""
+    return _cell([r[key][1] for r in runs], ".1f") if all(key in r for r in runs) else "—"
 
 
 def _rule_runs(rule: dict) -> str:
@@ -296,13 +297,14 @@ def report() -> str:
         best = max(rules, key=lambda name: rules[name]["f1"])
         lines.append(
             f"| trivial rule ({best}) | — | — | — | — | — | — | {rules[best]['em']:.1f} | {rules[best]['f1']:.1f} "
-            f"| — | {_own(rules[best])} | — | — | — | {_rule_runs(rules[best])} |"
+            f"| — | {_optional(rules[best], 'own_f1')} | — | — | — | {_rule_runs(rules[best])} |"
         )
     base = next((json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))), None)
     if base is not None:
         lines.append(
             f"| base model (before) | — | — | — | — | — | — | {base['em'][0]:.1f} | {base['f1'][0]:.1f} "
-            f"| {base['eval_loss'][0]:.2f} | {_own(base, 0)} | {_closed(base, 0)} | — | — | — |"
+            f"| {base['eval_loss'][0]:.2f} | {_optional(base, 'own_f1', 0)} | {_optional(base, 'closed_set', 0)} "
+            "| — | — | — |"
         )
     for row in ROWS:
         runs = [json.loads(p.read_text()) for p in sorted(OUT.glob(f"{row}-[0-9]*.json"))]
@@ -319,8 +321,7 @@ def report() -> str:
         lines.append(
             f"| {row} | {runs[0]['trainable']:,} | {runs[0]['exchanged']:,} | {' | '.join(traffic)} "
             f"| {_cell(em, '.1f')} | {_cell(f1, '.1f')} | {_cell(loss, '.2f')} "
-            f"| {_cell([r['own_f1'][1] for r in runs], '.1f') if all('own_f1' in r for r in runs) else '—'} "
-            f"| {_cell([r['closed_set'][1] for r in runs], '.1f') if all('closed_set' in r for r in runs) else '—'} "
+            f"| {_optional_cell(runs, 'own_f1')} | {_optional_cell(runs, 'closed_set')} "
             f"| {_cell([r['train_s'] for r in runs], '.0f')} | {load} | {len(runs)} |"
         )
     every = [json.loads(p.read_text()) for p in sorted(OUT.glob("*-[0-9]*.json"))]
