@@ -10,7 +10,9 @@ name that resource, else `must specify limits.cpu for: ps; requests.memory for: 
 
 Quota scopes: `Terminating`/`NotTerminating` (activeDeadlineSeconds), `BestEffort`/`NotBestEffort` and
 `PriorityClass` (in `spec.scopes` or a `scopeSelector` with In, NotIn, Exists, DoesNotExist); a scoped
-quota matches pods only, as the real evaluators do.
+quota matches pods only, as the real evaluators do. What a real cluster's quota still does that this
+does not (status-driven counts, charging deleting pods, update-time and storage quotas) is listed in
+`admission.py`'s docstring.
 """
 
 from __future__ import annotations
