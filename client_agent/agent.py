@@ -21,12 +21,12 @@ from pathlib import Path
 from geofed.config import ClientConfig
 
 from . import grid_apply
-from .model_waits import first_model, next_model
+from .model_waits import first_model
 from .preemption import PREEMPTED_EXIT, Preempted, arm_preemption, preempted
 from .ps_client import GlobalVersion, PSClient
 from .ranks import Ranks
 from .site import Site, set_up
-from .sync import PushOutcome, RoundResult
+from .sync import RoundResult, SyncedRound
 from .threads import in_thread
 from .trainer import NonFiniteLossError, TrainStats
 
@@ -59,18 +59,6 @@ class RoundRecord:
     train_s: float
     skipped_steps: int = 0  # steps of the round whose loss or gradient was not finite (skipped, as GradScaler does)
     lr: float = 0.0  # the inner learning rate of the round's last step
-
-
-@dataclass(frozen=True)
-class _InFlight:
-    """An overlapped round whose push is in flight, recorded when its outcome comes back."""
-
-    round: int
-    step: int
-    base_version: int
-    stats: TrainStats
-    eval_loss: float | None
-    push_s: float  # the round loop's time encoding and checkpointing it, before the send started
 
 
 def read_token(cfg: ClientConfig) -> str:
@@ -148,7 +136,6 @@ class ClientAgent:
         if site.clock is not None:
             site.clock.first_model()
         rounds = bad_rounds = 0
-        pending: _InFlight | None = None  # an overlapped round whose push is in flight
         while True:
             sync.adopt(trainer.model, global_model)
             if not fed.training.keep_optimizer_state and rounds:
@@ -168,56 +155,13 @@ class ClientAgent:
             bad_rounds = 0
             eval_loss = self._evaluate(site, stats)
             rounds += 1
-            if sync.overlapped:  # one rank (`sync_route`): no collectives to keep in step
-                global_model = self._settle(site, pending, global_model)
-                t_push = time.monotonic()
-                sync.push_round(trainer, RoundResult(global_model, stats, eval_loss))
-                push_s = time.monotonic() - t_push
-                pending = _InFlight(rounds, trainer.step, global_model.version, stats, eval_loss, push_s)
-                if self._should_stop(rounds, trainer.step, site):
-                    self._settle(site, pending, global_model, await_model=False)
-                    return 0
-                continue
-            outcome = sync.push_round(trainer, RoundResult(global_model, stats, eval_loss))
-            done = ranks.bcast_flag(ranks.leader and self._should_stop(rounds, trainer.step, site))
-            if not ranks.leader:
-                if done:
-                    return 0
-                ranks.lead(lambda: None)  # while rank 0 waits for the next model
-                continue
-            base_version, t_idle = global_model.version, time.monotonic()
-            if not done:
-                global_model = ranks.lead(partial(next_model, ps, fed, global_model, outcome.status, outcome.version))
-            self._record(
-                rounds, trainer.step, base_version, outcome, stats, eval_loss, site.numel, time.monotonic() - t_idle
-            )
-            if done:
+            result = RoundResult(global_model, stats, eval_loss, rounds, trainer.step)
+            end = sync.sync_round(trainer, result, partial(self._should_stop, rounds, trainer.step, site))
+            for synced in end.synced:
+                self._record(synced, site.numel)
+            if end.done:
                 return 0
-
-    def _settle(
-        self, site: Site, pending: _InFlight | None, current: GlobalVersion, await_model: bool = True
-    ) -> GlobalVersion:
-        """Overlapped path: wait for the push in flight (and the model it leads to), record its round and fold
-        the model in; the model the next round is based on. Idle time is the wait; push time the encode and
-        checkpoint before the send started (the send itself overlapped training)."""
-        settled = site.sync.settle(await_model)
-        if settled is None or pending is None:
-            return current
-        self._record(
-            pending.round,
-            pending.step,
-            pending.base_version,
-            settled.outcome,
-            pending.stats,
-            pending.eval_loss,
-            site.numel,
-            settled.waited_s,
-            push_s=pending.push_s,
-        )
-        if settled.model is None:
-            return current
-        site.sync.adopt(site.trainer.model, settled.model)
-        return settled.model
+            global_model = end.model
 
     def _local_update(self, ranks: Ranks, site: Site, global_model: GlobalVersion | None) -> TrainStats:
         """Algorithm 1's local loop for T seconds or H steps (the tuner's, the same on every rank)."""
@@ -252,35 +196,26 @@ class ClientAgent:
             return True
         return bool(cfg.duration_s and time.monotonic() - self.t_start >= cfg.duration_s)
 
-    def _record(
-        self,
-        rounds: int,
-        step: int,
-        base_version: int,
-        outcome: PushOutcome,
-        stats: TrainStats,
-        eval_loss: float | None,
-        numel: int,
-        idle_s: float,
-        push_s: float | None = None,
-    ) -> None:
+    def _record(self, synced: SyncedRound, numel: int) -> None:
+        result, outcome = synced.result, synced.outcome
+        stats = result.stats
         rec = RoundRecord(
             time.time(),
             self.cfg.client_id,
-            rounds,
-            step,
-            base_version,
+            result.round,
+            result.step,
+            result.base.version,
             outcome.version,
             outcome.status,
             outcome.staleness,
             stats.mean_loss,
-            eval_loss,
+            result.eval_loss,
             stats.tokens_per_s,
             outcome.payload_bytes,
             outcome.payload_bytes / max(1, 4 * numel),
             outcome.codec,
-            outcome.seconds if push_s is None else push_s,
-            idle_s,
+            synced.push_s,
+            synced.idle_s,
             stats.seconds,
             stats.skipped_steps,
             stats.lr,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..upload import TAKEN
-from .base import PushOutcome, RoundResult, SyncContext, SyncPath
-from .overlap import OverlapSync, Settled
+from .base import PushOutcome, RoundEnd, RoundResult, SyncContext, SyncedRound, SyncPath
+from .overlap import OverlappedRounds, OverlapSync, Settled
 from .route import Route, overlap_kept_off, sync_route
 from .sliced import SliceWiseSync
 from .whole import WholeVectorSync, start_restore
@@ -12,12 +12,15 @@ from .whole import WholeVectorSync, start_restore
 __all__ = [
     "TAKEN",
     "OverlapSync",
+    "OverlappedRounds",
     "PushOutcome",
     "Route",
+    "RoundEnd",
     "RoundResult",
     "Settled",
     "SliceWiseSync",
     "SyncContext",
+    "SyncedRound",
     "SyncPath",
     "WholeVectorSync",
     "start_restore",

@@ -1,17 +1,22 @@
 """The seam between the client's round loop and the PS: one `SyncPath` per site, picked by `sync.route`.
 
 A path bootstraps Θ0 (the master) or re-seeds it, restores what the site's checkpoint holds, resends an
-upload a preemption interrupted, adopts each global model into the local model, and pushes one round:
-diff, encode, checkpoint before send, send, settle the error-feedback residual. Every method is called on
-every rank in the same order; only rank 0 talks to the PS, inside `Ranks.lead`.
+upload a preemption interrupted, adopts each global model into the local model, and syncs one round
+(`sync_round`): diff, encode, checkpoint before send, send, settle the error-feedback residual, and the model
+the next round trains on, waited for here or, on the overlapped path, beside the next round. The round loop
+has no branch on the path. Every method is called on every rank in the same order; only rank 0 talks to the
+PS, inside `Ranks.lead`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -21,13 +26,13 @@ from geofed.manifest import Manifest
 from ..checkpoint import ClientCheckpoint
 from ..errors import DeferredDeltaError, PushError, StaleDeltaError
 from ..link_tuner import LinkTuner
+from ..model_waits import next_model
 from ..paradigms import ClientParadigm
 from ..ps_client import GlobalVersion, PSClient, Upload
 from ..ranks import Ranks
 from ..trainer import LocalTrainer, TrainStats
 
 log = logging.getLogger("geofed.client")
-
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,35 @@ class PushOutcome:
 @dataclass(frozen=True)
 class RoundResult:
     """One round's local work, ready to push: the global model it started from (rank 0's; None elsewhere),
-    its stats and eval loss."""
+    its stats and eval loss, and which round of the run it is and the optimizer step it ended at."""
 
     base: GlobalVersion | None
     stats: TrainStats
     eval_loss: float | None
+    round: int = 0
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class SyncedRound:
+    """A pushed round once its outcome is back (rank 0): the round as pushed (its `base` is the model its
+    delta was taken against), the outcome, the time the round loop waited for it, and the time it spent
+    encoding and sending it."""
+
+    result: RoundResult
+    outcome: PushOutcome
+    idle_s: float
+    push_s: float
+
+
+@dataclass(frozen=True)
+class RoundEnd:
+    """What `SyncPath.sync_round` came to: the model the next round is based on (rank 0's; None elsewhere),
+    the rounds whose outcome came back during the call (rank 0; to record), and whether the run stops."""
+
+    model: GlobalVersion | None
+    synced: tuple[SyncedRound, ...]
+    done: bool
 
 
 @dataclass(frozen=True)
@@ -83,9 +112,6 @@ class SyncPath(ABC):
     # Every rank holds only its own slices of the exchanged vector: a model that needs no initialisation can
     # be built on the meta device and sharded before anything is allocated.
     slices_only: ClassVar[bool] = False
-    # The send and the wait for the next model run beside the next round (`push_round` returns None; the
-    # round loop takes the outcome from `settle` and folds the model in with `adopt`).
-    overlapped: ClassVar[bool] = False
 
     def __init__(self, ctx: SyncContext, restoring: Future | None = None) -> None:
         """`restoring`: the checkpoint's error-feedback residual, being restored in a thread (`start_restore`)."""
@@ -127,6 +153,22 @@ class SyncPath(ABC):
         """An overlapped path's push in flight once it is back (`overlap.Settled`); None here: this path's
         `push_round` returns its outcome itself."""
         return None
+
+    def sync_round(self, trainer: LocalTrainer, result: RoundResult, stop: Callable[[], bool]) -> RoundEnd:
+        """Push the round, decide on rank 0 whether the run stops (`stop`, told to every rank) and, unless it
+        does, wait for the model the push leads to while the other ranks wait with rank 0."""
+        outcome = self.push_round(trainer, result)
+        ranks, ps, fed = self.ctx.ranks, self.ctx.ps, self.ctx.fed
+        done = ranks.bcast_flag(ranks.leader and stop())
+        if not ranks.leader:
+            if not done:
+                ranks.lead(lambda: None)  # while rank 0 waits for the next model
+            return RoundEnd(None, (), done)
+        t_idle = time.monotonic()
+        model = result.base
+        if not done:
+            model = ranks.lead(partial(next_model, ps, fed, result.base, outcome.status, outcome.version))
+        return RoundEnd(model, (SyncedRound(result, outcome, time.monotonic() - t_idle, outcome.seconds),), done)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the path holds. Nothing by default."""

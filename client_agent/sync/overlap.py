@@ -33,15 +33,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ..model_waits import next_model
 from ..ps_client import GlobalVersion
 from ..trainer import LocalTrainer
-from .base import PushOutcome, RoundResult, SyncContext
+from .base import PushOutcome, RoundEnd, RoundResult, SyncContext, SyncedRound
 from .whole import WholeVectorSync
 
 log = logging.getLogger("geofed.client")
@@ -59,10 +60,43 @@ class Settled:
     waited_s: float
 
 
-class OverlapSync(WholeVectorSync):
-    """The whole-vector path with the send and the wait for the next model moved beside the next round."""
+class OverlappedRounds:
+    """A round loop's sync in the overlapped order, on a path whose `push_round` starts the send and whose
+    `settle` returns it: the push in flight is settled and its model folded in (`adopt`) before the round
+    that trained beside it is pushed, and the run's last push is settled without awaiting its model."""
 
-    overlapped = True
+    _in_flight: tuple[RoundResult, float] | None = None  # the round whose push is in flight, and its push time
+
+    def sync_round(self, trainer: LocalTrainer, result: RoundResult, stop: Callable[[], bool]) -> RoundEnd:
+        """Settle the push in flight, fold its model in and push this round on it; the next round trains on
+        from there. Idle time is the wait for the push in flight; push time the encode and checkpoint
+        before the send started (the send itself overlaps training)."""
+        synced, model = self._settle_in_flight(trainer, await_model=True)
+        result = replace(result, base=model or result.base)
+        t_push = time.monotonic()
+        self.push_round(trainer, result)
+        self._in_flight = (result, time.monotonic() - t_push)
+        if not stop():
+            return RoundEnd(result.base, synced, False)
+        last, _ = self._settle_in_flight(trainer, await_model=False)
+        return RoundEnd(result.base, synced + last, True)
+
+    def _settle_in_flight(
+        self, trainer: LocalTrainer, await_model: bool
+    ) -> tuple[tuple[SyncedRound, ...], GlobalVersion | None]:
+        """The push in flight once it is back, as a synced round, and the model it led to, folded into the
+        trainer's model (None when it was not awaited or nothing was in flight)."""
+        settled = self.settle(await_model)
+        if settled is None or self._in_flight is None:
+            return (), None
+        (pushed, push_s), self._in_flight = self._in_flight, None
+        if settled.model is not None:
+            self.adopt(trainer.model, settled.model)
+        return (SyncedRound(pushed, settled.outcome, settled.waited_s, push_s),), settled.model
+
+
+class OverlapSync(OverlappedRounds, WholeVectorSync):
+    """The whole-vector path with the send and the wait for the next model moved beside the next round."""
 
     def __init__(self, ctx: SyncContext, restoring: Future | None = None) -> None:
         super().__init__(ctx, restoring)

@@ -16,7 +16,7 @@ from client_agent.progress import RoundProgress
 from client_agent.ps_client import GlobalVersion
 from client_agent.ranks import Ranks
 from client_agent.site import Site
-from client_agent.sync import PushOutcome, RoundResult, Settled, SyncPath
+from client_agent.sync import OverlappedRounds, PushOutcome, RoundResult, Settled, SyncContext, SyncPath
 from client_agent.trainer import NonFiniteLossError, TrainStats
 from geofed.config import ClientConfig, FederationConfig
 
@@ -54,10 +54,12 @@ class FakeSync(SyncPath):
     """Records what the loop hands it; every push is APPLIED and makes the PS publish the next version.
 
     The real paths diff, encode, checkpoint and send over the PS client; this one only checks that the
-    round it is asked to push started from the model it last adopted."""
+    round it is asked to push started from the model it last adopted. Waiting for the next model is the
+    seam's own (`SyncPath.sync_round`), on the fake PS."""
 
-    def __init__(self, ps: FakePS, events: list) -> None:
+    def __init__(self, ps: FakePS, events: list, fed: FederationConfig) -> None:
         self.ps, self.events, self.adopted = ps, events, None
+        self.ctx = SyncContext(ps, Ranks(), fed, client_paradigm(fed.paradigm), None, "t.loop", None, None, NUMEL)
 
     def restore(self, trainer, resumed, sharded: bool) -> None:
         return None  # a fresh site: nothing to restore
@@ -121,7 +123,7 @@ def _run(tmp_path, *, rounds: int, non_finite: set[int] = frozenset(), keep_opti
         fed,
         client_paradigm(fed.paradigm),
         trainer,
-        FakeSync(ps, events),
+        FakeSync(ps, events, fed),
         LinkTuner(fed, LinkMeter(), NUMEL, "t.loop"),
         NUMEL,
     )
@@ -191,15 +193,13 @@ def test_without_kept_optimizer_state_every_round_after_the_first_starts_afresh(
     assert events.index(("reset",)) == events.index(("adopt", 2)) + 1
 
 
-class FakeOverlapSync(FakeSync):
+class FakeOverlapSync(OverlappedRounds, FakeSync):
     """An overlapped path: `push_round` only starts the push; `settle` hands back its outcome, the model it
     led to (the PS's next version) and how long it waited (here a fixed 0.25 s, where the real path waits
     for the send and the model stream). The real path also folds the model in with the progress since."""
 
-    overlapped = True
-
-    def __init__(self, ps: FakePS, events: list) -> None:
-        super().__init__(ps, events)
+    def __init__(self, ps: FakePS, events: list, fed: FederationConfig) -> None:
+        super().__init__(ps, events, fed)
         self.in_flight: RoundResult | None = None
 
     def adopt(self, model, global_model: GlobalVersion | None) -> None:
@@ -231,7 +231,7 @@ def test_overlapped_rounds_train_on_while_the_push_is_in_flight_and_record_it_wh
         fed,
         client_paradigm(fed.paradigm),
         FakeTrainer(events),
-        FakeOverlapSync(ps, events),
+        FakeOverlapSync(ps, events, fed),
         LinkTuner(fed, LinkMeter(), NUMEL, "t.loop"),
         NUMEL,
     )
