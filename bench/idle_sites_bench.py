@@ -20,18 +20,23 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import geofed
-from geofed.protocol import geofed_pb2 as pb
-from geofed.protocol import geofed_pb2_grpc as pb_grpc
-from geofed.protocol.auth import bearer
-from geofed_testing.ledger import delta_for
-from geofed_testing.procs import PSNode, Reaper
-from geofed_testing.wire import NUMEL, init_model, join, mint, push
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # geofed_testing is not installed: it runs from the checkout
+
+import geofed  # noqa: E402
+from geofed.protocol import geofed_pb2 as pb  # noqa: E402
+from geofed.protocol import geofed_pb2_grpc as pb_grpc  # noqa: E402
+from geofed.protocol.auth import bearer  # noqa: E402
+from geofed_testing.ledger import delta_for  # noqa: E402
+from geofed_testing.procs import PSNode, Reaper  # noqa: E402
+from geofed_testing.wire import NUMEL, init_model, join, mint, push  # noqa: E402
 
 IDLE_SITES = 3
 HEARTBEAT_S = 15.0  # a running client's heartbeat with the default 300 s session TTL

@@ -15,8 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from geofed_testing.procs import Reaper
-from geofed_testing.reliability.load import LoadResult, run_load
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # geofed_testing is not installed: it runs from the checkout
+
+from geofed_testing.procs import Reaper  # noqa: E402
+from geofed_testing.reliability.load import LoadResult, run_load  # noqa: E402
 
 
 def summary(r: LoadResult) -> str:

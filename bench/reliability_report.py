@@ -24,14 +24,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from geofed_testing.procs import Reaper
-from geofed_testing.reliability.client_faults import SCENARIOS as CLIENT_FAULTS
-from geofed_testing.reliability.link_faults import SCENARIOS as LINK_FAULTS
-from geofed_testing.reliability.load import LoadResult, run_load
-from geofed_testing.reliability.ps_faults import SCENARIOS as PS_FAULTS
-from geofed_testing.reliability.ps_faults import ps_killed_mid_push
-from geofed_testing.reliability.reseed import SCENARIOS as RESEED
-from geofed_testing.reliability.scenario import ScenarioFailed, ScenarioResult
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # geofed_testing is not installed: it runs from the checkout
+
+from geofed_testing.procs import Reaper  # noqa: E402
+from geofed_testing.reliability.client_faults import SCENARIOS as CLIENT_FAULTS  # noqa: E402
+from geofed_testing.reliability.link_faults import SCENARIOS as LINK_FAULTS  # noqa: E402
+from geofed_testing.reliability.load import LoadResult, run_load  # noqa: E402
+from geofed_testing.reliability.ps_faults import SCENARIOS as PS_FAULTS  # noqa: E402
+from geofed_testing.reliability.ps_faults import ps_killed_mid_push  # noqa: E402
+from geofed_testing.reliability.reseed import SCENARIOS as RESEED  # noqa: E402
+from geofed_testing.reliability.scenario import ScenarioFailed, ScenarioResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,6 @@ COPY ps_server ./ps_server
 COPY client_agent ./client_agent
 COPY operator ./operator
 COPY geofed_apps ./geofed_apps
-COPY geofed_testing ./geofed_testing
 RUN pip install --no-deps . \
     && rm -rf /src
 RUN groupadd --gid 10001 geofed && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin geofed

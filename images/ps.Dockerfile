@@ -26,7 +26,6 @@ COPY ps_server ./ps_server
 COPY client_agent ./client_agent
 COPY operator ./operator
 COPY geofed_apps ./geofed_apps
-COPY geofed_testing ./geofed_testing
 RUN pip install --no-deps .
 
 FROM python:${PYTHON_VERSION}-slim-bookworm

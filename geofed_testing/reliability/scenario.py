@@ -7,6 +7,7 @@ AssertionError) with the evidence when an invariant breaks; otherwise its result
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -22,6 +23,15 @@ from geofed_testing.procs import PSNode, Reaper
 from geofed_testing.wire import Observer, init_model, join, mint, theta0
 
 from .client_proc import read_events
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # geofed_testing is not installed: it runs from the checkout
+
+
+def checkout_env() -> dict[str, str]:
+    """A child's environment with the checkout first on its import path (for `python -m geofed_testing...`)."""
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 class ScenarioFailed(AssertionError):
@@ -125,7 +135,7 @@ class ClientProc:
 
     def start(self) -> ClientProc:
         cmd = [sys.executable, "-m", "geofed_testing.reliability.client_proc", *self.args]
-        self.proc = self.reaper.proc(spawn(cmd, self.dir / "client.log", env=child_env(), new_session=True))
+        self.proc = self.reaper.proc(spawn(cmd, self.dir / "client.log", env=checkout_env(), new_session=True))
         return self
 
     def kill(self) -> float:
