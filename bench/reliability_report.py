@@ -236,7 +236,7 @@ def render(
         "",
         f"Run {started} on {platform.node()} ({os.cpu_count()} CPU cores, Python {platform.python_version()}, "
         f"commit {commit}, {tree}), {seconds / 60:.1f} min. Every process ran on 127.0.0.1; "
-        "WAN faults go through the user-space emulator `geofed.wan.WanProxy`.",
+        "WAN faults go through the user-space emulator `geofed_apps.wan.WanProxy`.",
         "",
         "How each fault scenario is judged: numpy clients push fp32 deltas that are distinct random vectors "
         "named by (client, round, base version), under FedAvg with η = 1, uniform weights, no staleness "

@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from client_agent import cli as client_cli
 from geofed.cli_flags import command_parser, run_command
 from geofed.logs import enable_stack_dumps
-from geofed.wan import cli as wan_cli
+from geofed_apps.wan import cli as wan_cli
 from geofed_operator import cli as operator_cli
 from ps_server import cli as ps_cli
 

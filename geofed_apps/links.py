@@ -1,6 +1,6 @@
 """`geofed local --link PROFILE`: each client dials its PS through its own WAN emulator link.
 
-The link shapes the client's traffic as `PROFILE` says (`geofed.wan`: latency, jitter, rates, outages;
+The link shapes the client's traffic as `PROFILE` says (`geofed_apps.wan`: latency, jitter, rates, outages;
 `0ms` shapes nothing) and counts the bytes it carries at the socket: gRPC's framing, TLS, keep-alives and
 every stream included, not only the payloads the client and PS log. The link stamps each delivery with the
 wall-clock time; each client metrics record gets its link's counts as they stood when the client wrote it
@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 
-from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.wan import LinkProfile, WanProxy
 
 
 class _Counts:

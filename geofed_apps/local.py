@@ -22,7 +22,7 @@ from geofed.checkpoint_shape import fill_checkpoint_shape
 from geofed.cli_flags import SettingsError, apply_overrides, load_settings_file, validate_settings
 from geofed.config import FederationConfig
 from geofed.tokenizer_identity import BYTE
-from geofed.wan import LinkProfile
+from geofed_apps.wan import LinkProfile
 
 from .chaos import NO_CHAOS, ChaosSpec, ChaosSpecError, check_spec, parse_spec
 from .deferred_eval import DeferredEvaluation

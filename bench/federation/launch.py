@@ -105,7 +105,7 @@ class FederatedRun:
 
     def _start_clients(self, ps: PSProcess) -> None:
         """One client per scenario entry, each behind its own WAN proxy, seeded by `client_seed`."""
-        from geofed.wan.proxy import WanProxy
+        from geofed_apps.wan.proxy import WanProxy
 
         with ps.admin() as admin:
             for i, spec in enumerate(self.scenario.clients):

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from geofed.wan.profile import LinkProfile
+from geofed_apps.wan.profile import LinkProfile
 
 
 class ScenarioError(ValueError):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from geofed.config import CodecConfig
-from geofed.wan.profile import LinkProfile, format_rate
+from geofed_apps.wan.profile import LinkProfile, format_rate
 
 from .accounting import idle_fraction
 from .analysis import (

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from client_agent.checkpoint import load_checkpoint
-from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.launch import wait_until
 from geofed_testing.procs import Reaper
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.launch import wait_until
 from geofed_testing.ledger import delta_for
 from geofed_testing.procs import Reaper

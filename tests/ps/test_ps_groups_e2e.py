@@ -17,7 +17,7 @@ import pytest
 from client_agent.ps_client import JoinSpec, PSClient
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
-from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.groups import PSGroupProcesses
 from geofed_apps.launch import wait_until
 from geofed_testing.procs import PSNode, Reaper

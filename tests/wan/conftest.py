@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from wan_helpers import LoopbackServer, Sink, echo
 
-from geofed.wan import LinkProfile, WanProxy
+from geofed_apps.wan import LinkProfile, WanProxy
 
 
 @pytest.fixture

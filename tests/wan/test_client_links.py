@@ -11,7 +11,7 @@ from pathlib import Path
 
 from wan_helpers import LoopbackServer, echo
 
-from geofed.wan import LinkProfile
+from geofed_apps.wan import LinkProfile
 from geofed_apps.links import ClientLinks
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))

@@ -14,8 +14,8 @@ import pytest
 from pytest import CaptureFixture
 from wan_helpers import LoopbackServer, round_trip
 
-from geofed.wan import LinkProfile, Outage, WanProxy
-from geofed.wan.cli import add_commands, profile_from_args, serve
+from geofed_apps.wan import LinkProfile, Outage, WanProxy
+from geofed_apps.wan.cli import add_commands, profile_from_args, serve
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,9 +90,9 @@ def test_serve_forwards_until_stopped(echo_server: LoopbackServer, capsys: Captu
 
 @pytest.mark.timeout(30)
 def test_command_runs_in_the_foreground_until_ctrl_c(echo_server: LoopbackServer) -> None:
-    """`python -m geofed.wan.cli` listens, forwards with the delay, and exits 0 on SIGINT."""
+    """`python -m geofed_apps.wan.cli` listens, forwards with the delay, and exits 0 on SIGINT."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "geofed.wan.cli", f"--target=127.0.0.1:{echo_server.port}", "--latency-ms=30"],
+        [sys.executable, "-m", "geofed_apps.wan.cli", f"--target=127.0.0.1:{echo_server.port}", "--latency-ms=30"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -115,7 +115,7 @@ def test_command_runs_in_the_foreground_until_ctrl_c(echo_server: LoopbackServer
 
 def test_importing_the_command_stays_light() -> None:
     """`geofed --help` imports every subsystem's cli module; ours must not pull in pydantic or asyncio."""
-    probe = "import sys, geofed.wan.cli; print(sorted({'pydantic', 'asyncio'} & set(sys.modules)))"
+    probe = "import sys, geofed_apps.wan.cli; print(sorted({'pydantic', 'asyncio'} & set(sys.modules)))"
     command = [sys.executable, "-c", probe]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr

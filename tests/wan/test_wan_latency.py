@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from wan_helpers import LoopbackServer, receive_all, round_trip
 
-from geofed.wan import LinkProfile
+from geofed_apps.wan import LinkProfile
 
 pytestmark = pytest.mark.timeout(30)
 SLACK_S = 0.150  # scheduling noise a busy 2-core machine may add to a round trip

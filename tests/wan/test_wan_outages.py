@@ -10,7 +10,7 @@ import time
 import pytest
 from wan_helpers import LoopbackServer, receive_all, round_trip
 
-from geofed.wan import LinkProfile, Outage, WanProxy
+from geofed_apps.wan import LinkProfile, Outage, WanProxy
 
 pytestmark = pytest.mark.timeout(30)
 SLACK_S = 0.150

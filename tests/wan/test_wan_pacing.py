@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from geofed.wan.pacing import (
+from geofed_apps.wan.pacing import (
     MAX_CHUNK,
     MIN_CHUNK,
     MIN_IN_FLIGHT,

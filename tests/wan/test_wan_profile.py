@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from geofed.wan.profile import LinkProfile, Outage, format_rate, parse_duration, parse_outage, parse_rate
+from geofed_apps.wan.profile import LinkProfile, Outage, format_rate, parse_duration, parse_outage, parse_rate
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import threading
 import pytest
 from wan_helpers import LoopbackServer, Sink, rate_of, receive_all
 
-from geofed.wan import LinkProfile
+from geofed_apps.wan import LinkProfile
 
 UP, DOWN = 4_000_000, 8_000_000
 ASYMMETRIC = LinkProfile(up_bytes_per_s=UP, down_bytes_per_s=DOWN)

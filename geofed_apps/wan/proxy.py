@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, TypeVar
 
-from geofed.wan.pacing import DelayLine, TokenBucket, burst_for, chunk_size_for, in_flight_limit
-from geofed.wan.profile import LinkProfile, Outage
+from geofed_apps.wan.pacing import DelayLine, TokenBucket, burst_for, chunk_size_for, in_flight_limit
+from geofed_apps.wan.profile import LinkProfile, Outage
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from geofed.wan.profile import LinkProfile, Outage
-    from geofed.wan.proxy import WanProxy
+    from geofed_apps.wan.profile import LinkProfile, Outage
+    from geofed_apps.wan.proxy import WanProxy
 
 
 def add_commands(subparsers: Any) -> None:
@@ -68,7 +68,7 @@ def add_commands(subparsers: Any) -> None:
 
 def profile_from_args(args: argparse.Namespace) -> LinkProfile:
     """The `LinkProfile` the flags describe: --profile (or a clean link), then each given flag on top."""
-    from geofed.wan.profile import LinkProfile
+    from geofed_apps.wan.profile import LinkProfile
 
     base = args.profile or LinkProfile()
     overrides = {
@@ -102,7 +102,7 @@ def serve(proxy: WanProxy, stop: threading.Event, *, stats_every_s: float = 0.0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m geofed.wan.cli --target ...`) for machines without the full CLI."""
+    """Stand-alone entry (`python -m geofed_apps.wan.cli --target ...`) for machines without the full CLI."""
     parser = argparse.ArgumentParser(prog="geofed-wan")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["wan", *(sys.argv[1:] if argv is None else argv)])
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from geofed.wan.proxy import WanProxy
+    from geofed_apps.wan.proxy import WanProxy
 
     try:
         profile = profile_from_args(args)
@@ -136,19 +136,19 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _link_profile(text: str) -> LinkProfile:
-    from geofed.wan.profile import LinkProfile
+    from geofed_apps.wan.profile import LinkProfile
 
     return _as_argument_error(LinkProfile.parse, text)
 
 
 def _rate(text: str) -> int:
-    from geofed.wan.profile import parse_rate
+    from geofed_apps.wan.profile import parse_rate
 
     return _as_argument_error(parse_rate, text)
 
 
 def _outage(text: str) -> Outage:
-    from geofed.wan.profile import parse_outage
+    from geofed_apps.wan.profile import parse_outage
 
     return _as_argument_error(parse_outage, text)
 
