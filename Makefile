@@ -17,11 +17,12 @@ demo: $(STAMP)
 	$(BIN)/geofed local
 
 # The default suite leaves out the end-to-end runs of 20 s or more (marked long: `make test-long`, which CI runs).
+# Each suite ends with its slowest tests (--durations): where to look when CI's time grows.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not containers and not long"
+	$(BIN)/python -m pytest -q -m "not slow and not containers and not long" --durations=15
 
 test-long: $(STAMP)
-	$(BIN)/python -m pytest -q -m "long and not slow and not containers"
+	$(BIN)/python -m pytest -q -m "long and not slow and not containers" --durations=0
 
 # docs/kubernetes.md's shell blocks run with bash (real kubectl, helm over helm-python-sdk, geofed) against two
 # emulated clusters whose nodes (tests/k8s/node/) run every pod, the operator's included, as podman containers
