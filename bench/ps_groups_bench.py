@@ -33,8 +33,8 @@ if str(BENCH.parent) not in sys.path:
     sys.path.insert(0, str(BENCH.parent))
 
 from client_agent.ps_client import JoinSpec, PSClient  # noqa: E402
-from geofed_apps.wan import LinkProfile, WanProxy  # noqa: E402
 from geofed_apps.groups import PSGroupProcesses  # noqa: E402
+from geofed_apps.wan import LinkProfile, WanProxy  # noqa: E402
 from geofed_testing.procs import PSNode, Reaper  # noqa: E402
 from geofed_testing.wire import init_model, mint, push  # noqa: E402
 

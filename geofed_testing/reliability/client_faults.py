@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from client_agent.checkpoint import load_checkpoint
-from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.launch import wait_until
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_testing.procs import Reaper
 
 from .scenario import Federation, ScenarioFailed, ScenarioResult, new_client

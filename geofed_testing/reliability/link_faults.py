@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.launch import wait_until
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_testing.ledger import delta_for
 from geofed_testing.procs import Reaper
 from geofed_testing.wire import join, push

@@ -16,8 +16,8 @@ import numpy as np
 from client_agent.errors import DeferredDeltaError
 from client_agent.model_waits import DEFERRED_WAIT_S
 from client_agent.ps_client import JoinError, PSClient, PushError, StaleDeltaError
-from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.launch import wait_until
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_testing.ledger import EXACT_ASYNC, account, delta_for
 from geofed_testing.procs import Reaper
 from geofed_testing.wire import join, push

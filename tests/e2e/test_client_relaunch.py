@@ -15,8 +15,8 @@ import pytest
 from client_agent.corpus import stdlib_split, write_file_list
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
-from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.launch import start_client, stop, wait_until
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_testing.procs import PSNode
 
 FED = {

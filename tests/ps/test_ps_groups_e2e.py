@@ -17,9 +17,9 @@ import pytest
 from client_agent.ps_client import JoinSpec, PSClient
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
-from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_apps.groups import PSGroupProcesses
 from geofed_apps.launch import wait_until
+from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_testing.procs import PSNode, Reaper
 from geofed_testing.wire import MANIFEST, NUMEL, Observer, init_model, mint, push, rpc_code, theta0
 from ps_server.global_model import TensorEntry

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from wan_helpers import LoopbackServer, echo
 
-from geofed_apps.wan import LinkProfile
 from geofed_apps.links import ClientLinks
+from geofed_apps.wan import LinkProfile
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))
 
