@@ -19,8 +19,7 @@ case "$1" in
   zo-lora) args=(--rows zo-lora --steps 1500) ;;
   # the same zeroth-order rows at twice the preset's rate and 10 x LoRA's steps (6000 = 188 rounds of 32 seeds);
   # 0.1 and 0.3 sent the loss from 2.6 to 4-5 within three rounds (zo-sweep/), 2e-2 after 20 (README.txt there);
-  # a longer cap, since the whole
-  # run (its answer scoring before and after included) must fit in it plus 600 s
+  # a longer cap, since the whole run (its answer scoring before and after included) must fit in it plus 600 s
   zo-lora-long) args=(--rows zo-lora --steps 6000 --set paradigm.lr=2e-2); max_seconds=5400 ;;
   *) echo "usage: $0 rules|lora|central-lora-b16|central-lora|zo-lora|zo-lora-long" >&2; exit 2 ;;
 esac
