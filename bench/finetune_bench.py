@@ -44,6 +44,7 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "central-lora-steps": ("central-steps", "lora", ()),
     "central-ravan": ("central", "ravan", ()),
     "central-ravan-matched": ("central", "ravan-matched", ()),
+    "central-ravan-matched-steps": ("central-steps", "ravan-matched", ()),
     "central-bitfit": ("central", "bitfit", ()),
     "lora": ("fed", "lora", ()),
     "hybrid-lora": ("fed", "hybrid-lora", ()),
