@@ -1,7 +1,8 @@
 #!/bin/bash
 # The fine-tuning rows on the second task (`--task stdlib-package`: which stdlib package a docstring comes
 # from; 1,776 training pairs dealt to 2 clients, 1,200 held out per seed, each seed its own split).
-# usage: [RUNS=N] bash bench/results/finetune/stdlib-package/run.sh CASE (RUNS seeds, default 3)
+# usage: [RUNS=N] [FIRST=K] bash bench/results/finetune/stdlib-package/run.sh CASE (seeds K..N-1, default 0..2; one
+# process per seed, FIRST=K RUNS=K+1 each, runs the seeds side by side into the same folder)
 # Every case writes its own folder beside this file and appends its progress to run.txt there.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,12 +17,19 @@ case "$1" in
   central-lora) args=(--rows central-lora --steps 600 --set training.lr=5e-3 --set training.lr_schedule=cosine) ;;
   # zeroth-order on the same adapters (MeZO on LoRA), its preset's rate, 2.5 x LoRA's steps
   zo-lora) args=(--rows zo-lora --steps 1500) ;;
-  *) echo "usage: $0 rules|lora|central-lora-b16|central-lora|zo-lora" >&2; exit 2 ;;
+  # RAVAN at LoRA's budget (8 heads of 32 x 32, orthonormal projections), federated in the lora case's shape, at the
+  # rate 3e-3 (see ravan-sweep.sh: central, seed 0)
+  ravan-matched) args=(--rows ravan-matched --steps 600 --set training.lr=3e-3 --set training.lr_schedule=cosine) ;;
+  # the same central at the federation's global batch (2 x 8) for 600 steps, as central-lora-b16
+  central-ravan-matched-b16) args=(--rows central-ravan-matched-steps --steps 600 --set training.lr=3e-3
+                                   --set training.lr_schedule=cosine --set training.batch_size=16) ;;
+  *) echo "usage: $0 rules|lora|central-lora-b16|central-lora|zo-lora|ravan-matched|central-ravan-matched-b16" >&2
+     exit 2 ;;
 esac
 cd "$here/../../../.."
 export PYTHONPATH=$PWD:$PWD/operator
 mkdir -p "$here/$1"
 echo "=== $1: $(date -u +%FT%T) $(uptime)" >> "$here/$1/run.txt"
-.venv/bin/python bench/finetune_bench.py --task stdlib-package --runs "${RUNS:-3}" --clients 2 --max-seconds 3000 \
-  --out "$here/$1" "${args[@]}" >> "$here/$1/run.txt" 2>&1
+.venv/bin/python bench/finetune_bench.py --task stdlib-package --runs "${RUNS:-3}" --first-run "${FIRST:-0}" --clients 2 \
+  --max-seconds 3000 --out "$here/$1" "${args[@]}" >> "$here/$1/run.txt" 2>&1
 echo "=== $1 done: $(date -u +%FT%T) $(uptime)" >> "$here/$1/run.txt"
