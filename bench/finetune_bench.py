@@ -44,6 +44,7 @@ ROWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "central-lora-steps": ("central-steps", "lora", ()),
     "central-ravan": ("central", "ravan", ()),
     "central-ravan-matched": ("central", "ravan-matched", ()),
+    "central-ravan-matched-steps": ("central-steps", "ravan-matched", ()),
     "central-bitfit": ("central", "bitfit", ()),
     "lora": ("fed", "lora", ()),
     "hybrid-lora": ("fed", "hybrid-lora", ()),
@@ -335,6 +336,8 @@ def report() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--first-run", type=int, default=0,
+                        help="start at this run (seed); with --runs, one process per seed can share an --out")
     parser.add_argument("--steps", type=int, default=300, help="local steps per client (training.max_steps)")
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=900.0, help="upper bound on one federated run")
@@ -359,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             if row == "rule":
                 (OUT / "rule.json").write_text(json.dumps(run_rules(args), indent=1))
                 continue
-            for i in range(args.runs):
+            for i in range(args.first_run, args.runs):
                 if (OUT / f"{row}-{i}.json").exists() and not args.again:
                     continue  # measured already (a resumed benchmark)
                 kind, paradigm, overrides = ROWS[row]

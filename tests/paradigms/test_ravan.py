@@ -3,7 +3,6 @@ the same bits on every CPU."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from client_agent.data import TokenStream
 from client_agent.paradigms import client_paradigm
@@ -126,14 +126,64 @@ def test_the_projections_are_the_same_bits_whatever_cpu_instructions_torch_dispa
     assert plain_digest == default_digest
 
 
-def test_the_projections_are_the_seeded_philox_draws_in_layer_order():
+def _qr_reference(draws: np.ndarray, group: int) -> np.ndarray:
+    """Orthonormal rows by Householder QR (numpy's LAPACK), each group of `group` rows its own basis, signs set so
+    that R's diagonal is positive: what Gram-Schmidt gives, by another algorithm."""
+    blocks = []
+    for i in range(0, len(draws), group):
+        q, r = np.linalg.qr(draws[i:i + group].T)
+        blocks.append((q * np.sign(np.diag(r))).T)
+    return np.concatenate(blocks)
+
+
+def test_the_projections_are_the_seeded_philox_draws_in_layer_order_made_orthonormal():
     fed = FederationConfig.model_validate(FED)
     _, model = _built(fed)
     for index, layer in enumerate(_layers(model)):
         gen = np.random.Generator(np.random.Philox(key=np.array([0, index], dtype=np.uint64)))
         heads, rank, n_in = layer.ravan_A.shape
         n_out = layer.ravan_B.shape[1]
-        a = gen.standard_normal((heads, rank, n_in), dtype=np.float32) / np.float32(np.sqrt(n_in))
-        b = gen.standard_normal((heads, n_out, rank), dtype=np.float32) / np.float32(np.sqrt(rank))
-        assert hashlib.sha256(layer.ravan_A.numpy().tobytes()).digest() == hashlib.sha256(a.tobytes()).digest()
-        assert np.array_equal(layer.ravan_B.numpy(), b)
+        a = _qr_reference(gen.standard_normal((heads * rank, n_in)), heads * rank).reshape(heads, rank, n_in)
+        b = _qr_reference(gen.standard_normal((heads * rank, n_out)), heads * rank).reshape(heads, rank, n_out)
+        np.testing.assert_allclose(layer.ravan_A.numpy(), a, atol=1e-6)
+        np.testing.assert_allclose(layer.ravan_B.numpy(), b.transpose(0, 2, 1), atol=1e-6)
+
+
+def test_the_heads_are_orthonormal_to_each_other_in_groups_where_they_outnumber_the_dimension():
+    # 5 heads of rank 2 on 4 inputs: heads {0, 1}, {2, 3} and {4} are three orthonormal bases' worth of rows.
+    layer = RavanLinear(nn.Linear(4, 12), 5, 2, 2.0, 0.0, seed=3, layer=1)
+    a = layer.ravan_A.reshape(10, 4)
+    b = layer.ravan_B.transpose(1, 2).reshape(10, 12)  # B's columns as rows: 10 ≤ 12, one orthonormal set
+    for rows in (a[0:4], a[4:8], a[8:10], b):
+        torch.testing.assert_close(rows @ rows.T, torch.eye(len(rows)), atol=1e-6, rtol=0)
+    assert not torch.allclose(a[0:4] @ a[4:8].T, torch.zeros(4, 4), atol=1e-3)  # groups are separate draws
+
+
+def test_the_layer_computes_the_papers_sum_of_scaled_heads_and_starts_as_the_base():
+    torch.manual_seed(0)
+    base = nn.Linear(6, 5)
+    layer = RavanLinear(base, 2, 3, 3.0, 0.0, seed=0, layer=0)  # α = r: the paper's unscaled Σᵢ sᵢBᵢHᵢAᵢ
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(layer(x), base(x))  # Hᵢ = 0: the base model
+    torch.testing.assert_close(layer.ravan_s.detach(), torch.ones(2))  # sᵢ starts at 1
+    # Aᵢ: 3 orthonormal rows per head, the 6 rows of both heads one orthonormal basis of the 6 inputs.
+    a_rows = layer.ravan_A.reshape(6, 6)
+    torch.testing.assert_close(a_rows @ a_rows.T, torch.eye(6), atol=1e-6, rtol=0)
+    b_cols = layer.ravan_B.transpose(1, 2).reshape(6, 5)  # 6 columns of length 5: heads in groups of one
+    for head in (b_cols[0:3], b_cols[3:6]):
+        torch.testing.assert_close(head @ head.T, torch.eye(3), atol=1e-6, rtol=0)
+
+    h = torch.tensor([[[1.0, -2.0, 0.5], [0.0, 3.0, 1.0], [2.0, 1.0, -1.0]],
+                      [[-1.0, 0.0, 2.0], [1.5, 1.0, 0.0], [0.0, -2.0, 1.0]]])
+    s = torch.tensor([0.5, -2.0])
+    with torch.no_grad():
+        layer.ravan_H.copy_(h)
+        layer.ravan_s.copy_(s)
+    a, b = layer.ravan_A, layer.ravan_B
+    expected = x @ base.weight.T + base.bias
+    for i in range(2):  # y = W x + Σᵢ sᵢ Bᵢ Hᵢ Aᵢ x, written out head by head
+        expected = expected + s[i] * (b[i] @ (h[i] @ (a[i] @ x.T))).T
+    torch.testing.assert_close(layer(x), expected)
+    with torch.no_grad():
+        merged = layer.merged()
+    torch.testing.assert_close(merged(x), expected)
