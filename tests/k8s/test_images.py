@@ -160,7 +160,7 @@ def test_operator_image_installs_what_the_operator_imports() -> None:
     assert needed <= set(_pins("operator")), needed - set(_pins("operator"))
 
 
-SOURCES = ("geofed", "ps_server", "client_agent", "operator", "geofed_apps", "geofed_testing", "README.md")
+SOURCES = ("geofed", "ps_server", "client_agent", "operator", "geofed_apps", "README.md")
 
 
 @pytest.mark.parametrize("name", sorted(IMAGES))
