@@ -19,7 +19,7 @@ from geofed.codec.errors import CodecError
 from geofed.codec.header import MAX_FRAME_ELEMS
 
 if TYPE_CHECKING:
-    from geofed.codec.sparse import SparseParams
+    from geofed.codec.sparse_params import SparseParams
     from geofed.codec_specs import CodecSpec
 
 DEFAULT_FRAME_ELEMS = 1 << 20

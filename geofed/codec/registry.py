@@ -11,7 +11,7 @@ from geofed.codec import floats, quantized  # noqa: F401  (defining a codec clas
 from geofed.codec.base import CODECS, Codec
 from geofed.codec.errors import CodecError
 from geofed.codec.header import parse_header
-from geofed.codec.sparse import SparseParams
+from geofed.codec.sparse_params import SparseParams
 from geofed.codec.stream import StreamDecoder
 
 

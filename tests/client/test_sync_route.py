@@ -13,7 +13,7 @@ from client_agent.paradigms.pretrain import Pretrain
 from client_agent.sync import SliceWiseSync, WholeVectorSync, sync_route
 from geofed.codec import CodecError, make_codec
 from geofed.codec.sharded import SliceCodec
-from geofed.codec.sparse import SparseParams
+from geofed.codec.sparse_params import SparseParams
 from geofed.config import CodecConfig, FederationConfig
 from geofed.paradigms import ParadigmSettings
 

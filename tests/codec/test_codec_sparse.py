@@ -10,7 +10,8 @@ import pytest
 
 from geofed.codec import CodecError, ErrorFeedback, decoder_for, make_codec
 from geofed.codec.header import StreamHeader, pack_frame, pack_header
-from geofed.codec.sparse import SparseFrameError, SparseParams, policy_violation
+from geofed.codec.sparse import SparseFrameError, policy_violation
+from geofed.codec.sparse_params import SparseParams
 from geofed.config import CodecConfig
 
 from .conftest import heavy_tailed, roundtrip

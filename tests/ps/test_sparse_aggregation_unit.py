@@ -11,7 +11,7 @@ import pytest
 
 from client_agent.paradigms.pretrain import Pretrain as ClientPretrain
 from geofed.codec import decoder_for, make_codec
-from geofed.codec.sparse import SparseParams
+from geofed.codec.sparse_params import SparseParams
 from geofed.config import FederationConfig
 from geofed.paradigms import PretrainSettings
 from ps_server.aggregation.aggregator import Aggregator

@@ -7,31 +7,13 @@ products exactly and carries what rank r cannot hold to the next round (lora_pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ...global_model import Manifest, Snapshot
 from ..rounds import Admission
 from ..strategy import Accumulator, Payload, RoundSum
 from .delta_averaging import DeltaAveraging
-from .lora_product import ProductRound, product_delta, product_numel, step_factors
-
-
-@dataclass(frozen=True)
-class AdapterPair:
-    """One wrapped layer's A and B in the flat vector."""
-
-    layer: str
-    a_off: int
-    a_shape: tuple[int, int]  # (r, in)
-    b_off: int
-    b_shape: tuple[int, int]  # (out, r)
-
-    def factors(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        a = flat[self.a_off : self.a_off + self.a_shape[0] * self.a_shape[1]].reshape(self.a_shape)
-        b = flat[self.b_off : self.b_off + self.b_shape[0] * self.b_shape[1]].reshape(self.b_shape)
-        return a, b
+from .lora_product import AdapterPair, ProductRound, product_delta, product_numel, step_factors
 
 
 def adapter_pairs(manifest: Manifest) -> list[AdapterPair]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,8 +24,21 @@ from ...global_model import Snapshot
 from ..accumulator import DeltaAccumulator
 from ..strategy import Payload
 
-if TYPE_CHECKING:
-    from .lora import AdapterPair
+
+@dataclass(frozen=True)
+class AdapterPair:
+    """One wrapped layer's A and B in the flat vector."""
+
+    layer: str
+    a_off: int
+    a_shape: tuple[int, int]  # (r, in)
+    b_off: int
+    b_shape: tuple[int, int]  # (out, r)
+
+    def factors(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = flat[self.a_off : self.a_off + self.a_shape[0] * self.a_shape[1]].reshape(self.a_shape)
+        b = flat[self.b_off : self.b_off + self.b_shape[0] * self.b_shape[1]].reshape(self.b_shape)
+        return a, b
 
 
 def product_numel(pairs: list[AdapterPair]) -> int:
