@@ -1,10 +1,10 @@
 """RAVAN: each wrapped layer computes W x + (α/r)·Σᵢ sᵢ Bᵢ Hᵢ Aᵢ x; the heads Hᵢ and scalings sᵢ train.
 
 Aᵢ (r × in, orthonormal rows) and Bᵢ (out × r, orthonormal columns), the heads orthogonal to each other as
-the RAVAN paper's Gram-Schmidt initialisation, are buffers drawn from `paradigm.seed` (`ravan_projections`,
-bit-identical on every machine), in the model's layer order, so every client builds
-the same ones and nothing about them crosses the WAN; they are not parameters, so they are neither
-trained nor in the manifest. Hᵢ starts at zero (the model starts as the base). Each head's scaling sᵢ
+the RAVAN paper's Gram-Schmidt initialisation, are buffers drawn from `paradigm.seed` (`ravan_projections`)
+in the model's layer order, so every client builds the same ones (the frozen digest declared at Join refuses
+one that drew them differently) and nothing about them crosses the WAN; they are not parameters, so they are
+neither trained nor in the manifest. Hᵢ starts at zero (the model starts as the base). Each head's scaling sᵢ
 starts every round at 1 and trains with the heads; after its local steps the client folds it into its
 head (Hᵢ ← sᵢHᵢ, sᵢ ← 1, the same function), so what it uploads is sᵢHᵢ, as in the RAVAN paper, and the
 exchanged vector stays the r × r heads. `export` folds Σᵢ sᵢ Bᵢ Hᵢ Aᵢ into the base weights.

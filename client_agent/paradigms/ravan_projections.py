@@ -1,5 +1,5 @@
 """RAVAN's frozen projections Aᵢ, Bᵢ: orthonormal, as the RAVAN paper's Gram-Schmidt initialisation, drawn
-bit-identically on every machine.
+the same way on every machine.
 
 The paper (Raje et al. 2025) freezes Bᵢ and Aᵢ at a random initialisation and recommends the Gram-Schmidt one:
 the heads' row spaces of Aᵢ (and column spaces of Bᵢ) orthonormal to each other, so the heads adapt independent

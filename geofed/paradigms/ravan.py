@@ -1,10 +1,10 @@
 """RAVAN: W + (α/r)·Σᵢ sᵢ Bᵢ Hᵢ Aᵢ per wrapped layer; W, Aᵢ, Bᵢ frozen and shared, Hᵢ and sᵢ trained.
 
-Aᵢ (r × in) and Bᵢ (out × r) are drawn from `seed` on every client alike (bit-identical across machines),
-orthonormal as the RAVAN paper's Gram-Schmidt initialisation (the heads' subspaces orthogonal to each other),
-so they are "shared once" without a byte on the wire; the heads Hᵢ (r × r, zero at start) are the exchanged
-vector, uploaded as sᵢHᵢ with each head's trainable scaling sᵢ folded in. Averaging heads is exact: the
-update Σᵢ Bᵢ Hᵢ Aᵢ is linear in the heads.
+Aᵢ (r × in) and Bᵢ (out × r) are drawn from `seed` on every client alike, orthonormal as the RAVAN paper's
+Gram-Schmidt initialisation (the heads' subspaces orthogonal to each other), so they are "shared once"
+without a byte on the wire (a client whose draw differs is refused at Join); the heads Hᵢ (r × r, zero at
+start) are the exchanged vector, uploaded as sᵢHᵢ with each head's trainable scaling sᵢ folded in.
+Averaging heads is exact: the update Σᵢ Bᵢ Hᵢ Aᵢ is linear in the heads.
 """
 
 from __future__ import annotations
