@@ -149,11 +149,6 @@ class SyncPath(ABC):
         """Diff, encode, checkpoint and push one round; the outcome on rank 0, None elsewhere."""
         ...
 
-    def settle(self, await_model: bool = True):
-        """An overlapped path's push in flight once it is back (`overlap.Settled`); None here: this path's
-        `push_round` returns its outcome itself."""
-        return None
-
     def sync_round(self, trainer: LocalTrainer, result: RoundResult, stop: Callable[[], bool]) -> RoundEnd:
         """Push the round, decide on rank 0 whether the run stops (`stop`, told to every rank) and, unless it
         does, wait for the model the push leads to while the other ranks wait with rank 0."""

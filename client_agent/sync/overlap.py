@@ -62,8 +62,9 @@ class Settled:
 
 class OverlappedRounds:
     """A round loop's sync in the overlapped order, on a path whose `push_round` starts the send and whose
-    `settle` returns it: the push in flight is settled and its model folded in (`adopt`) before the round
-    that trained beside it is pushed, and the run's last push is settled without awaiting its model."""
+    `settle(await_model)` returns it (`Settled`, or None when nothing is in flight): the push in flight is
+    settled and its model folded in (`adopt`) before the round that trained beside it is pushed, and the
+    run's last push is settled without awaiting its model."""
 
     _in_flight: tuple[RoundResult, float] | None = None  # the round whose push is in flight, and its push time
 
