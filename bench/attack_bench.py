@@ -5,7 +5,8 @@
 
 Per run: a `geofed ps` subprocess with the federation defaults (async, K = 1, the norm bound, the displacement
 budget, the outer bounds) but the outer optimizer; four sites, each joined with a token of its own site. Three
-honest sites train the default model (GPT-2 2 × 128) with their real AdamW (`client_agent.trainer.LocalTrainer`,
+honest sites train the default model (GPT-2 2 × 128) with their real AdamW
+(`client_agent.training.trainer.LocalTrainer`,
 default training settings, H = training.local_steps, the optimizer state kept across rounds as `geofed client` keeps
 it) on their own module split of the Python standard library. Every honest push is trained from the model the
 PS published last, read back over the wire (closed loop: honest sites react to what the attacker did), and
@@ -52,9 +53,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from real_clients import honest_trainers  # noqa: E402
 
-from client_agent.corpus import stdlib_split  # noqa: E402
-from client_agent.flat import flatten, load_flat_, manifest  # noqa: E402
-from client_agent.ps_client import PSClient  # noqa: E402
+from client_agent.connection.ps_client import PSClient  # noqa: E402
+from client_agent.data.corpus import stdlib_split  # noqa: E402
+from client_agent.training.flat import flatten, load_flat_, manifest  # noqa: E402
 from geofed.cli_flags import apply_overrides  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 from geofed.protocol.admin_client import AdminClient  # noqa: E402

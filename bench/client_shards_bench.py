@@ -1,4 +1,4 @@
-"""Per-rank peak host memory of one client round, today's gather path against the shard-wise path (issue 18).
+"""Per-rank peak host memory of one client round, today's gather path against the slice-wise path (issue 18).
 
     .venv/bin/python -m bench.client_shards_bench --runs 3 --ranks 1 2 4
 
@@ -44,25 +44,101 @@ def rss_mib() -> float:
     return 0.0
 
 
-def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
-    """One rank of one round (run under torchrun)."""
-    import numpy as np
+def _build(path: str, n_embd: int, n_layer: int, world: int):
+    """The GPT-2 of this size, as the path builds it: on the meta device and sharded (slice-wise), or whole."""
+    from client_agent.training.fsdp import build_on_meta, materialise, shard_model
+    from client_agent.training.model import build_model_shell
+    from geofed.config import ModelConfig
+
+    cfg = ModelConfig(family="gpt2", n_embd=n_embd, n_layer=n_layer, n_head=16 if n_embd % 16 == 0 else 12,
+                      vocab_size=50257, block_size=1024)
+    model = build_on_meta(cfg) if path == "shard" else build_model_shell(cfg)
+    if world > 1:
+        shard_model(model)
+    elif path == "shard":
+        materialise(model)  # one rank owns everything: its slice is the whole model
+    return model
+
+
+def _adopt(model, glob, slices, world: int) -> None:
+    """The global model (rank 0's `glob`) into every rank's parameters, as the path does it."""
+    if slices is not None:
+        slices.adopt(model, glob.numpy() if glob is not None else None)
+    elif world > 1:
+        from client_agent.training.fsdp import broadcast_flat_from_rank0
+
+        broadcast_flat_from_rank0(model, glob)
+    else:
+        from client_agent.training.flat import load_flat_
+
+        load_flat_(model, glob)
+
+
+def _stepped_adamw(model):
+    """AdamW after one step on a synthetic gradient: its full state, without training."""
     import torch
 
-    from client_agent.checkpoint import ClientCheckpoint, save_checkpoint
-    from client_agent.fsdp import (
-        broadcast_flat_from_rank0,
-        build_on_meta,
-        full_flat_on_rank0,
-        full_optimizer_state,
-        init_distributed,
-        materialise,
-        shard_model,
-    )
-    from client_agent.model import build_model_shell
-    from client_agent.slices.state import SliceSync
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 1e-3)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return optimizer
+
+
+def _push(spool_path: Path, model, glob, slices, rank: int, world: int, numel: int):
+    """Encode the round's delta into a spool file as the path does; (delta, residual) on the gather path's
+    rank 0, else (None, None)."""
+    import torch
+
+    from client_agent.training.fsdp import full_flat_on_rank0
     from geofed.codec import ErrorFeedback, make_codec
-    from geofed.config import ModelConfig
+
+    codec = make_codec("int8", "huffman", 0)
+    delta = ef = None
+    with open(spool_path, "wb") as spool:
+        def write(header: bytes, frames) -> None:
+            spool.write(header)
+            for frame in frames:
+                spool.write(frame)
+
+        if slices is not None:
+            slices.encode(codec, slices.delta(model), write if rank == 0 else None)
+            slices.settle(True)
+        else:
+            full = full_flat_on_rank0(model) if world > 1 else torch.cat([p.detach().reshape(-1) for p in
+                                                                         model.parameters()])
+            if rank == 0:
+                delta = full.sub_(glob)
+                ef = ErrorFeedback(numel)
+                write(*ef.encode(codec, delta.numpy()))
+                ef.commit()
+    return delta, ef
+
+
+def _checkpoint(ckpt: Path, model, optimizer, slices, rank: int, glob, delta, ef) -> None:
+    """Checkpoint as the path does: every rank its slice (DCP), or rank 0 the whole vector."""
+    from client_agent.training.checkpoint import ClientCheckpoint, save_checkpoint
+    from client_agent.training.fsdp import full_optimizer_state
+
+    if slices is not None:
+        slices.directory = ckpt
+        slices.save(1, model, optimizer, {"step": 1}, None)
+        return
+    state = full_optimizer_state(model, optimizer)
+    if rank == 0:
+        model_flat = delta + glob  # paradigm.checkpoint_flat: base + δ
+        save_checkpoint(ckpt / "latest.pt", ClientCheckpoint(
+            model=model_flat, optimizer=state, step=1, data_position={}, base_version=1,
+            residual=ef.state_dict()))
+
+
+def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
+    """One rank of one round (run under torchrun)."""
+    import torch
+
+    from client_agent.training.fsdp import init_distributed
+    from client_agent.training.slices.state import SliceSync
 
     rank, world = init_distributed()
     torch.set_num_threads(1)
@@ -75,71 +151,22 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
         times[name] = round(time.monotonic() - t, 2)
         t = time.monotonic()
 
-    cfg = ModelConfig(family="gpt2", n_embd=n_embd, n_layer=n_layer, n_head=16 if n_embd % 16 == 0 else 12,
-                      vocab_size=50257, block_size=1024)
-    model = build_on_meta(cfg) if path == "shard" else build_model_shell(cfg)
-    if world > 1:
-        shard_model(model)
-    elif path == "shard":
-        materialise(model)  # one rank owns everything: its "shard" is the whole model
+    model = _build(path, n_embd, n_layer, world)
     numel = sum(p.numel() for p in model.parameters())
     lap("build")
     # The global model as the PS streamed it: on rank 0 only, in both paths (it has the one connection).
     glob = torch.empty(numel).normal_(0, 0.02) if rank == 0 else None
-    # The shard-wise path is the client agent's own (`SliceSync`, what `geofed client` runs on a multi-rank site).
-    shards = SliceSync(Path(tempfile.mkdtemp()), rank, world, numel, None) if path == "shard" else None
-    if shards is not None:
-        shards.adopt(model, glob.numpy() if glob is not None else None)
-    elif world > 1:
-        broadcast_flat_from_rank0(model, glob)
-    else:
-        from client_agent.flat import load_flat_
-
-        load_flat_(model, glob)
+    # The slice-wise path is the client agent's own (`SliceSync`, what `geofed client` runs on a multi-rank site).
+    slices = SliceSync(Path(tempfile.mkdtemp()), rank, world, numel, None) if path == "shard" else None
+    _adopt(model, glob, slices, world)
     lap("adopt")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for p in model.parameters():
-        p.grad = torch.full_like(p, 1e-3)  # synthetic gradient: one step gives AdamW full state
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    optimizer = _stepped_adamw(model)
     lap("step")
-    codec = make_codec("int8", "huffman", 0)
     with tempfile.TemporaryDirectory() as tmp:
-        spool = open(Path(tmp) / "upload", "wb")  # noqa: SIM115 - closed below
-        if shards is not None:
-            def write(header: bytes, frames) -> None:
-                spool.write(header)
-                for frame in frames:
-                    spool.write(frame)
-
-            shards.encode(codec, shards.delta(model), write if rank == 0 else None)
-            shards.settle(True)
-        else:
-            full = full_flat_on_rank0(model) if world > 1 else torch.cat([p.detach().reshape(-1) for p in
-                                                                         model.parameters()])
-            ef = None
-            if rank == 0:
-                delta = full.sub_(glob)
-                ef = ErrorFeedback(numel)
-                header, frames = ef.encode(codec, delta.numpy())
-                spool.write(header)
-                for frame in frames:
-                    spool.write(frame)
-                ef.commit()
-        spool.close()
+        delta, ef = _push(Path(tmp) / "upload", model, glob, slices, rank, world, numel)
         lap("push")
         before_checkpoint = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        ckpt = Path(tmp) / "ckpt"
-        if shards is not None:
-            shards.directory = ckpt
-            shards.save(1, model, optimizer, {"step": 1}, None)
-        else:
-            state = full_optimizer_state(model, optimizer)
-            if rank == 0:
-                model_flat = delta + glob  # paradigm.checkpoint_flat: base + δ
-                save_checkpoint(ckpt / "latest.pt", ClientCheckpoint(
-                    model=model_flat, optimizer=state, step=1, data_position={}, base_version=1,
-                    residual=ef.state_dict()))
+        _checkpoint(Path(tmp) / "ckpt", model, optimizer, slices, rank, glob, delta, ef)
         lap("checkpoint")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out.with_name(f"{out.stem}.rank{rank}.json").write_text(json.dumps({
@@ -147,7 +174,6 @@ def worker(path: str, n_embd: int, n_layer: int, out: Path) -> None:
         "peak_before_checkpoint_mib": round(before_checkpoint, 1), "baseline_rss_mib": round(baseline, 1),
         "seconds": times, "loadavg": os.getloadavg(),
     }))
-    del np
     if world > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
@@ -184,11 +210,11 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
         "int8+Huffman with error feedback, gloo ranks on this 2-core CPU machine (no GPU). Peak RSS in GiB "
         "(`ru_maxrss`), median (min–max) over runs; the RSS after imports is included in every figure. In both "
         "paths rank 0 also holds the global model as the PS streamed it (one fp32 copy, as `PSClient` does); "
-        "AdamW's state is real (one step on a synthetic gradient), training itself is not run. The shard-wise "
-        "rows run the client agent's own `SliceSync` (`client_agent/slices/state.py`: adopt, delta, encode and "
-        "relay, settle, sharded checkpoint), the path `geofed client` takes on a multi-rank site; the gather rows "
-        "run the calls the agent makes on its gather path (one rank, a sharded PS, or the paradigms and codecs "
-        "`client_agent/sync/route.py` keeps there)."
+        "AdamW's state is real (one step on a synthetic gradient), training itself is not run. The slice-wise "
+        "rows run the client agent's own `SliceSync` (`client_agent/training/slices/state.py`: adopt, delta, "
+        "encode and relay, settle, sharded checkpoint), the path `geofed client` takes on a multi-rank site; "
+        "the gather rows run the calls the agent makes on its gather path (one rank, a sharded PS, or the "
+        "paradigms and codecs `client_agent/sync/route.py` keeps there)."
         + (" Scaled down from the issue's few hundred million parameters: estimated from this table's bytes per "
            "parameter (not run), the 4-rank gather run of a 350M model would peak near 17 GiB summed over its ranks, "
            "too close to this shared 24 GiB machine's limit." if numel < 2e8 else ""),
@@ -209,7 +235,7 @@ def table(rows: dict[tuple[str, int], list[list[dict]]], cmd: str) -> str:
         if ("gather", world) in rows and ("shard", world) in rows:
             g = statistics.median(r[0]["peak_rss_mib"] for r in rows[("gather", world)])
             s = statistics.median(r[0]["peak_rss_mib"] for r in rows[("shard", world)])
-            prose.append(f"{world} rank{'s' if world > 1 else ''}: rank 0 peaks at {s / 1024:.2f} GiB shard-wise "
+            prose.append(f"{world} rank{'s' if world > 1 else ''}: rank 0 peaks at {s / 1024:.2f} GiB slice-wise "
                          f"against {g / 1024:.2f} GiB on the gather path ({s / g:.2f}×).")
     loads = [r[0]["loadavg_at_start"][0] for runs in rows.values() for r in runs]
     prose.append(f"Machine load (1-min load average at each launch): {min(loads):.1f}–{max(loads):.1f}, "
@@ -270,7 +296,7 @@ def main() -> None:
     if not args.no_docs:
         from bench.bench_markers import replace_section
 
-        replace_section(DOCS, "client-shards", "### Client memory per rank, gather vs shard-wise (issue 18)\n\n"
+        replace_section(DOCS, "client-shards", "### Client memory per rank, gather vs slice-wise (issue 18)\n\n"
                         + body)
 
 

@@ -39,7 +39,7 @@ def _shared(scores):
     return getattr(scores, "shared", scores)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paradigm", default="lora", help="preset whose model and settings to train")
     parser.add_argument("--steps", type=int, required=True, help="batches to train (the federation's total)")
@@ -56,17 +56,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default="docstring-params", choices=("docstring-params", PACKAGE_TASK),
                         help="the pairs to train and score on, as `geofed local --task` (default docstring-params)")
     add_recipe_flags(parser, "base-")
+    return parser
+
+
+def _train_and_score(trainer, model, task, args) -> tuple[object, float, int]:
+    """Train to --steps, scoring the held-out answers at each --eval-at step and at the end (a `curve:` line
+    each); the last score, the training seconds and the tokens trained."""
+    seconds, tokens = 0.0, 0
+    for stop in [*sorted({int(s) for s in args.eval_at.split(",") if s and 0 < int(s) < args.steps}), args.steps]:
+        t0 = time.monotonic()
+        stats = trainer.train(stop - trainer.step)
+        seconds, tokens = seconds + time.monotonic() - t0, tokens + stats.tokens
+        t_eval = time.monotonic()
+        after = task.score(lambda _: model, one_model=True)
+        shared = _shared(after)
+        point = {"step": trainer.step, "train_s": round(seconds, 1), "em": shared.exact_match,
+                 "f1": shared.f1, "eval_loss": shared.eval_loss, "eval_s": round(time.monotonic() - t_eval, 1)}
+        if shared is not after:
+            point["own_f1"] = after.own.f1
+        print("curve: " + json.dumps(point), flush=True)
+    return after, seconds, tokens
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.task != "docstring-params" and (args.windows or args.renamings):
         parser.error(f"--task {args.task} brings its own pairs: no --windows, --renamings")
 
     import torch
 
-    from client_agent.data import load_data, open_stream
-    from client_agent.model import count_parameters
+    from client_agent.data.files import load_data
+    from client_agent.data.streams import open_stream
+    from client_agent.data.tokenizer import load_tokenizer
     from client_agent.paradigms import client_paradigm
-    from client_agent.tokenizer import load_tokenizer
-    from client_agent.trainer import LocalTrainer
+    from client_agent.training.model import count_parameters
+    from client_agent.training.trainer import LocalTrainer
     from geofed.cli_flags import apply_overrides
     from geofed.config import FederationConfig
     from geofed_apps.finetune.preset import preset_settings, summary_lines, with_base_targets
@@ -91,19 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu",
             micro_batch_size=fed.training.batch_size,
         )
-        seconds, tokens = 0.0, 0
-        for stop in [*sorted({int(s) for s in args.eval_at.split(",") if s and 0 < int(s) < args.steps}), args.steps]:
-            t0 = time.monotonic()
-            stats = trainer.train(stop - trainer.step)
-            seconds, tokens = seconds + time.monotonic() - t0, tokens + stats.tokens
-            t_eval = time.monotonic()
-            after = task.score(lambda _: model, one_model=True)
-            shared = _shared(after)
-            point = {"step": trainer.step, "train_s": round(seconds, 1), "em": shared.exact_match,
-                     "f1": shared.f1, "eval_loss": shared.eval_loss, "eval_s": round(time.monotonic() - t_eval, 1)}
-            if shared is not after:
-                point["own_f1"] = after.own.f1
-            print("curve: " + json.dumps(point), flush=True)
+        after, seconds, tokens = _train_and_score(trainer, model, task, args)
     lines = summary_lines(before, after, fed) if args.task == "docstring-params" else task.summary_lines(before, after)
     for line in lines:
         print(line)

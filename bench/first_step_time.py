@@ -31,9 +31,9 @@ def _since_process_start() -> float:
 def main() -> int:
     marks: dict[str, float] = {}
     from client_agent.agent import _preload_model_code
-    from client_agent.data import TokenStream
+    from client_agent.data.streams import TokenStream
     from client_agent.paradigms import client_paradigm
-    from client_agent.trainer import LocalTrainer
+    from client_agent.training.trainer import LocalTrainer
     from geofed.config import FederationConfig
 
     marks["imports"] = _since_process_start()

@@ -5,13 +5,13 @@ hangs or crashes leaves the others to run. A step writes `<step>.json` into `--o
 `SUMMARY key=value ...` (the numbers the script's summary shows); its exit code says PASS (0) or FAIL.
 
 - `env`: torch, the device and precision the client would pick (`client_agent.site.pick_device`,
-  `client_agent.precision.pick_precision` with `TrainingConfig.precision`'s default), the peak FLOPs assumed.
+  `client_agent.training.precision.pick_precision` with `TrainingConfig.precision`'s default), the peak FLOPs assumed.
 - `federation`: a plaintext PS and one master client (`geofed ps`, `geofed client`, as `geofed local` starts
   them) on the default device and precision settings; the client trains a round and syncs (its checkpoint),
   is preempted (SIGTERM), and a relaunch with a fresh one-time token resumes from that checkpoint and syncs
   again. The client's own log says which device, precision and micro-batch it chose.
 - `throughput --model NAME`: the client's `LocalTrainer` (autocast at the picked precision, auto micro-batch,
-  gradient accumulation, AdamW) on a model from `client_agent.model.build_model`, from random weights on
+  gradient accumulation, AdamW) on a model from `client_agent.training.model.build_model`, from random weights on
   random tokens; tokens/s over timed steps after warm-up, and MFU against the assumed peak.
 
 `--dry-run` gives every step toy sizes (a few steps, tiny models) so the whole check runs on a CPU in about a
@@ -113,8 +113,8 @@ def device_facts() -> dict:
     """What the client would run on here: its device and precision picks, the device's name and peak."""
     import torch
 
-    from client_agent.precision import pick_precision
     from client_agent.site import pick_device
+    from client_agent.training.precision import pick_precision
     from geofed.config import TrainingConfig
 
     device = pick_device("auto")  # the client's `--device` default
@@ -134,7 +134,7 @@ def device_facts() -> dict:
 
 def expected_pick(dry_run: bool) -> tuple[str, str]:
     """(device type, precision) the client must pick: the CPU in fp32 for a dry run; else CUDA, in bf16 where
-    the GPU has it (fp16 with loss scaling on older GPUs), as `client_agent.precision` promises."""
+    the GPU has it (fp16 with loss scaling on older GPUs), as `client_agent.training.precision` promises."""
     if dry_run:
         return "cpu", "fp32"
     import torch
@@ -156,11 +156,11 @@ def run_throughput(out: Path, dry_run: bool, model: str) -> int:
     import numpy as np
     import torch
 
-    from client_agent.data import TokenStream
-    from client_agent.model import build_model
-    from client_agent.precision import pick_precision
+    from client_agent.data.streams import TokenStream
     from client_agent.site import pick_device
-    from client_agent.trainer import LocalTrainer
+    from client_agent.training.model import build_model
+    from client_agent.training.precision import pick_precision
+    from client_agent.training.trainer import LocalTrainer
     from geofed.config import ModelConfig, TrainingConfig
 
     shape = dict((TOY_MODELS if dry_run else MODELS)[model])
@@ -226,7 +226,7 @@ def _log_event(log: Path, pattern: str) -> re.Match | None:
 
 
 def run_federation(out: Path, dry_run: bool, timeout_s: float) -> int:
-    from client_agent.corpus import stdlib_split, write_file_list
+    from client_agent.data.corpus import stdlib_split, write_file_list
     from client_agent.preemption import PREEMPTED_EXIT
     from geofed_apps.launch import PSProcess, start_client, stop, wait_until
 

@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH.parent) not in sys.path:
     sys.path.insert(0, str(BENCH.parent))
 
-from client_agent.ps_client import JoinSpec, PSClient  # noqa: E402
+from client_agent.connection.ps_client import JoinSpec, PSClient  # noqa: E402
 from geofed_apps.groups import PSGroupProcesses  # noqa: E402
 from geofed_apps.wan import LinkProfile, WanProxy  # noqa: E402
 from geofed_testing.procs import PSNode, Reaper  # noqa: E402

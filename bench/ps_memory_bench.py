@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_agent.ps_client import PSClient
+from client_agent.connection.ps_client import PSClient
 from geofed.codec import make_codec
 from geofed_apps.launch import PSProcess
 

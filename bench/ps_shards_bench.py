@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from client_agent.ps_client import PSClient
+from client_agent.connection.ps_client import PSClient
 from geofed.codec import make_codec
 from geofed.shard_map import split_manifest
 from geofed_apps.launch import PSProcess

@@ -10,11 +10,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from client_agent.corpus import stdlib_split  # noqa: E402
-from client_agent.data import TokenStream, load_tokens  # noqa: E402
-from client_agent.model import build_model  # noqa: E402
-from client_agent.tokenizer import load_tokenizer  # noqa: E402
-from client_agent.trainer import LocalTrainer  # noqa: E402
+from client_agent.data.corpus import stdlib_split  # noqa: E402
+from client_agent.data.files import load_tokens  # noqa: E402
+from client_agent.data.streams import TokenStream
+from client_agent.data.tokenizer import load_tokenizer  # noqa: E402
+from client_agent.training.model import build_model  # noqa: E402
+from client_agent.training.trainer import LocalTrainer  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 
 

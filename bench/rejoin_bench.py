@@ -30,7 +30,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from client_agent.corpus import stdlib_split, write_file_list
+from client_agent.data.corpus import stdlib_split, write_file_list
 from geofed.protocol.admin_client import AdminClient
 from geofed_apps.launch import PSProcess, start_client, stop, wait_until
 

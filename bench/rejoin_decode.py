@@ -54,7 +54,7 @@ def _one(decoder: str, folder: Path) -> dict:
     import torch  # noqa: F401  (a client has torch loaded: same allocator state as a rejoin)
 
     if decoder == "grid_apply":
-        from client_agent.grid_apply import decode, warm
+        from client_agent.connection.grid_apply import decode, warm
 
         warm()  # the agent loads the kernels in its preload thread, before any transfer
     else:

@@ -28,13 +28,14 @@ def main(work: Path) -> None:
     import yaml
 
     from client_agent.agent import _preload_model_code
-    from client_agent.checkpoint import CheckpointManager
-    from client_agent.corpus import read_file_list
-    from client_agent.data import TokenStream, load_tokens
+    from client_agent.data.corpus import read_file_list
+    from client_agent.data.files import load_tokens
+    from client_agent.data.streams import TokenStream
+    from client_agent.data.tokenizer import load_tokenizer
     from client_agent.paradigms import client_paradigm
-    from client_agent.ranks import Ranks
-    from client_agent.tokenizer import load_tokenizer
-    from client_agent.trainer import LocalTrainer
+    from client_agent.training.checkpoint import CheckpointManager
+    from client_agent.training.ranks import Ranks
+    from client_agent.training.trainer import LocalTrainer
     from geofed.codec import ErrorFeedback
     from geofed.config import FederationConfig
 

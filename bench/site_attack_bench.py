@@ -3,7 +3,7 @@
     .venv/bin/python bench/site_attack_bench.py [--runs 3] [--rounds 8] [--out bench/results/site_attack]
 
 Per run: three honest clients (one site each) train the default model with their real AdamW
-(`client_agent.trainer.LocalTrainer`, default training settings) on their own module split of the Python
+(`client_agent.training.trainer.LocalTrainer`, default training settings) on their own module split of the Python
 standard library, round-robin, each from the model the PS published last (async, K = 1, the federation
 defaults). Their deltas are recorded once per run and then *replayed*, identically, into a fresh in-process
 `Aggregator` per condition: the honest-only control and each attack, under each outer optimizer. A fourth site
@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from real_clients import honest_trainers  # noqa: E402
 
-from client_agent.flat import flat_numel, flatten, load_flat_, manifest  # noqa: E402
-from client_agent.trainer import LocalTrainer  # noqa: E402
+from client_agent.training.flat import flat_numel, flatten, load_flat_, manifest  # noqa: E402
+from client_agent.training.trainer import LocalTrainer  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 from ps_server.aggregation.aggregator import Aggregator  # noqa: E402
 from ps_server.aggregation.displacement import DeltaSketch  # noqa: E402

@@ -36,8 +36,8 @@ def training_state(method: str, model_settings: dict) -> int:
     """Bytes of parameters + gradients + AdamW state of a client's model after one step, measured."""
     import torch
 
-    from client_agent.model import build_model, lm_loss
     from client_agent.split.parts import client_model, training_state_bytes
+    from client_agent.training.model import build_model, lm_loss
     from geofed.config import ModelConfig
 
     cfg = ModelConfig(**model_settings)

@@ -20,15 +20,15 @@ from pathlib import Path
 
 from geofed.config import ClientConfig
 
-from . import grid_apply
-from .model_waits import first_model
+from .connection import grid_apply
+from .connection.model_waits import first_model
+from .connection.ps_client import GlobalVersion, PSClient
 from .preemption import PREEMPTED_EXIT, Preempted, arm_preemption, preempted
-from .ps_client import GlobalVersion, PSClient
-from .ranks import Ranks
 from .site import Site, set_up
 from .sync import RoundResult, SyncedRound
 from .threads import in_thread
-from .trainer import NonFiniteLossError, TrainStats
+from .training.ranks import Ranks
+from .training.trainer import NonFiniteLossError, TrainStats
 
 log = logging.getLogger("geofed.client")
 
@@ -237,7 +237,7 @@ class ClientAgent:
 
 def _preload_model_code() -> None:
     """What the first round needs that takes a while to import. Not transformers: the default model is
-    `client_agent.gpt2`'s, and a model that needs transformers imports it in the build (`site._build`)."""
+    `client_agent.training.gpt2`'s, and a model that needs transformers imports it in the build (`site._build`)."""
     grid_apply.warm()  # numba's import and cache load (~0.3 s), before the first model difference needs them
 
 

@@ -50,7 +50,7 @@ def run_client(args: argparse.Namespace) -> int:
     from geofed.config import ClientConfig
     from geofed.logs import setup_logging
 
-    from .errors import exit_code_for
+    from .exit_codes import exit_code_for
 
     setup_logging(args.log_level)
     try:

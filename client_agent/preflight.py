@@ -14,12 +14,13 @@ import torch
 
 from geofed.config import ClientConfig, FederationConfig
 
-from .data import Examples, Stream, TrainingData, open_stream
+from .data.files import Examples, TrainingData
+from .data.streams import Stream, open_stream
+from .data.tokenizer import Tokenizer, check_vocab
 from .errors import SiteError
-from .model import check_model_source
 from .paradigms import ClientParadigm, ParadigmError, client_paradigm
-from .precision import Precision, pick_precision
-from .tokenizer import Tokenizer, check_vocab
+from .training.model import check_model_source
+from .training.precision import Precision, pick_precision
 
 
 class DeviceError(SiteError):

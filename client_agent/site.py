@@ -23,24 +23,24 @@ import torch
 from geofed.config import ClientConfig, FederationConfig
 from geofed.manifest import TensorEntry
 
-from .checkpoint import CheckpointManager, ClientCheckpoint
-from .corpus import read_file_list
-from .data import TrainingData, load_data
+from .connection.join_spec import JoinSpec
+from .connection.link_tuner import LinkTuner, codec_policy
+from .connection.ps_client import GlobalVersion, PSClient
+from .data.corpus import read_file_list
+from .data.files import TrainingData, load_data
+from .data.tokenizer import Tokenizer, check_identity, load_tokenizer
 from .errors import JoinError
-from .flat import ManifestMismatch, check_manifest
-from .fsdp import build_on_meta, shard_model
-from .join_spec import JoinSpec
-from .link_tuner import LinkTuner, codec_policy
 from .paradigms import ClientParadigm, client_paradigm
 from .preflight import Checked, check_before_join
-from .ps_client import GlobalVersion, PSClient
-from .ranks import Ranks
-from .run_clock import RunClock
-from .slices.state import sharded_meta
 from .sync import SyncContext, SyncPath, overlap_kept_off, start_restore, sync_route
 from .threads import in_thread
-from .tokenizer import Tokenizer, check_identity, load_tokenizer
-from .trainer import LocalTrainer
+from .training.checkpoint import CheckpointManager, ClientCheckpoint
+from .training.flat import ManifestMismatch, check_manifest
+from .training.fsdp import build_on_meta, shard_model
+from .training.ranks import Ranks
+from .training.run_clock import RunClock
+from .training.slices.state import sharded_meta
+from .training.trainer import LocalTrainer
 
 log = logging.getLogger("geofed.client")
 
@@ -81,7 +81,7 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     tokenizer, data, held = _load_site_data(cfg, work)
     # Only rank 0 reads the checkpoint (on a multi-node site the file is on its node alone) and shares it.
     resumed = ranks.share_resume(CheckpointManager(work / "checkpoints").load_latest() if ranks.leader else None)
-    # A site that ran shard-wise has a sharded checkpoint instead (every rank wrote its own shards).
+    # A site that ran slice-wise has a sharded checkpoint instead (every rank wrote its own shards).
     shard_meta = sharded_meta(work) if ranks.leader else None
     spec = _join_spec(cfg, work, tokenizer, _newest_declaration(resumed, shard_meta))
     fed, master = _preview_join(cfg, ps, ranks, spec, tokenizer)
@@ -108,9 +108,9 @@ def set_up(cfg: ClientConfig, work: Path, ps: PSClient, ranks: Ranks, preload: t
     paradigm.bind_ps(ps)
     if ranks.leader:
         log.info(
-            "event=sync_path client=%s shard_wise=%s ranks=%d reason=%r",
+            "event=sync_path client=%s slice_wise=%s ranks=%d reason=%r",
             cfg.client_id,
-            route.shard_wise,
+            route.slice_wise,
             ranks.world,
             route.reason,
         )

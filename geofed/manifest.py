@@ -1,7 +1,7 @@
 """The manifest: the layout of the exchanged flat vector, one type shared by PS, client and wire.
 
 (name, shape, dtype) per tensor in flat-vector order; the PS holds every tensor as fp32 whatever `dtype`
-says. The client derives it from its model (`client_agent.flat.manifest`), the master's Θ0 upload
+says. The client derives it from its model (`client_agent.training.flat.manifest`), the master's Θ0 upload
 installs it at the PS, `geofed.protocol.messages` converts it to and from `TensorSpec`.
 """
 

@@ -26,8 +26,9 @@ class GlobalEvaluator:
     def __init__(self, fed: FederationConfig, eval_files: list[Path], cache: Path) -> None:
         import torch
 
-        from client_agent.data import load_data, open_stream
-        from client_agent.tokenizer import load_tokenizer
+        from client_agent.data.files import load_data
+        from client_agent.data.streams import open_stream
+        from client_agent.data.tokenizer import load_tokenizer
 
         from .export import build_global_model
 
@@ -45,8 +46,8 @@ class GlobalEvaluator:
         """Mean loss over the fixed batches, of Θ0 or of the flat parameters `flat` (which stay loaded)."""
         import torch
 
-        from client_agent.flat import load_flat_
-        from client_agent.model import lm_loss
+        from client_agent.training.flat import load_flat_
+        from client_agent.training.model import lm_loss
 
         if flat is not None:
             load_flat_(self.model, torch.as_tensor(flat), self.paradigm.exchanged)

@@ -196,7 +196,7 @@ class GlobalModel:
 def build_global_model(fed: FederationConfig) -> GlobalModel:
     """Θ0 built and reparametrised as every client does (seeded init or `model.path`), in eval mode.
 
-    Raises `client_agent.model.ModelConfigError` (e.g. a missing base) or `ParadigmError`.
+    Raises `client_agent.training.model.ModelConfigError` (e.g. a missing base) or `ParadigmError`.
     """
     from client_agent.paradigms import client_paradigm
 
@@ -208,7 +208,7 @@ def build_global_model(fed: FederationConfig) -> GlobalModel:
 
 def federation_tokenizer(spec: str, fed: FederationConfig):
     """The tokenizer written beside the model ("byte" or a local directory), checked against the model's vocabulary."""
-    from client_agent.tokenizer import TokenizerError
+    from client_agent.data.tokenizer import TokenizerError
 
     from .hf_tokenizer import federation_tokenizer as hf_tokenizer
 
@@ -220,8 +220,8 @@ def federation_tokenizer(spec: str, fed: FederationConfig):
 
 def export_checkpoint(ckpt: PSCheckpoint, fed: FederationConfig, out: Path, *, tokenizer: str) -> list[str]:
     """Build the federation's model, load `ckpt` into it and write it to `out`; lines saying what was written."""
-    from client_agent.model import ModelConfigError
     from client_agent.paradigms import ParadigmError
+    from client_agent.training.model import ModelConfigError
 
     hf_tokenizer = federation_tokenizer(tokenizer, fed)  # refused before the model is built
     try:
@@ -241,7 +241,7 @@ def export_global_model(built: GlobalModel, ckpt: PSCheckpoint, fed: FederationC
     """
     import torch
 
-    from client_agent.flat import load_flat_
+    from client_agent.training.flat import load_flat_
 
     check_exportable(fed)
     paradigm, model = built.paradigm, built.model
@@ -286,7 +286,7 @@ def _adapter_names(paradigm: ClientParadigm, model: nn.Module) -> list[tuple[str
 
 def _write_adapter(built: GlobalModel, fed: FederationConfig, tmp: Path, out: Path) -> dict:
     """`adapter/` in peft's format, and `base/` (the seeded init) when the base is no `model.path`."""
-    from client_agent.model import build_model
+    from client_agent.training.model import build_model
 
     if fed.model.path:
         written = base = str(Path(fed.model.path).expanduser().resolve())

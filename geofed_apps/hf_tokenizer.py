@@ -1,7 +1,7 @@
 """The federation's tokenizer as a Hugging Face tokenizer directory, written beside an exported model.
 
 `AutoTokenizer.from_pretrained(DIR)` must give the ids the federation trained on. For `model.tokenizer:
-byte` that is `client_agent.tokenizer.ByteTokenizer`'s: id b for byte b (0-255) and EOS = 256. It is
+byte` that is `client_agent.data.tokenizer.ByteTokenizer`'s: id b for byte b (0-255) and EOS = 256. It is
 written as a `PreTrainedTokenizerFast` whose BPE has the 256 byte-level symbols as ids 0-255 and no merges,
 so every byte stays one token, plus `<|endoftext|>` as id 256. A local tokenizer directory is loaded and
 saved again as it is.
@@ -49,10 +49,10 @@ def federation_tokenizer(spec: str, *, model_max_length: int, model_vocab: int):
     """The Hugging Face tokenizer for `spec` ("byte" or a local tokenizer directory), to `save_pretrained` beside
     the model.
 
-    Raises `client_agent.tokenizer.TokenizerError` for a directory that does not load or whose ids the model
+    Raises `client_agent.data.tokenizer.TokenizerError` for a directory that does not load or whose ids the model
     cannot embed.
     """
-    from client_agent.tokenizer import ByteTokenizer, check_vocab, load_tokenizer
+    from client_agent.data.tokenizer import ByteTokenizer, check_vocab, load_tokenizer
 
     if spec == "byte":
         check_vocab(ByteTokenizer(), model_vocab)

@@ -259,8 +259,8 @@ def _model_text(fed: FederationConfig) -> str:
 
 def _write_lists(run: Path, opts: LocalOptions) -> tuple[list[Path], list[Path]]:
     """Per-client `.list` files and the held-out evaluation files (also written as `eval.list`)."""
-    from client_agent.corpus import CorpusError, CorpusSplit, split_directory, stdlib_split, write_split
-    from client_agent.data import collect_files
+    from client_agent.data.corpus import CorpusError, CorpusSplit, split_directory, stdlib_split, write_split
+    from client_agent.data.files import collect_files
 
     if opts.data and opts.eval_data:
         clients = split_directory(opts.data, opts.clients)
@@ -300,9 +300,9 @@ class _Tail:
 
 def run_local_federation(opts: LocalOptions) -> int:
     """Run the whole federation; print progress, `eval loss: A -> B` and the run directory."""
-    from client_agent.corpus import CorpusError
-    from client_agent.data import DataError
-    from client_agent.tokenizer import TokenizerError
+    from client_agent.data.corpus import CorpusError
+    from client_agent.data.files import DataError
+    from client_agent.data.tokenizer import TokenizerError
     from geofed.paradigms import import_half
 
     try:
@@ -368,7 +368,7 @@ def _tokenizer_refusal(opts: LocalOptions, fed: FederationConfig) -> str | None:
     if opts.paradigm and not opts.data and fed.model.tokenizer != BYTE:
         return _PARADIGM_BYTES.format(tokenizer=fed.model.tokenizer)
     if fed.model.tokenizer != BYTE:
-        from client_agent.tokenizer import TokenizerError, check_vocab, load_tokenizer
+        from client_agent.data.tokenizer import TokenizerError, check_vocab, load_tokenizer
 
         try:
             check_vocab(load_tokenizer(fed.model.tokenizer), fed.model.vocab_size)

@@ -58,9 +58,9 @@ class SplitLocal:
         import torch
         from safetensors.torch import load_file
 
-        from client_agent.flat import load_flat_
-        from client_agent.model import build_model, lm_loss
         from client_agent.split.parts import full_model
+        from client_agent.training.flat import load_flat_
+        from client_agent.training.model import build_model, lm_loss
 
         if flat is None:
             model = build_model(fed.model)

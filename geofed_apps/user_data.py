@@ -1,6 +1,6 @@
 """`geofed local --data`: the user's files read and checked whole before the PS and the clients start.
 
-Every file counts by `client_agent.data`'s rule (the one `geofed client --data` applies), so a file the
+Every file counts by `client_agent.data.files`'s rule (the one `geofed client --data` applies), so a file the
 launcher accepts is one every client reads, and an unusable one (binary, not UTF-8, a JSONL line of no
 known schema, text mixed with pairs) stops the launcher with one line before anything starts.
 """
@@ -19,7 +19,7 @@ def check_user_data(data: str | None, eval_data: str | None, fed: FederationConf
                     *, pairs: bool) -> UserSplit | None:
     """Read and check every file of `data` and `eval_data` (a DataError on the first unusable one); with
     `pairs` (a fine-tuning preset), the user's pairs split across `n_clients`, else None."""
-    from client_agent.data import collect_files, tokenize_files
+    from client_agent.data.files import collect_files, tokenize_files
 
     from .finetune.user_task import tokenizer_of
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from client_agent.model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
-from client_agent.ps_client import PSClient, PushReceipt
+from client_agent.connection.model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
+from client_agent.connection.ps_client import PSClient, PushReceipt
 from geofed.codec import make_codec
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc

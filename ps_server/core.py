@@ -42,8 +42,8 @@ from .waiting import Activity, NotWaiting, heartbeat_interval_s, not_waiting
 log = logging.getLogger("geofed.ps")
 
 MAX_INIT_NUMEL = 1 << 36  # 64 Gi parameters: the largest model a master may install
-# A running client heartbeats every third of its session's life, at least every 15 s (client_agent.ps_client);
-# three missed heartbeats and its site has left.
+# A running client heartbeats every third of its session's life, at least every 15 s
+# (client_agent.connection.ps_client); three missed heartbeats and its site has left.
 PRESENT_HEARTBEATS = 3
 
 

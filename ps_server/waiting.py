@@ -23,7 +23,7 @@ SILENT_HEARTBEATS = 3
 
 
 def heartbeat_interval_s(session_ttl_s: float) -> float:
-    """How often a client heartbeats while it trains (client_agent.ps_client): a third of its session's life,
+    """How often a client heartbeats while it trains (client_agent.connection.ps_client): a third of its session's life,
     at least every second and at most every 15 s."""
     return min(max(1.0, session_ttl_s / 3), 15.0)
 

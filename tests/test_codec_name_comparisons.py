@@ -13,8 +13,8 @@ from geofed_testing.name_comparisons import comparisons_by_file, name_comparison
 SHIPPED = set(typing.get_args(CodecName)) - {"auto"}  # 'auto' picks a codec; it is no codec's name
 
 ALLOWED = Counter({  # path -> comparisons whose string only happens to spell a codec name
-    "client_agent/precision.py": 2,  # training precisions ("bf16", "fp32"), not codecs
-    "client_agent/fsdp.py": 1,  # the training precision "fp32"
+    "client_agent/training/precision.py": 2,  # training precisions ("bf16", "fp32"), not codecs
+    "client_agent/training/fsdp.py": 1,  # the training precision "fp32"
     "geofed_apps/local.py": 1,  # the delta form "sparse" (`CodecConfig.delta_form`), a fact already asked
 })
 

@@ -1,6 +1,6 @@
 """What each process imports before it needs it: the PS and the launcher no model code at all, the client
 no transformers, peft or accelerate until it builds its model (those imports take seconds), and none of them
-for the default model (`client_agent.gpt2`) through its first training step; nor, on that path, torch's
+for the default model (`client_agent.training.gpt2`) through its first training step; nor, on that path, torch's
 compiler (`torch._dynamo`, which torch's optimizers import on first use), nor on the PS's or the client's
 path without differential privacy the privacy accountant (dp-accounting, which imports scipy)."""
 
@@ -24,16 +24,17 @@ LAUNCHER_MODULES = (
     "geofed_apps.split_local, geofed_apps.run_dir, geofed_apps.deferred_eval"
 )
 CLIENT_MODULES = (
-    "import client_agent.cli, client_agent.agent, client_agent.site, client_agent.preflight, client_agent.ps_client"
+    "import client_agent.cli, client_agent.agent, client_agent.site, client_agent.preflight, "
+    "client_agent.connection.ps_client"
 )
 
 # The client's path for the default federation: the agent's preload, the paradigm builds the model (the
 # master's seeded Θ0, a rejoining client's uninitialised shell) and prepares it, and the trainer takes a step.
 DEFAULT_MODEL_STEP = """
 from client_agent.agent import _preload_model_code
-from client_agent.data import TokenStream
+from client_agent.data.streams import TokenStream
 from client_agent.paradigms import client_paradigm
-from client_agent.trainer import LocalTrainer
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import FederationConfig
 _preload_model_code()
 fed = FederationConfig()
@@ -75,4 +76,4 @@ def test_the_probe_sees_a_deferred_import():
 
 
 def test_the_probe_sees_a_heavy_import():
-    assert "transformers" in _imported("import client_agent.model, transformers")
+    assert "transformers" in _imported("import client_agent.training.model, transformers")

@@ -51,7 +51,7 @@ class DataSplit:
 
 def prepare_data(scenario: Scenario, root: Path) -> DataSplit:
     """Split the stdlib corpus by module across the scenario's clients (as `geofed local` does)."""
-    from client_agent.corpus import stdlib_split, write_split
+    from client_agent.data.corpus import stdlib_split, write_split
 
     split = stdlib_split(len(scenario.clients), seed=scenario.data_seed)
     return DataSplit(tuple(write_split(split, root / "data")), tuple(split.eval))

@@ -82,12 +82,13 @@ def train_single(
     import torch
     import yaml
 
-    from client_agent.corpus import read_file_list
-    from client_agent.data import TokenStream, load_tokens
-    from client_agent.flat import flatten
-    from client_agent.model import build_model
-    from client_agent.tokenizer import load_tokenizer
-    from client_agent.trainer import LocalTrainer
+    from client_agent.data.corpus import read_file_list
+    from client_agent.data.files import load_tokens
+    from client_agent.data.streams import TokenStream
+    from client_agent.data.tokenizer import load_tokenizer
+    from client_agent.training.flat import flatten
+    from client_agent.training.model import build_model
+    from client_agent.training.trainer import LocalTrainer
     from geofed.config import FederationConfig
     from geofed_apps.evaluate import GlobalEvaluator
 
@@ -148,7 +149,7 @@ def run_single(
     seed: int = 0,
 ) -> RunResult:
     """Run a reference in a one-thread subprocess and read its token-indexed loss curve."""
-    from client_agent.corpus import write_file_list
+    from client_agent.data.corpus import write_file_list
 
     (run_dir / "logs").mkdir(parents=True, exist_ok=False)
     eval_list = write_file_list(run_dir / "eval.list", data.eval_files)
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--batch-size must be >= {len(args.data) if args.per_client else 1}, got {args.batch_size}")
     if args.lr is not None and not 0 < args.lr < 1:
         p.error(f"--lr must lie in (0, 1), got {args.lr}")
-    from client_agent.corpus import read_file_list
+    from client_agent.data.corpus import read_file_list
 
     train_single(
         args.federation,

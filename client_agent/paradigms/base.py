@@ -20,10 +20,10 @@ from torch import nn
 from geofed.config import FederationConfig
 from geofed.paradigms import ParadigmSettings
 
-from ..flat import manifest as flat_manifest
-from ..model import build_model, build_model_shell
-from ..ranks import Ranks
-from ..trainer import LocalTrainer, TrainStats
+from ..training.flat import manifest as flat_manifest
+from ..training.model import build_model, build_model_shell
+from ..training.ranks import Ranks
+from ..training.trainer import LocalTrainer, TrainStats
 from .frozen import tensors_digest
 
 # (held vector, transfer bytes, base version, version) -> the new vector

@@ -7,7 +7,7 @@ run: they are computed once per pair, on first use, and cached. With margin = (�
 the loss is −log σ(β·margin) (`sigmoid`, DPO) or (margin − 1/(2β))² (`ipo`).
 
 The pairs are the client's own training examples: the data reader reads a preference record
-(`client_agent.records`) as the example (prompt, chosen), and the record it was read from (its file and
+(`client_agent.data.records`) as the example (prompt, chosen), and the record it was read from (its file and
 line) gives the pair back (`read_preferences`).
 """
 
@@ -29,8 +29,8 @@ from torch import nn
 from geofed.config import FederationConfig
 from geofed.paradigms.dpo import DPOSettings
 
-from ..records import DataError, Preference, json_lines, read_preference
-from ..trainer import LocalTrainer, TrainStats, scheduled_lr
+from ..data.records import DataError, Preference, json_lines, read_preference
+from ..training.trainer import LocalTrainer, TrainStats, scheduled_lr
 from .base import ParadigmError
 from .lora import LoRA
 
@@ -183,7 +183,7 @@ class DPO(LoRA):
     def local_update(self, trainer: LocalTrainer, steps: int, deadline: float | None, version: int) -> TrainStats:
         s, cfg, model, device = self.settings, trainer.cfg, trainer.model, trainer.device
         if self._pairs is None:
-            from ..tokenizer import load_tokenizer
+            from ..data.tokenizer import load_tokenizer
 
             if self._fed is None:
                 raise ParadigmError("paradigm 'dpo' needs its model built by its own build()")

@@ -27,11 +27,11 @@ from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import bearer
 from geofed.protocol.channel import open_channel
 
-from ..batch import Batch, batch_tokens, next_token_loss
-from ..model import build_model
+from ..data.batch import Batch, batch_tokens, next_token_loss
 from ..split.parts import aux_prefix, client_model, decode_tensor, encode_tensor, training_state_bytes
 from ..split.peak import measured_by, peak_bytes
-from ..trainer import LocalTrainer, TrainStats
+from ..training.model import build_model
+from ..training.trainer import LocalTrainer, TrainStats
 from .base import ClientParadigm
 
 log = logging.getLogger("geofed.client")

@@ -12,7 +12,7 @@ import math
 
 from torch import nn
 
-from ..trainer import LocalTrainer, TrainStats
+from ..training.trainer import LocalTrainer, TrainStats
 from .base import ClientParadigm
 from .lora import inject_lora, is_adapter, merged
 

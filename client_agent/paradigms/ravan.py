@@ -17,7 +17,7 @@ from torch import nn
 
 from geofed.paradigms.ravan import RavanSettings
 
-from ..trainer import LocalTrainer, TrainStats
+from ..training.trainer import LocalTrainer, TrainStats
 from .adapters import is_conv1d, layer_dims, target_layers, target_names
 from .base import ClientParadigm
 from .ravan_projections import projections

@@ -19,9 +19,9 @@ from torch import nn
 from geofed import zo
 from geofed.paradigms.zo import ZOSettings
 
-from ..flat import flatten, load_flat_
-from ..model import lm_loss
-from ..trainer import LocalTrainer, TrainStats
+from ..training.flat import flatten, load_flat_
+from ..training.model import lm_loss
+from ..training.trainer import LocalTrainer, TrainStats
 from .base import ClientParadigm, DownlinkDecoder
 from .bitfit import _is_norm
 from .lora import inject_lora, is_adapter, merged

@@ -17,7 +17,7 @@ from geofed.codec import CodecError
 from geofed.codec.framed import pack, unpack
 from geofed.config import ModelConfig
 
-from ..model import build_model
+from ..training.model import build_model
 
 
 class AuxBlock(nn.Module):

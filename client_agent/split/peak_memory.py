@@ -23,9 +23,9 @@ import torch
 
 from geofed.config import FederationConfig
 
-from ..data import TokenStream
+from ..data.streams import TokenStream
 from ..paradigms import client_paradigm
-from ..trainer import LocalTrainer
+from ..training.trainer import LocalTrainer
 from .parts import training_state_bytes
 from .peak import measured_by, peak_bytes, reset_peak, resident_bytes
 
@@ -33,7 +33,7 @@ from .peak import measured_by, peak_bytes, reset_peak, resident_bytes
 def measure(fed: FederationConfig, part: str, steps: int, device: str = "cpu") -> dict:
     """Train `part` ('client': the fsl-sage client part; 'full': the whole model) and report its peak."""
     dev = torch.device(device)
-    # The model code (`client_agent.gpt2`, imported with the paradigms) is loaded before the peak is reset.
+    # The model code (`client_agent.training.gpt2`, imported with the paradigms) is loaded before the peak is reset.
     if not reset_peak(dev):
         raise OSError("this system cannot reset the peak memory counter (/proc/self/clear_refs): no measurement")
     before = resident_bytes(dev)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..upload import TAKEN
+from ..connection.upload import TAKEN
 from .base import PushOutcome, RoundEnd, RoundResult, SyncContext, SyncedRound, SyncPath
 from .overlap import OverlappedRounds, OverlapSync, Settled
 from .route import Route, overlap_kept_off, sync_route

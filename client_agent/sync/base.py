@@ -23,14 +23,14 @@ from typing import ClassVar
 from geofed.config import FederationConfig
 from geofed.manifest import Manifest
 
-from ..checkpoint import ClientCheckpoint
+from ..connection.link_tuner import LinkTuner
+from ..connection.model_waits import next_model
+from ..connection.ps_client import GlobalVersion, PSClient, Upload
 from ..errors import DeferredDeltaError, PushError, StaleDeltaError
-from ..link_tuner import LinkTuner
-from ..model_waits import next_model
 from ..paradigms import ClientParadigm
-from ..ps_client import GlobalVersion, PSClient, Upload
-from ..ranks import Ranks
-from ..trainer import LocalTrainer, TrainStats
+from ..training.checkpoint import ClientCheckpoint
+from ..training.ranks import Ranks
+from ..training.trainer import LocalTrainer, TrainStats
 
 log = logging.getLogger("geofed.client")
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..model_waits import next_model
-from ..ps_client import GlobalVersion
-from ..trainer import LocalTrainer
+from ..connection.model_waits import next_model
+from ..connection.ps_client import GlobalVersion
+from ..training.trainer import LocalTrainer
 from .base import PushOutcome, RoundEnd, RoundResult, SyncContext, SyncedRound
 from .whole import WholeVectorSync
 

@@ -1,14 +1,14 @@
-"""Which sync path a site takes: shard-wise (`SliceWiseSync`) or whole-vector (`WholeVectorSync`), and why.
+"""Which sync path a site takes: slice-wise (`SliceWiseSync`) or whole-vector (`WholeVectorSync`), and why.
 
-Shard-wise keeps every rank at O(model / ranks): each rank diffs, error-corrects and encodes its own slice,
+Slice-wise keeps every rank at O(model / ranks): each rank diffs, error-corrects and encodes its own slice,
 and rank 0 relays the frames (paper §III: the site is an FSDP worker group behind one connection). It only
 pays, and only fits, when
 - the site has more than one rank (one rank would hold the whole vector either way), or its checkpoint
-  was written shard-wise (a site relaunched on one rank restores it, as on any other rank count);
+  was written slice-wise (a site relaunched on one rank restores it, as on any other rank count);
 - the paradigm exchanges parameters element by element (`ClientParadigm.elementwise`): the others exchange
   small vectors (adapters, seeds, cut-layer tensors) through their own `delta`/`adopt`, which the slices
   do not model;
-- every codec the round can choose declares a shard-wise encoder (`CodecSpec.splittable`: fp32, bf16, int8, int16).
+- every codec the round can choose declares a slice-wise encoder (`CodecSpec.splittable`: fp32, bf16, int8, int16).
 A sharded PS is served too: each rank's frames also end at the PS's shard bounds inside its slice
 (`SliceCodec` with `cuts`; a slice starts on the frame grid, so the frames are the one-rank stream's).
 Anything else takes the whole-vector path, which works for all of them; the reason is logged, never silent.
@@ -38,18 +38,18 @@ class Route:
     reason: str
 
     @property
-    def shard_wise(self) -> bool:
+    def slice_wise(self) -> bool:
         return self.path.slices_only
 
 
-def _shard_wise_codec(names: Sequence[str]) -> str | None:
-    """Why one of `names` has no shard-wise encoder, or None; asks each codec's declared facts."""
+def _slice_wise_codec(names: Sequence[str]) -> str | None:
+    """Why one of `names` has no slice-wise encoder, or None; asks each codec's declared facts."""
     for name in names:
         codec = codec_spec(name)
         if codec.delta_form != "dense":  # e.g. chunk-wise top-k: a chunk's k is not split by rank
-            return f"codec {name!r} pushes {codec.delta_form} deltas, which have no shard-wise encoder"
+            return f"codec {name!r} pushes {codec.delta_form} deltas, which have no slice-wise encoder"
         if not codec.splittable:
-            return f"codec {name!r} has no shard-wise encoder"
+            return f"codec {name!r} has no slice-wise encoder"
     return None
 
 
@@ -73,8 +73,8 @@ def sync_route(
     """The path for a site of `world` ranks running `paradigm`, whose rounds choose among `codecs`
     (`LinkTuner.codec_policy.candidates`).
 
-    `sharded_checkpoint`: the site's newest checkpoint was written shard-wise (it ran on several ranks); a
-    single rank then keeps the shard-wise path too, which on one rank is the whole vector and reads it.
+    `sharded_checkpoint`: the site's newest checkpoint was written slice-wise (it ran on several ranks); a
+    single rank then keeps the slice-wise path too, which on one rank is the whole vector and reads it.
     `overlap`: `training.overlap_sync` asks for the overlapped path; `kept_off`: why the federation's settings
     keep every site off it (`overlap_kept_off`), or None."""
     route = _round_by_round(world, paradigm, codecs, sharded_checkpoint)
@@ -101,10 +101,10 @@ def _round_by_round(world: int, paradigm: ClientParadigm, codecs: Sequence[str],
     if not paradigm.elementwise:
         return Route(
             WholeVectorSync,
-            f"paradigm {paradigm.name!r} exchanges its own small vector; shard-wise "
+            f"paradigm {paradigm.name!r} exchanges its own small vector; slice-wise "
             "covers paradigms that exchange parameters element by element",
         )
-    if (why := _shard_wise_codec(codecs)) is not None:
+    if (why := _slice_wise_codec(codecs)) is not None:
         return Route(WholeVectorSync, why)
     if world <= 1:
         return Route(SliceWiseSync, "one rank resuming a sharded checkpoint (written on several ranks)")

@@ -1,4 +1,4 @@
-"""The shard-wise sync path: every rank diffs, error-corrects, encodes and checkpoints its own slice of the
+"""The slice-wise sync path: every rank diffs, error-corrects, encodes and checkpoints its own slice of the
 exchanged vector (`SliceSync`); rank 0 relays the frames to the PS. No rank ever holds the whole delta."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ from functools import partial
 
 from geofed.codec import make_codec
 
-from ..checkpoint import ClientCheckpoint
-from ..privacy import refuse_slice_wise
-from ..rejoin_hold import GlobalVersion
-from ..slices.state import SliceSync
-from ..trainer import LocalTrainer
-from ..upload import Upload
+from ..connection.rejoin_hold import GlobalVersion
+from ..connection.upload import Upload
+from ..training.checkpoint import ClientCheckpoint
+from ..training.privacy import refuse_slice_wise
+from ..training.slices.state import SliceSync
+from ..training.trainer import LocalTrainer
 from .base import PushOutcome, Resumed, RoundResult, ShardResume, SyncContext, SyncPath
 
 log = logging.getLogger("geofed.client")
 
 
 class SliceWiseSync(SyncPath):
-    """One rank's part of a shard-wise sync; every method is collective."""
+    """One rank's part of a slice-wise sync; every method is collective."""
 
     slices_only = True
 
@@ -53,7 +53,7 @@ class SliceWiseSync(SyncPath):
             log.info(
                 "event=error_feedback_not_carried client=%s reason=%r",
                 self.ctx.client_id,
-                "a whole-vector checkpoint resumed shard-wise: the residual starts at zero",
+                "a whole-vector checkpoint resumed slice-wise: the residual starts at zero",
             )
             self._resume_whole(trainer, resumed)
         return resumed
@@ -77,7 +77,7 @@ class SliceWiseSync(SyncPath):
         def send() -> None:
             receipt = ctx.ps.send(upload)
             log.info(
-                "event=bootstrapped client=%s version=%d reseed=%s shard_wise=True",
+                "event=bootstrapped client=%s version=%d reseed=%s slice_wise=True",
                 ctx.client_id,
                 receipt.version,
                 base > 0,

@@ -1,7 +1,7 @@
 """The whole-vector sync path: rank 0 gathers the exchanged vector, diffs, encodes and checkpoints it.
 
 Every paradigm can take it; on a site of several ranks it costs rank 0 several model-sized buffers (the
-shard-wise path, `sync.sliced`, keeps each rank at its own slice where the paradigm and codec allow).
+slice-wise path, `sync.sliced`, keeps each rank at its own slice where the paradigm and codec allow).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import torch
 
 from geofed.codec import CodecError, ErrorFeedback, make_codec
 
-from ..checkpoint import CheckpointManager, ClientCheckpoint
-from ..privacy import local_noise
-from ..rejoin_hold import GlobalVersion
+from ..connection.rejoin_hold import GlobalVersion
+from ..connection.upload import Upload, settle_residual
 from ..threads import in_thread
-from ..trainer import LocalTrainer
-from ..upload import Upload, settle_residual
+from ..training.checkpoint import CheckpointManager, ClientCheckpoint
+from ..training.privacy import local_noise
+from ..training.trainer import LocalTrainer
 from .base import PushOutcome, Resumed, RoundResult, SyncContext, SyncPath
 
 log = logging.getLogger("geofed.client")

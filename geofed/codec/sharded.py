@@ -1,6 +1,6 @@
 """Encode one rank's slice of a flat vector as its part of the stream a single encoder would write.
 
-A site with several ranks encodes its delta shard-wise: rank r holds elements [start, stop)
+A site with several ranks encodes its delta slice-wise: rank r holds elements [start, stop)
 of the flattened vector, frame-aligned. Frames already carry their flat offsets (`header.py`), so the
 ranks' frames sent in rank order are one valid stream for the whole-vector `StreamDecoder`. What a frame alone
 cannot carry is the header's global part: int8/int16 with one global range puts (min, max) of the
@@ -49,7 +49,7 @@ class SliceCodec(Codec):
 
     def __init__(self, codec: Codec, start: int, numel: int, agree: Agreement) -> None:
         if not isinstance(codec, (QuantizedCodec, _FloatCodec)):
-            raise CodecError(f"codec {codec.name!r} has no shard-wise encoder (known: fp32, bf16, int8, int16)")
+            raise CodecError(f"codec {codec.name!r} has no slice-wise encoder (known: fp32, bf16, int8, int16)")
         self.codec, self.start, self.numel, self.agree = codec, start, numel, agree
 
     @property

@@ -45,7 +45,7 @@ class ParadigmSettings(Section):
       round's own directions.
     - `transformers_model`: the client half wraps the model with a library that takes only transformers
       models (peft), so the client builds transformers' implementation of the family even where it has
-      its own (`client_agent.gpt2`, which starts seconds sooner).
+      its own (`client_agent.training.gpt2`, which starts seconds sooner).
     """
 
     name: str

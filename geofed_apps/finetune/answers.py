@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from client_agent.tokenizer import Tokenizer
+from client_agent.data.tokenizer import Tokenizer
 
 from .metrics import score
 

@@ -73,7 +73,7 @@ def content_hash(model) -> str:
 
 def pretraining_files() -> list[Path]:
     """The stdlib sources the base trains on: all but the QA task's held-out modules."""
-    from client_agent.corpus import holdout_modules, stdlib_files, stdlib_root
+    from client_agent.data.corpus import holdout_modules, stdlib_files, stdlib_root
 
     root = stdlib_root()
     train, _ = holdout_modules(stdlib_files(root=root), EVAL_FRACTION, SPLIT_SEED, root)
@@ -84,10 +84,11 @@ def pretrain(recipe: BaseRecipe, files: Sequence[Path], *, say: Callable[[str], 
     """A model trained by `recipe` on `files`: seeded init and data order, one thread, `recipe.steps` steps."""
     import torch
 
-    from client_agent.data import TokenStream, load_tokens
-    from client_agent.model import build_model
-    from client_agent.tokenizer import load_tokenizer
-    from client_agent.trainer import LocalTrainer
+    from client_agent.data.files import load_tokens
+    from client_agent.data.streams import TokenStream
+    from client_agent.data.tokenizer import load_tokenizer
+    from client_agent.training.model import build_model
+    from client_agent.training.trainer import LocalTrainer
     from geofed.config import ModelConfig, TrainingConfig
 
     if recipe.steps < 1:
@@ -124,7 +125,7 @@ def _cached(cache: Path, key: str) -> Path | None:
 
 def _load_verified(path: Path, model_cfg: ModelConfig):
     """(model, content hash) of the model at `path`; a cached base whose bytes differ from its record is refused."""
-    from client_agent.model import build_model
+    from client_agent.training.model import build_model
 
     model = build_model(model_cfg)
     actual = content_hash(model)

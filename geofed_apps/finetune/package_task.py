@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from client_agent.corpus import stdlib_files, stdlib_root
+from client_agent.data.corpus import stdlib_files, stdlib_root
 
 NAME = "stdlib-package"
 LABELS = ("asyncio", "email", "tkinter", "idlelib", "multiprocessing", "unittest", "xml", "http", "importlib",

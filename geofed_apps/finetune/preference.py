@@ -2,7 +2,7 @@
 
 Each docstring pair becomes a preference record: the prompt, `chosen` its right answer, `rejected` the
 answer of another pair of the same set (a different one, drawn by the split's seed). A client's data
-reader takes each as the example (prompt, chosen) (`client_agent.records`), so the held-out eval loss is
+reader takes each as the example (prompt, chosen) (`client_agent.data.records`), so the held-out eval loss is
 the chosen answers' loss. The score, on the shared held-out pairs:
 
 - preference accuracy: the share of pairs whose chosen completion the model finds likelier than the
@@ -74,7 +74,7 @@ class UserPreferences:
     def read(cls, data: str, eval_data: str | None, fed: FederationConfig, n_clients: int,
              seed: int) -> UserPreferences:
         """Every record of `data` and `eval_data` read and checked (a DataError naming file:line) and split."""
-        from client_agent.data import DataError, collect_files
+        from client_agent.data.files import DataError, collect_files
 
         def read_all(source: str) -> list[Preference]:
             prefs = [p for f in collect_files(source) for p in read_preferences(f)]
@@ -141,7 +141,7 @@ class PreferenceTask:
     def write(cls, out_dir: Path, n_clients: int, seed: int = 0, windows: bool = False,
               renamings: int = 0) -> PreferenceTask:
         """The docstring task's split of `seed` (`task.stdlib_qa_split`) as preference records under `out_dir`."""
-        from client_agent.corpus import write_file_list
+        from client_agent.data.corpus import write_file_list
 
         split = stdlib_qa_split(n_clients, seed, windows, renamings)
         files = [write_preferences(out_dir / f"client-{i}.jsonl", preferences_of(pairs, _rng(seed, i)))
@@ -158,15 +158,15 @@ class PreferenceTask:
     @classmethod
     def write_user(cls, out_dir: Path, users: UserPreferences) -> PreferenceTask:
         """The user's split written as per-client preference JSONL (each behind a `.list`) and the held-out file."""
-        from client_agent.corpus import write_file_list
+        from client_agent.data.corpus import write_file_list
 
         files = [write_preferences(out_dir / f"client-{i}.jsonl", prefs) for i, prefs in enumerate(users.clients)]
         held = write_preferences(out_dir / "eval.jsonl", users.eval)
         return cls([write_file_list(f.with_suffix(".list"), [f]) for f in files], held)
 
     def _score(self, fed: FederationConfig, flat: np.ndarray | None) -> PreferenceScores:
-        from client_agent.flat import load_flat_
         from client_agent.paradigms import client_paradigm
+        from client_agent.training.flat import load_flat_
 
         paradigm = client_paradigm(fed.paradigm)
         model = paradigm.prepare(paradigm.build(fed, initialise=True))  # adapters at init: B = 0, the base

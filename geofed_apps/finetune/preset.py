@@ -76,7 +76,7 @@ class FinetuneTask:
         """The split of `seed` (which modules go to which client) written under `out_dir`; `windows` adds
         the training functions' later docstring windows, `renamings` copies of each training pair with its
         parameters renamed (`task.stdlib_qa_split`)."""
-        from client_agent.corpus import write_file_list
+        from client_agent.data.corpus import write_file_list
 
         files, held, own = write_split(stdlib_qa_split(n_clients, seed, windows, renamings), out_dir)
         # A client's --data is a directory or a `.list` of files: one list per client's JSONL.
@@ -104,7 +104,7 @@ class FinetuneTask:
         return TaskScores(mean_scores(shared), mean_scores(own))
 
     def score_base(self, fed: FederationConfig) -> TaskScores:
-        from client_agent.model import build_model
+        from client_agent.training.model import build_model
 
         model = build_model(fed.model)
         return self.score(lambda _: model, one_model=True)
@@ -123,9 +123,9 @@ def global_models(fed: FederationConfig, flat: np.ndarray,
     with client i's private state from its newest checkpoint when the paradigm keeps one (Hybrid LoRA)."""
     import torch
 
-    from client_agent.checkpoint import CheckpointManager
-    from client_agent.flat import load_flat_
     from client_agent.paradigms import client_paradigm
+    from client_agent.training.checkpoint import CheckpointManager
+    from client_agent.training.flat import load_flat_
 
     paradigm = client_paradigm(fed.paradigm)
     model = paradigm.prepare(paradigm.build(fed, initialise=True))

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from client_agent.records import Preference
+from client_agent.data.records import Preference
 
 from .preference import write_preferences
 from .task import QAPair, stdlib_qa_split
@@ -67,7 +67,7 @@ class SitePreferenceTask:
     @classmethod
     def write(cls, out_dir: Path, n_clients: int, seed: int = 0) -> SitePreferenceTask:
         """The split of `seed` (`task.stdlib_qa_split`) written under `out_dir`, client i in `site_order(i)`."""
-        from client_agent.corpus import write_file_list
+        from client_agent.data.corpus import write_file_list
 
         split = stdlib_qa_split(n_clients, seed)
         orders = tuple(site_order(i) for i in range(n_clients))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_agent.corpus import CorpusError, group_by_module, holdout_modules, stdlib_files, stdlib_root
+from client_agent.data.corpus import CorpusError, group_by_module, holdout_modules, stdlib_files, stdlib_root
 
 MAX_CONTEXT_BYTES = 84  # context + "\n# parameters: " + answer + newline fit the base model's 128 bytes
 MAX_ANSWER_BYTES = 28
@@ -257,7 +257,7 @@ def stdlib_qa_split(n_clients: int, seed: int = SPLIT_SEED, windows: bool = Fals
 
 def write_pairs(path: Path, pairs: Sequence[QAPair]) -> Path:
     """JSONL prompt/completion records (what clients train on, the loss on the completion only;
-    `client_agent.data` reads them) plus `doc` and `answer` (what `read_pairs` scores with)."""
+    `client_agent.data.files` reads them) plus `doc` and `answer` (what `read_pairs` scores with)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for p in pairs:

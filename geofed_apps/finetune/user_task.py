@@ -1,7 +1,7 @@
 """`geofed local --paradigm NAME --data DIR`: fine-tune on the user's own prompt/completion pairs, scored on theirs.
 
 The user's files are read and checked whole before anything starts (`UserSplit.read`: any schema
-`client_agent.records` reads; text records are refused, a score needs completions). The held-out pairs
+`client_agent.data.records` reads; text records are refused, a score needs completions). The held-out pairs
 are the user's choice: the files of `--eval-data`, else a seeded `training.eval_fraction` of the pairs
 (the seed is `--seed`). The training pairs are shuffled with the same seed and dealt round-robin to the
 clients, each written as its own JSONL. Examples longer than `model.block_size` lose the start of their
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from client_agent.data import BIN_SUFFIXES, DataError, Fit, collect_files, file_records, tokenize_files
-from client_agent.tokenizer import Tokenizer
+from client_agent.data.files import BIN_SUFFIXES, DataError, Fit, collect_files, file_records, tokenize_files
+from client_agent.data.tokenizer import Tokenizer
 from geofed.config import FederationConfig
 
 from .answers import AnswerScores
@@ -35,7 +35,7 @@ MAX_CLASSES = 64  # at most this many distinct completions make a closed-set (cl
 
 def tokenizer_of(fed: FederationConfig) -> Tokenizer:
     """The federation's tokenizer (`model.tokenizer`): the byte tokenizer, or a local Hugging Face directory."""
-    from client_agent.tokenizer import load_tokenizer
+    from client_agent.data.tokenizer import load_tokenizer
 
     return load_tokenizer(fed.model.tokenizer)
 
@@ -141,7 +141,7 @@ class UserTask:
 
     @classmethod
     def write(cls, out_dir: Path, split: UserSplit, fed: FederationConfig) -> UserTask:
-        from client_agent.corpus import write_file_list
+        from client_agent.data.corpus import write_file_list
 
         files = [_write(out_dir / f"client-{i}.jsonl", pairs) for i, pairs in enumerate(split.clients)]
         lists = [write_file_list(f.with_suffix(".list"), [f]) for f in files]
@@ -157,7 +157,7 @@ class UserTask:
                                              candidates=candidates) for i in range(n)])
 
     def score_base(self, fed: FederationConfig) -> AnswerScores:
-        from client_agent.model import build_model
+        from client_agent.training.model import build_model
 
         model = build_model(fed.model)
         return self.score(lambda _: model, one_model=True)

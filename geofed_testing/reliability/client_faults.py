@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from client_agent.checkpoint import load_checkpoint
+from client_agent.training.checkpoint import load_checkpoint
 from geofed_apps.launch import wait_until
 from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_testing.procs import Reaper

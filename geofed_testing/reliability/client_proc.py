@@ -2,10 +2,10 @@
 
 It does what the agent's loop does on the wire (paper Fig. 1 steps 4-6), minus the training: join (a
 relaunch re-joins with its persisted rejoin token), take the newest global model, push a delta named by
-(client, round, base version), then write its checkpoint atomically with `client_agent.checkpoint`
+(client, round, base version), then write its checkpoint atomically with `client_agent.training.checkpoint`
 (a ballast tensor stands in for optimizer state, so the write takes long enough to be interrupted).
 A delta put off by its site's round share is dropped and the next round trains on a newer model, or on the
-same one after --deferred-wait-s (30 s, as the agent does: `client_agent.model_waits.next_model`). What the
+same one after --deferred-wait-s (30 s, as the agent does: `client_agent.connection.model_waits.next_model`). What the
 agent does that this stand-in does not: train (its deltas are seeded values named by client, round and base
 version), keep an error-feedback residual, tune its codec and interval, and checkpoint its encoded upload
 before sending it (this one checkpoints after the receipt, so a relaunch redoes the round).
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from client_agent.checkpoint import CheckpointManager, ClientCheckpoint
+from client_agent.connection.model_waits import DEFERRED_WAIT_S
+from client_agent.connection.ps_client import PSClient, PushError, StaleDeltaError
 from client_agent.errors import DeferredDeltaError
-from client_agent.model_waits import DEFERRED_WAIT_S
-from client_agent.ps_client import PSClient, PushError, StaleDeltaError
+from client_agent.training.checkpoint import CheckpointManager, ClientCheckpoint
 from geofed.codec import make_codec
 from geofed_testing.ledger import delta_for
 

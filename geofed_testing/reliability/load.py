@@ -22,8 +22,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from client_agent.connection.ps_client import PSClient
 from client_agent.errors import DeferredDeltaError
-from client_agent.ps_client import PSClient
 from geofed.codec import Codec, decoder_for, make_codec
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.channel import CHANNEL_OPTIONS

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from client_agent.connection.model_waits import DEFERRED_WAIT_S
+from client_agent.connection.ps_client import JoinError, PSClient, PushError, StaleDeltaError
 from client_agent.errors import DeferredDeltaError
-from client_agent.model_waits import DEFERRED_WAIT_S
-from client_agent.ps_client import JoinError, PSClient, PushError, StaleDeltaError
 from geofed_apps.launch import wait_until
 from geofed_apps.wan import LinkProfile, WanProxy
 from geofed_testing.ledger import EXACT_ASYNC, account, delta_for
@@ -36,8 +36,8 @@ class Pusher:
 
     It stands in for the client agent and is kinder than it in these ways: it pushes a ready-made delta at once
     instead of training between pushes; its waits after a stale or deferred push mirror
-    `client_agent.model_waits.next_model` but end as soon as the crew is finished (the agent's stale wait has no
-    end but the run's); it never leaves (an agent whose run ends closes its session, and after 45 s its site
+    `client_agent.connection.model_waits.next_model` but end as soon as the crew is finished (the agent's stale
+    wait has no end but the run's); it never leaves (an agent whose run ends closes its session, and after 45 s its site
     no longer holds the others' round share); and it keeps no checkpoint of its upload, so it cannot show the
     agent's exactly-once resend after its own relaunch (tests/e2e/test_client_relaunch.py does)."""
 
@@ -286,7 +286,7 @@ def ps_restarts_behind_clients(workdir: Path, reaper: Reaper) -> ScenarioResult:
     res.check(not outcome.startswith("PushError"),
               "a delta based on the lost v3 is refused as stale (recoverable), not with a fatal PushError",
               f"{outcome} — ps_server/aggregation/rounds.py admit() raises 'ahead of the global version' "
-              "(INVALID_ARGUMENT), which client_agent/ps_client.py turns into PushError and the agent exits")
+              "(INVALID_ARGUMENT), which client_agent/connection/ps_client.py turns into PushError and the agent exits")
     _, ps_model = fed.observer.model()
     try:
         wait_until(lambda: (m := c.wait_for_fresh(v3, timeout=1.0)) is not None and m.version == 2
@@ -295,8 +295,8 @@ def ps_restarts_behind_clients(workdir: Path, reaper: Reaper) -> ScenarioResult:
     except TimeoutError:
         resynced = False
     res.check(resynced, "client's model stream falls back to the PS's v2",
-              f"client still holds v{c.latest().version}: client_agent/model_stream.py ModelStream.run asks for "
-              "have_version=3 and the PS only sends versions newer than that")
+              f"client still holds v{c.latest().version}: client_agent/connection/model_stream.py "
+              "ModelStream.run asks for have_version=3 and the PS only sends versions newer than that")
     res.resume_s = time.monotonic() - t_kill
     res.outcome = "client resynced to v2"
     return res

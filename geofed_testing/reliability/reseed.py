@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_agent.checkpoint import load_checkpoint
+from client_agent.training.checkpoint import load_checkpoint
 from geofed_apps.launch import start_client
 from geofed_testing.ledger import EXACT_ASYNC
 from geofed_testing.procs import PSNode, Reaper

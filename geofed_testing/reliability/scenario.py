@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_agent.model_waits import DEFERRED_WAIT_S
+from client_agent.connection.model_waits import DEFERRED_WAIT_S
 from geofed_apps.launch import child_env, spawn, stop, wait_until
 from geofed_testing.ledger import EXACT_ASYNC, Accounting, account, delta_for
 from geofed_testing.procs import PSNode, Reaper

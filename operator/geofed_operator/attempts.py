@@ -96,7 +96,7 @@ def _pod_failure(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 # Reasons the client states on its last line when it gives up (client_agent: "NoGlobalModel: ...").
 CLIENT_REASONS = ("NoGlobalModel",)
-# Phrases of the client's last line that name a reason (client_agent.ps_client's JoinError text).
+# Phrases of the client's last line that name a reason (client_agent.connection.ps_client's JoinError text).
 CLIENT_PHRASES = {"the parameter server refused this client": "JoinRefused"}
 # Failures no relaunch fixes until someone changes a spec (an unknown PS group, another paradigm):
 # reported as Degraded while the backoff keeps retrying.

@@ -11,7 +11,7 @@ import yaml
 from bench.federation.methods import federation_for, get_method
 from bench.federation.scenario import load_scenario
 from bench.federation.single import train_single
-from client_agent.trainer import LocalTrainer
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import FederationConfig
 
 

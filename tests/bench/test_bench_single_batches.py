@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bench.federation.single import PerClientStream, main
-from client_agent.data import TokenStream
+from client_agent.data.streams import TokenStream
 
 
 def shard(value: int) -> TokenStream:

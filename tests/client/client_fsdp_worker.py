@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from client_agent.data import TokenStream
-from client_agent.flat import flatten
-from client_agent.fsdp import broadcast_flat_from_rank0, full_flat_on_rank0, init_distributed, shard_model
-from client_agent.model import build_model
-from client_agent.trainer import LocalTrainer
+from client_agent.data.streams import TokenStream
+from client_agent.training.flat import flatten
+from client_agent.training.fsdp import broadcast_flat_from_rank0, full_flat_on_rank0, init_distributed, shard_model
+from client_agent.training.model import build_model
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import ModelConfig, TrainingConfig
 
 MODEL = ModelConfig(family="gpt2", n_layer=2, n_head=4, n_embd=64, block_size=32, seed=3)
@@ -60,7 +60,7 @@ def run(out: Path, steps: int) -> None:
     if world > 1:
         broadcast_flat_from_rank0(model, after)
     else:
-        from client_agent.flat import load_flat_
+        from client_agent.training.flat import load_flat_
 
         load_flat_(model, after)
     trainer.load_state_dict(state)

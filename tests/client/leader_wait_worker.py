@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from client_agent.fsdp import init_distributed
-from client_agent.leader_wait import LeaderFailedError, leader_wait
+from client_agent.training.fsdp import init_distributed
+from client_agent.training.leader_wait import LeaderFailedError, leader_wait
 
 TIMEOUT_S = 2.0
 WORK_S = 3 * TIMEOUT_S

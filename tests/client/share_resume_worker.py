@@ -15,13 +15,13 @@ from pathlib import Path
 import torch
 from client_fsdp_worker import MODEL, TRAIN, tokens
 
-from client_agent.checkpoint import CheckpointManager, ClientCheckpoint
-from client_agent.data import TokenStream
-from client_agent.flat import flatten, load_flat_
-from client_agent.fsdp import broadcast_flat_from_rank0, full_flat_on_rank0, shard_model
-from client_agent.model import build_model
-from client_agent.ranks import Ranks
-from client_agent.trainer import LocalTrainer
+from client_agent.data.streams import TokenStream
+from client_agent.training.checkpoint import CheckpointManager, ClientCheckpoint
+from client_agent.training.flat import flatten, load_flat_
+from client_agent.training.fsdp import broadcast_flat_from_rank0, full_flat_on_rank0, shard_model
+from client_agent.training.model import build_model
+from client_agent.training.ranks import Ranks
+from client_agent.training.trainer import LocalTrainer
 
 
 def trainer_for(rank: int, world: int) -> LocalTrainer:

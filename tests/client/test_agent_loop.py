@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from client_agent.agent import ClientAgent
-from client_agent.link_tuner import LinkMeter, LinkTuner
+from client_agent.connection.link_tuner import LinkMeter, LinkTuner
+from client_agent.connection.ps_client import GlobalVersion
 from client_agent.paradigms import client_paradigm
 from client_agent.progress import RoundProgress
-from client_agent.ps_client import GlobalVersion
-from client_agent.ranks import Ranks
 from client_agent.site import Site
 from client_agent.sync import OverlappedRounds, PushOutcome, RoundResult, Settled, SyncContext, SyncPath
-from client_agent.trainer import NonFiniteLossError, TrainStats
+from client_agent.training.ranks import Ranks
+from client_agent.training.trainer import NonFiniteLossError, TrainStats
 from geofed.config import ClientConfig, FederationConfig
 
 NUMEL = 8

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from client_agent.link_tuner import LinkMeter, LinkTuner
+from client_agent.connection.link_tuner import LinkMeter, LinkTuner
 from geofed.config import FederationConfig
 
 

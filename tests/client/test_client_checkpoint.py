@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent import checkpoint as ckpt_mod
-from client_agent.checkpoint import (
+from client_agent.data.streams import TokenStream
+from client_agent.training import checkpoint as ckpt_mod
+from client_agent.training.checkpoint import (
     CheckpointError,
     CheckpointManager,
     ClientCheckpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from client_agent.data import TokenStream
-from client_agent.flat import flatten
-from client_agent.model import build_model
-from client_agent.trainer import LocalTrainer
+from client_agent.training.flat import flatten
+from client_agent.training.model import build_model
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import ModelConfig, TrainingConfig
 
 

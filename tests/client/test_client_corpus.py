@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client_agent.corpus import (
+from client_agent.data.corpus import (
     CorpusError,
     pack_balanced,
     read_file_list,

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent import data
-from client_agent.data import DataError, TokenStream, load_tokens, rank_rows, shard_tokens, split_tail
-from client_agent.tokenizer import ByteTokenizer
+from client_agent.data import files
+from client_agent.data.files import DataError, load_tokens
+from client_agent.data.streams import TokenStream, part_of_tokens, rank_rows, split_tail
+from client_agent.data.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
 
@@ -90,16 +91,16 @@ def test_empty_or_missing_directory_is_a_clear_error(tmp_path):
 def test_cache_tokenises_once(data_dir, tmp_path, monkeypatch):
     cache = tmp_path / "run" / "tokens.npy"
     first, report = load_tokens(data_dir, TOK, cache=cache)
-    real_tokenize = data.tokenize_files
+    real_tokenize = files.tokenize_files
 
     def must_not_tokenize(*args, **kwargs):
         raise AssertionError("tokenised again despite a valid cache")
 
-    monkeypatch.setattr(data, "tokenize_files", must_not_tokenize)
+    monkeypatch.setattr(files, "tokenize_files", must_not_tokenize)
     again, report_again = load_tokens(data_dir, TOK, cache=cache)
     assert np.array_equal(first, again) and report_again == report
 
-    monkeypatch.setattr(data, "tokenize_files", real_tokenize)
+    monkeypatch.setattr(files, "tokenize_files", real_tokenize)
     (data_dir / "a.txt").write_text("hello, longer now")  # a changed file invalidates the cache
     changed, _ = load_tokens(data_dir, TOK, cache=cache)
     assert changed.size == first.size + len(", longer now")
@@ -180,5 +181,5 @@ def test_too_little_data_is_a_clear_error():
 def test_split_tail_and_shards():
     train, held = split_tail(np.arange(100), 0.1, 5)
     assert train.size == 90 and held[0] == 90
-    shards = [shard_tokens(np.arange(10), i, 3) for i in range(3)]
+    shards = [part_of_tokens(np.arange(10), i, 3) for i in range(3)]
     assert np.array_equal(np.concatenate(shards), np.arange(10))

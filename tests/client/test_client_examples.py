@@ -12,20 +12,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from client_agent import data
-from client_agent.batch import MaskedBatch
-from client_agent.data import (
-    DataError,
-    Examples,
-    ExampleStream,
-    TokenStream,
-    load_data,
-    load_tokens,
-    open_stream,
-)
-from client_agent.model import build_model, lm_loss
-from client_agent.tokenizer import ByteTokenizer
-from client_agent.trainer import LocalTrainer
+from client_agent.data import files
+from client_agent.data.batch import MaskedBatch
+from client_agent.data.files import DataError, Examples, load_data, load_tokens
+from client_agent.data.streams import ExampleStream, TokenStream, open_stream
+from client_agent.data.tokenizer import ByteTokenizer
+from client_agent.training.model import build_model, lm_loss
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import ModelConfig, TrainingConfig
 
 TOK = ByteTokenizer()
@@ -124,7 +117,7 @@ def test_examples_cache_loads_without_tokenising(tmp_path, monkeypatch):
     def must_not_tokenize(*args, **kwargs):
         raise AssertionError("tokenised again despite a valid cache")
 
-    monkeypatch.setattr(data, "tokenize_files", must_not_tokenize)
+    monkeypatch.setattr(files, "tokenize_files", must_not_tokenize)
     again, report_again = load_data(tmp_path / "d", TOK, cache=cache)
 
     assert isinstance(again, Examples) and report_again == report and again.files == first.files

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from client_agent.flat import (
+from client_agent.training.flat import (
     ManifestMismatch,
     check_manifest,
     delta_,
@@ -15,7 +15,7 @@ from client_agent.flat import (
     manifest,
     requires_grad,
 )
-from client_agent.model import build_model
+from client_agent.training.model import build_model
 from geofed.config import ModelConfig
 
 CFG = ModelConfig(n_layer=2, n_head=4, n_embd=64, block_size=64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_agent import grid_apply
+from client_agent.connection import grid_apply
 from geofed.codec import huffman_jit
 from geofed.codec import model_delta as md
 from geofed.codec.errors import CodecError

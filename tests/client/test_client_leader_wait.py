@@ -8,7 +8,7 @@ import leader_wait_worker as worker
 import pytest
 from torchrun_launch import torchrun
 
-from client_agent.leader_wait import leader_wait
+from client_agent.training.leader_wait import leader_wait
 
 
 def test_single_process_runs_the_work_directly():

@@ -9,8 +9,8 @@ import io
 import numpy as np
 import pytest
 
-from client_agent.model_waits import next_model
-from client_agent.ps_client import GlobalVersion, PSClient, Upload
+from client_agent.connection.model_waits import next_model
+from client_agent.connection.ps_client import GlobalVersion, PSClient, Upload
 from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from client_agent.model import ModelConfigError, build_model, count_parameters, lm_loss
+from client_agent.training.model import ModelConfigError, build_model, count_parameters, lm_loss
 from geofed.config import ModelConfig
 
 TINY = dict(n_layer=2, n_head=4, n_embd=64, block_size=64)
@@ -61,7 +61,7 @@ def test_lm_loss_rejects_bad_batch_shape():
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_load_from_saved_local_directory(tmp_path, family):
     """`path` loads a saved model (fp32, no downloads) with the very same weights (a GPT-2 built from
-    config is `client_agent.gpt2`'s, saved as and loaded into transformers' model)."""
+    config is `client_agent.training.gpt2`'s, saved as and loaded into transformers' model)."""
     original = build_model(ModelConfig(family=family, seed=3, **TINY))
     original.save_pretrained(tmp_path)
 
@@ -113,8 +113,8 @@ def test_block_size_beyond_loaded_context_is_rejected(tmp_path):
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_model_shell_matches_built_model_once_weights_are_loaded(family):
-    from client_agent.flat import flatten, load_flat_, manifest
-    from client_agent.model import build_model_shell
+    from client_agent.training.flat import flatten, load_flat_, manifest
+    from client_agent.training.model import build_model_shell
 
     cfg = ModelConfig(family=family)
     full, shell = build_model(cfg), build_model_shell(cfg)

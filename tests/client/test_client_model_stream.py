@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from client_agent.model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
-from client_agent.ps_client import PSClient
+from client_agent.connection.model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
+from client_agent.connection.ps_client import PSClient
 from ps_server.aggregation.downlink import GridStream
 from ps_server.global_model import GlobalModel
 from ps_server.grpc_api import model_chunks

@@ -7,8 +7,8 @@ import contextlib
 import pytest
 import torch
 
-from client_agent.model import build_model
-from client_agent.precision import (
+from client_agent.training.model import build_model
+from client_agent.training.precision import (
     CPU_MICRO_BATCH_CAP,
     DeviceMemoryError,
     PrecisionError,

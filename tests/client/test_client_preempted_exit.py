@@ -49,7 +49,6 @@ def test_the_cli_exits_143_even_with_a_thread_that_never_ends(tmp_path):
     script = textwrap.dedent("""
         import sys, threading
         from client_agent import agent, cli
-
         def run(self):
             threading.Thread(target=threading.Event().wait, daemon=False).start()
             print("event=preempted", file=sys.stderr)
@@ -70,7 +69,6 @@ def test_an_error_that_the_interrupted_code_raises_on_the_way_out_still_exits_14
     script = textwrap.dedent("""
         import sys, threading
         from client_agent import agent, cli, preemption
-
         def set_up(*args):
             try:  # "ready" inside the try: the signal may be taken as soon as print returns
                 print("ready", flush=True)
@@ -102,7 +100,6 @@ def test_a_signal_taken_by_another_thread_wakes_a_main_thread_asleep_in_a_lock_w
     script = textwrap.dedent("""
         import signal, sys, threading, time
         from client_agent import agent, cli
-
         def take_the_signal():
             time.sleep(0.5)  # the main thread is asleep in the wait below by then
             signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
@@ -124,7 +121,6 @@ def test_an_error_without_a_preemption_signal_is_not_taken_for_one(tmp_path):
     script = textwrap.dedent("""
         import sys
         from client_agent import agent, cli
-
         def set_up(*args):
             raise RuntimeError("a bug")
 
@@ -157,7 +153,6 @@ def test_a_main_thread_that_swallows_the_preemption_is_ended_by_the_watchdog():
     script = textwrap.dedent("""
         import sys, time
         from client_agent import preemption
-
         preemption.PREEMPTED_DEADLINE_S = 0.5
         preemption.arm_preemption()
         ready = False

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent.data import DataError
+from client_agent.data.files import DataError
+from client_agent.data.tokenizer import ByteTokenizer, TokenizerError
 from client_agent.errors import SiteError
-from client_agent.model import ModelConfigError
-from client_agent.precision import PrecisionError
 from client_agent.preflight import DeviceError, check_before_join
-from client_agent.tokenizer import ByteTokenizer, TokenizerError
+from client_agent.training.model import ModelConfigError
+from client_agent.training.precision import PrecisionError
 from geofed.config import ClientConfig, FederationConfig
 
 TOKENS = np.arange(4000, dtype=np.uint16) % 200
@@ -66,7 +66,7 @@ def test_each_mismatch_is_one_specific_error(tmp_path, fed, tokens, device, erro
 
 
 def _examples(tmp_path, line: str):
-    from client_agent.data import load_data
+    from client_agent.data.files import load_data
 
     (tmp_path / "d").mkdir(exist_ok=True)
     (tmp_path / "d" / "r.jsonl").write_text(line * 40)
@@ -111,7 +111,7 @@ def test_data_of_the_paradigm_s_kind_passes_and_held_out_data_is_checked_too(tmp
     data = _examples(tmp_path, line)
     (tmp_path / "h").mkdir()
     (tmp_path / "h" / "r.jsonl").write_text((PAIR if line == PREF else PREF) * 10)
-    from client_agent.data import load_data
+    from client_agent.data.files import load_data
 
     held = load_data(tmp_path / "h", ByteTokenizer())[0]
 

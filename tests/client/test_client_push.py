@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from client_agent.connection.link_tuner import LinkMeter, LinkTuner
+from client_agent.connection.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
 from client_agent.errors import DeferredDeltaError
-from client_agent.link_tuner import LinkMeter, LinkTuner
 from client_agent.paradigms import client_paradigm
-from client_agent.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
 from client_agent.sync import RoundResult, SyncContext, WholeVectorSync
-from client_agent.trainer import TrainStats
+from client_agent.training.trainer import TrainStats
 from geofed.codec import decoder_for
 from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from client_agent.data import DataError, Examples, load_data
-from client_agent.records import Preference, read_record
-from client_agent.tokenizer import ByteTokenizer, load_tokenizer
+from client_agent.data.files import DataError, Examples, load_data
+from client_agent.data.records import Preference, read_record
+from client_agent.data.tokenizer import ByteTokenizer, load_tokenizer
 from geofed_testing.user_model import make_bpe_tokenizer
 
 TOK = ByteTokenizer()

@@ -1,6 +1,6 @@
 """Sharded checkpoints in one process (issue 18): re-saves of a step, and the bad-input cases.
 
-Resharding across rank counts is tested with gloo ranks in `test_client_shards.py`.
+Resharding across rank counts is tested with gloo ranks in `test_client_slices.py`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from client_agent.checkpoint import CheckpointError
-from client_agent.slices.checkpoint import POINTER, load_sharded, save_sharded
-from client_agent.slices.partition import FlatPartition
+from client_agent.training.checkpoint import CheckpointError
+from client_agent.training.slices.checkpoint import POINTER, load_sharded, save_sharded
+from client_agent.training.slices.partition import FlatPartition
 from geofed.codec import ErrorFeedback
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent.tokenizer import (
+from client_agent.data.tokenizer import (
     ByteTokenizer,
     Tokenizer,
     TokenizerError,
@@ -94,7 +94,7 @@ def test_check_vocab_refuses_ids_the_model_cannot_embed(vocab, eos, model_vocab,
 
 def test_hf_tokenizer_with_the_default_model_really_fails_without_the_check():
     """The reference for the table above: an id >= the model's vocabulary breaks the embedding lookup."""
-    from client_agent.model import build_model, lm_loss
+    from client_agent.training.model import build_model, lm_loss
     from geofed.config import ModelConfig
 
     model = build_model(ModelConfig(n_layer=1, n_embd=32, block_size=8))

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-import client_agent.trainer as trainer_module
-from client_agent.data import TokenStream
-from client_agent.flat import flatten, load_flat_
-from client_agent.model import build_model
-from client_agent.tokenizer import ByteTokenizer
-from client_agent.trainer import (
+import client_agent.training.trainer as trainer_module
+from client_agent.data.streams import TokenStream
+from client_agent.data.tokenizer import ByteTokenizer
+from client_agent.training.flat import flatten, load_flat_
+from client_agent.training.model import build_model
+from client_agent.training.trainer import (
     LocalTrainer,
     NonFiniteLossError,
     micro_batches,

@@ -8,10 +8,10 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from client_agent.data import TokenStream
-from client_agent.model import build_model
-from client_agent.tokenizer import ByteTokenizer
-from client_agent.trainer import LocalTrainer
+from client_agent.data.streams import TokenStream
+from client_agent.data.tokenizer import ByteTokenizer
+from client_agent.training.model import build_model
+from client_agent.training.trainer import LocalTrainer
 from geofed.cli_flags import add_model_flags
 from geofed.config import ClientConfig, FederationConfig, ModelConfig, ServerConfig, TrainingConfig
 from geofed_apps.local import LOCAL_DEFAULTS

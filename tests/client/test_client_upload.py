@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from client_agent.ps_client import Upload
+from client_agent.connection.ps_client import Upload
 from geofed.protocol import geofed_pb2 as pb
 
 

@@ -1,4 +1,4 @@
-"""The client's AdamW (`client_agent.lazy_dynamo.adamw`) against torch's own, in fresh processes (pytest's may
+"""The client's AdamW (`client_agent.training.lazy_dynamo.adamw`) against torch's own, in fresh processes (pytest's may
 have loaded `torch._dynamo` already): the same parameters and moments to the bit, no `torch._dynamo` import
 while nothing compiles, and torch's dynamo wrappers in use again once it is loaded."""
 
@@ -10,7 +10,7 @@ import textwrap
 
 _TRAIN = """
 import sys, torch
-from client_agent.lazy_dynamo import adamw
+from client_agent.training.lazy_dynamo import adamw
 
 def run(make, steps=6):
     torch.manual_seed(0)

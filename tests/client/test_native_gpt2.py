@@ -1,7 +1,8 @@
-"""`client_agent.gpt2` against transformers' GPT2LMHeadModel: the same state dict, θ0, logits, loss and gradients.
+"""`client_agent.training.gpt2` against transformers' GPT2LMHeadModel: the same state dict, θ0, logits, loss
+and gradients.
 
 The reference is transformers' model built from a transformers config written out here, not through
-`client_agent.model`, so a mistake in the native model's config mapping shows as a difference too.
+`client_agent.training.model`, so a mistake in the native model's config mapping shows as a difference too.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import torch
 from transformers import GPT2Config as HFConfig
 from transformers import GPT2LMHeadModel as HFModel
 
-from client_agent.flat import flatten, manifest
-from client_agent.gpt2 import GPT2LMHeadModel
-from client_agent.model import build_model, build_model_shell, lm_loss
 from client_agent.paradigms import client_paradigm
+from client_agent.training.flat import flatten, manifest
+from client_agent.training.gpt2 import GPT2LMHeadModel
+from client_agent.training.model import build_model, build_model_shell, lm_loss
 from geofed.config import FederationConfig, ModelConfig
 
 CONFIGS = {

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-from client_agent.fsdp import full_optimizer_state
-from client_agent.model import build_model, lm_loss
-from client_agent.optimizer_state import OptimizerStateMismatch, load_named_optimizer_state
-from client_agent.trainer import _param_groups
+from client_agent.training.fsdp import full_optimizer_state
+from client_agent.training.model import build_model, lm_loss
+from client_agent.training.optimizer_state import OptimizerStateMismatch, load_named_optimizer_state
+from client_agent.training.trainer import _param_groups
 from geofed.config import ModelConfig
 
 CFG = ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=16)  # GPT-2: tied embedding and head

@@ -7,7 +7,7 @@ import io
 
 import grpc
 
-from client_agent.ps_client import PSClient, Upload
+from client_agent.connection.ps_client import PSClient, Upload
 from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 

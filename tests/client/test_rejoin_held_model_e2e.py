@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent.checkpoint import ClientCheckpoint, load_checkpoint, save_checkpoint
-from client_agent.ps_client import GlobalVersion
+from client_agent.connection.ps_client import GlobalVersion
+from client_agent.training.checkpoint import ClientCheckpoint, load_checkpoint, save_checkpoint
 from geofed_testing.procs import PSNode
 from geofed_testing.wire import NUMEL, Observer, init_model, join, push
 

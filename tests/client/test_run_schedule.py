@@ -9,12 +9,12 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from client_agent.data import TokenStream
-from client_agent.model import build_model
-from client_agent.ps_client import PSClient
-from client_agent.run_clock import RunClock
-from client_agent.tokenizer import ByteTokenizer
-from client_agent.trainer import LocalTrainer, scheduled_lr
+from client_agent.connection.ps_client import PSClient
+from client_agent.data.streams import TokenStream
+from client_agent.data.tokenizer import ByteTokenizer
+from client_agent.training.model import build_model
+from client_agent.training.run_clock import RunClock
+from client_agent.training.trainer import LocalTrainer, scheduled_lr
 from geofed.config import FederationConfig, ModelConfig, TrainingConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed_apps.local_settings import fill_run_duration

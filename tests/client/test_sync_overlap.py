@@ -15,13 +15,13 @@ import pytest
 import torch
 from torch import nn
 
-from client_agent.checkpoint import CheckpointManager
-from client_agent.link_tuner import LinkMeter, LinkTuner
+from client_agent.connection.link_tuner import LinkMeter, LinkTuner
+from client_agent.connection.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
 from client_agent.paradigms import client_paradigm
-from client_agent.ps_client import GlobalVersion, PushReceipt, StaleDeltaError, Upload
-from client_agent.ranks import Ranks
 from client_agent.sync import OverlapSync, RoundResult, SyncContext, WholeVectorSync, overlap_kept_off, sync_route
-from client_agent.trainer import TrainStats
+from client_agent.training.checkpoint import CheckpointManager
+from client_agent.training.ranks import Ranks
+from client_agent.training.trainer import TrainStats
 from geofed.codec import decoder_for
 from geofed.config import AggregationConfig, FederationConfig
 from geofed.protocol import geofed_pb2 as pb

@@ -1,4 +1,4 @@
-"""The sync path a site takes: shard-wise only where it fits, otherwise the whole-vector path, with a reason."""
+"""The sync path a site takes: slice-wise only where it fits, otherwise the whole-vector path, with a reason."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from client_agent.link_tuner import CODEC_POLICIES, FixedCodec
+from client_agent.connection.link_tuner import CODEC_POLICIES, FixedCodec
 from client_agent.paradigms import client_paradigm
 from client_agent.paradigms.pretrain import Pretrain
 from client_agent.sync import SliceWiseSync, WholeVectorSync, sync_route
@@ -39,13 +39,13 @@ def _codec(name: str):
 
 @pytest.mark.parametrize("name", [n for n in CodecConfig.model_fields["name"].annotation.__args__ if n != "auto"])
 def test_route_matches_what_the_slice_encoder_can_do(name):
-    """The reference is the encoder itself: where the route says shard-wise, a whole-vector slice encodes to
+    """The reference is the encoder itself: where the route says slice-wise, a whole-vector slice encodes to
     the one-rank stream byte for byte; where it says no, `SliceCodec` refuses the codec."""
     route = shard_route(2, "pretrain", name)
     codec = _codec(name)
-    if not route.shard_wise:
-        assert name in route.reason and "no shard-wise encoder" in route.reason
-        with pytest.raises(CodecError, match="no shard-wise encoder"):
+    if not route.slice_wise:
+        assert name in route.reason and "no slice-wise encoder" in route.reason
+        with pytest.raises(CodecError, match="no slice-wise encoder"):
             SliceCodec(codec, 0, 10, _Alone())
         return
     x = np.random.default_rng(0).standard_normal(3000).astype(np.float32)
@@ -54,24 +54,24 @@ def test_route_matches_what_the_slice_encoder_can_do(name):
     assert (h2, list(f2)) == (h1, list(f1))
 
 
-def test_sparse_falls_back_and_auto_goes_shard_wise():
-    assert not shard_route(4, "pretrain", "sparse").shard_wise
-    assert shard_route(4, "bitfit", "auto").shard_wise
+def test_sparse_falls_back_and_auto_goes_slice_wise():
+    assert not shard_route(4, "pretrain", "sparse").slice_wise
+    assert shard_route(4, "bitfit", "auto").slice_wise
 
 
 @pytest.mark.parametrize("paradigm", ["lora", "zo", "fsl-sage"])
 def test_small_vector_paradigms_keep_the_whole_vector_path(paradigm):
     route = shard_route(2, paradigm, "int8")
-    assert not route.shard_wise and repr(paradigm) in route.reason
+    assert not route.slice_wise and repr(paradigm) in route.reason
     assert route.path is WholeVectorSync
 
 
 def test_one_rank_keeps_the_whole_vector_path_unless_it_resumes_a_sharded_checkpoint():
     one = shard_route(1, "pretrain", "int8")
-    assert not one.shard_wise and "one rank" in one.reason
+    assert not one.slice_wise and "one rank" in one.reason
     resuming = shard_route(1, "pretrain", "int8", sharded_checkpoint=True)
-    assert resuming.shard_wise and "sharded checkpoint" in resuming.reason and resuming.path is SliceWiseSync
-    assert not shard_route(1, "lora", "int8", sharded_checkpoint=True).shard_wise
+    assert resuming.slice_wise and "sharded checkpoint" in resuming.reason and resuming.path is SliceWiseSync
+    assert not shard_route(1, "lora", "int8", sharded_checkpoint=True).slice_wise
 
 
 class _OwnVectorSettings(ParadigmSettings):

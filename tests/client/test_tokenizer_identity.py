@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_agent.tokenizer import ByteTokenizer, TokenizerError, check_identity, load_tokenizer
+from client_agent.data.tokenizer import ByteTokenizer, TokenizerError, check_identity, load_tokenizer
 from geofed.tokenizer_identity import BYTE_SHA256, tokenizer_sha256
 from geofed_testing.user_model import make_bpe_tokenizer
 
@@ -96,7 +96,7 @@ def test_geofed_tokenizer_id_prints_the_identity_a_federation_pins(bpe, tmp_path
 
 
 def test_a_tokenizer_retrained_at_the_same_path_retokenises_the_cached_data(tmp_path):
-    from client_agent.data import load_data
+    from client_agent.data.files import load_data
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "a.txt").write_text("alpha beta alpha beta " * 40)

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from client_agent import link_tuner, model_stream
-from client_agent import ps_client as ps_client_module
-from client_agent.link_tuner import LinkMeter, LinkTuner, blend
-from client_agent.model_transfer import ModelAssembler
-from client_agent.ps_client import PSClient
-from client_agent.trainer import TrainStats
+from client_agent.connection import link_tuner, model_stream
+from client_agent.connection import ps_client as ps_client_module
+from client_agent.connection.link_tuner import LinkMeter, LinkTuner, blend
+from client_agent.connection.model_transfer import ModelAssembler
+from client_agent.connection.ps_client import PSClient
+from client_agent.training.trainer import TrainStats
 from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol.messages import manifest_to_proto

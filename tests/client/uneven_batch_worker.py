@@ -16,12 +16,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from client_agent.data import TokenStream
-from client_agent.flat import load_flat_, selected
-from client_agent.fsdp import full_flat_on_rank0, init_distributed, shard_model
-from client_agent.model import build_model, count_parameters
-from client_agent.precision import adamw_state_numel
-from client_agent.trainer import LocalTrainer
+from client_agent.data.streams import TokenStream
+from client_agent.training.flat import load_flat_, selected
+from client_agent.training.fsdp import full_flat_on_rank0, init_distributed, shard_model
+from client_agent.training.model import build_model, count_parameters
+from client_agent.training.precision import adamw_state_numel
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import ModelConfig, TrainingConfig
 
 MODEL = ModelConfig(family="gpt2", n_layer=2, n_head=4, n_embd=64, block_size=32, seed=3)

@@ -1,13 +1,13 @@
 """A codec is one class that declares its facts: `Fp16Codec`, defined in a test-support file and imported here,
 is a codec the registry builds, the header names and the PS and client questions (value bits, first model,
-shard-wise) answer for, with no edit anywhere else."""
+slice-wise) answer for, with no edit anywhere else."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from client_agent.sync.route import _shard_wise_codec
+from client_agent.sync.route import _slice_wise_codec
 from geofed.codec import CodecError, decoder_for, make_codec
 from geofed.codec.base import CODECS
 from geofed.codec.registry import codec_class, codec_from_wire_name
@@ -35,8 +35,8 @@ def test_the_ps_and_the_client_ask_the_codecs_facts():
     assert not decoder_for(make_codec("fp16").encode(np.zeros(4, np.float32))[0], max_numel=4).lossless
     with pytest.raises(InvalidPush, match="initial model"):
         check_first_model_codec(codec_from_wire_name("fp16").spec.lossless)
-    assert _shard_wise_codec(["int8", "fp16"]) == "codec 'fp16' has no shard-wise encoder"
-    assert _shard_wise_codec(["int8", "int16", "bf16", "fp32"]) is None
+    assert _slice_wise_codec(["int8", "fp16"]) == "codec 'fp16' has no slice-wise encoder"
+    assert _slice_wise_codec(["int8", "int16", "bf16", "fp32"]) is None
 
 
 def test_a_name_is_declared_once():

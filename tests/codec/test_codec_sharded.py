@@ -1,7 +1,7 @@
 """A slice of the flat vector encoded on its own (issue 18): the ranks' frames are the one-rank stream.
 
 "Ranks" here are threads sharing an agreement through a barrier, so the codec's side is checked
-in-process for every codec; `tests/client/test_client_shards.py` runs the same over gloo ranks.
+in-process for every codec; `tests/client/test_client_slices.py` runs the same over gloo ranks.
 """
 
 from __future__ import annotations
@@ -158,14 +158,14 @@ def test_a_slice_cutting_a_range_block_is_refused():
         sliced.encode(np.zeros(2000, np.float32), frame_elems=FRAME)
 
 
-def test_a_codec_without_a_shard_wise_encoder_is_refused():
+def test_a_codec_without_a_slice_wise_encoder_is_refused():
     class Other(Codec):
         name = "other"
 
         def encode(self, flat, *, frame_elems=FRAME, residual_out=None):
             raise AssertionError("not reached")
 
-    with pytest.raises(CodecError, match="no shard-wise encoder"):
+    with pytest.raises(CodecError, match="no slice-wise encoder"):
         SliceCodec(Other(), 0, 10, ThreadAgreement(1))
 
 

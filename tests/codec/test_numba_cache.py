@@ -16,8 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import numpy as np
 from geofed.codec import _grid_kernels, _huffman_kernels, _sparse_kernels, model_delta as md
-from client_agent import _grid_apply_kernel
-
+from client_agent.connection import _grid_apply_kernel
 assert _grid_kernels.__file__.startswith(SRC), _grid_kernels.__file__
 rng = np.random.default_rng(0)
 have = rng.normal(0, 0.02, 50_000).astype(np.float32)

@@ -10,7 +10,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from client_agent.corpus import stdlib_split, write_file_list
+from client_agent.data.corpus import stdlib_split, write_file_list
 from geofed_apps.launch import start_client, stop, wait_until
 from geofed_testing.procs import PSNode
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from client_agent.corpus import stdlib_split, write_file_list
+from client_agent.data.corpus import stdlib_split, write_file_list
 from geofed_apps.launch import start_client, stop, wait_until
 from geofed_testing.procs import PSNode
 

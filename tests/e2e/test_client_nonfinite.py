@@ -10,10 +10,10 @@ import math
 
 import pytest
 
-import client_agent.trainer as trainer_module
+import client_agent.training.trainer as trainer_module
 from client_agent.agent import ClientAgent
-from client_agent.corpus import stdlib_split, write_file_list
-from client_agent.ps_client import PSClient
+from client_agent.connection.ps_client import PSClient
+from client_agent.data.corpus import stdlib_split, write_file_list
 from geofed.config import ClientConfig
 from geofed_apps.launch import write_token
 from geofed_testing.procs import PSNode

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client_agent.corpus import stdlib_split, write_file_list
+from client_agent.data.corpus import stdlib_split, write_file_list
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed_apps.launch import start_client, stop, wait_until

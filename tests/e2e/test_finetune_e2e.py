@@ -15,9 +15,9 @@ import pytest
 import torch
 import yaml
 
-from client_agent.checkpoint import CheckpointManager
-from client_agent.model import build_model
 from client_agent.site import private_digest
+from client_agent.training.checkpoint import CheckpointManager
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.base_model import BaseRecipe, content_hash, store
 from geofed_apps.finetune.preset import FinetuneTask

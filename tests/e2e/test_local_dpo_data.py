@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from client_agent.model import build_model
 from client_agent.paradigms.dpo import read_preferences
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.base_model import BaseRecipe, store
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_agent.corpus import read_file_list
-from client_agent.data import load_tokens
-from client_agent.tokenizer import ByteTokenizer
+from client_agent.data.corpus import read_file_list
+from client_agent.data.files import load_tokens
+from client_agent.data.tokenizer import ByteTokenizer
 
 GEOFED = str(Path(sys.executable).with_name("geofed"))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from client_agent.model import build_model
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.base_model import BaseRecipe, store
 from geofed_testing.user_model import make_licence_task, make_llama_checkpoint
@@ -111,7 +111,7 @@ def test_unusable_data_stops_the_launcher_before_anything_starts(tmp_path, cache
 
 
 def test_text_data_with_eval_data_holds_out_that_directory_and_deals_all_of_data(tmp_path):
-    from client_agent.corpus import read_file_list
+    from client_agent.data.corpus import read_file_list
     from geofed_apps.local import LocalOptions, _write_lists
 
     for name in ("a", "b", "c"):

@@ -61,5 +61,5 @@ def test_a_paradigm_from_test_modules_trains_a_federation(tmp_path, monkeypatch)
     assert ckpt.version >= 3, ckpt.version  # the PS applied pushes round after round
     names = [t.name for t in ckpt.manifest]
     assert names and all(n.endswith(".bias") for n in names), names  # it holds the biases, nothing else
-    # Every bias starts at zero (`client_agent.gpt2`); the published ones moved.
+    # Every bias starts at zero (`client_agent.training.gpt2`); the published ones moved.
     assert np.abs(ckpt.flat).max() > 0

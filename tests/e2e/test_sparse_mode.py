@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_agent.checkpoint import CheckpointManager
-from client_agent.corpus import stdlib_split, write_file_list
+from client_agent.data.corpus import stdlib_split, write_file_list
+from client_agent.training.checkpoint import CheckpointManager
 from geofed_apps.launch import start_client, stop, wait_until
 from geofed_testing.local_run import run_local
 from geofed_testing.procs import PSNode

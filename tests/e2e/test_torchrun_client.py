@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from client_agent.corpus import stdlib_split, write_file_list
+from client_agent.data.corpus import stdlib_split, write_file_list
 from geofed_apps.launch import child_env, wait_until, write_token
 from geofed_testing.procs import PSNode
 
@@ -58,7 +58,7 @@ def test_two_rank_fsdp_client_bootstraps_and_syncs(tmp_path):
 
 # Short, so the stalls below outlast it; not the settings' minimum (5 s): at 5 s this test failed once in a full
 # suite run on a loaded 2-core machine (its log was not kept) and passed 5 times alone; a sync's own collectives
-# (the shard-wise checkpoint's barriers) need some slack under load, which is not what this test is about.
+# (the slice-wise checkpoint's barriers) need some slack under load, which is not what this test is about.
 PG_TIMEOUT_S = 10.0
 STALL_S = 4 * PG_TIMEOUT_S  # from launch: rank 0 reaches Join a few seconds in, then waits out the rest
 

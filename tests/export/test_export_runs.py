@@ -14,9 +14,9 @@ import pytest
 import torch
 import yaml
 
-from client_agent.flat import load_flat_
-from client_agent.model import build_model
-from client_agent.tokenizer import ByteTokenizer
+from client_agent.data.tokenizer import ByteTokenizer
+from client_agent.training.flat import load_flat_
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.shards import newest_sharded
 from geofed_testing.local_run import GEOFED, LocalRun, run_local

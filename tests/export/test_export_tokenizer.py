@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from client_agent.tokenizer import ByteTokenizer, TokenizerError
+from client_agent.data.tokenizer import ByteTokenizer, TokenizerError
 from geofed_apps.hf_tokenizer import federation_tokenizer
 
 TEXTS = [

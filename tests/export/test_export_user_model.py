@@ -16,8 +16,8 @@ import pytest
 import torch
 import yaml
 
-from client_agent.flat import flatten, manifest
 from client_agent.paradigms import client_paradigm
+from client_agent.training.flat import flatten, manifest
 from geofed.config import FederationConfig
 from geofed_testing.local_run import GEOFED
 from geofed_testing.user_model import make_bpe_tokenizer, make_llama_checkpoint

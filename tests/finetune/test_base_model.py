@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from client_agent.corpus import stdlib_root
+from client_agent.data.corpus import stdlib_root
 from geofed.config import ModelConfig
 from geofed_apps.finetune.base_model import BaseModelError, BaseRecipe, content_hash, describe, ensure_base_model
 
@@ -62,7 +62,7 @@ def test_same_steps_and_seed_give_the_same_content_hash_in_two_processes_and_ano
 def test_the_content_hash_is_of_the_weights_and_the_name_ends_with_it(tmp_path):
     recipe = BaseRecipe(steps=2, seed=0, batch_size=4, warmup_steps=1, model=TINY)
     path = ensure_base_model(tmp_path, recipe, files=FILES, say=lambda m: None)
-    from client_agent.model import build_model
+    from client_agent.training.model import build_model
 
     model = build_model(ModelConfig.model_validate({**TINY, "path": str(path)}))
     digest = content_hash(model)
@@ -79,7 +79,7 @@ def test_the_content_hash_is_of_the_weights_and_the_name_ends_with_it(tmp_path):
 def test_a_cached_base_whose_weights_changed_is_refused_by_name(tmp_path):
     recipe = BaseRecipe(steps=2, seed=0, batch_size=4, warmup_steps=1, model=TINY)
     path = ensure_base_model(tmp_path, recipe, files=FILES, say=lambda m: None)
-    from client_agent.model import build_model
+    from client_agent.training.model import build_model
 
     cfg = ModelConfig.model_validate({**TINY, "path": str(path)})
     model = build_model(cfg)

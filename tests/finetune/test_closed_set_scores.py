@@ -7,8 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from client_agent.data import Fit
-from client_agent.model import build_model
+from client_agent.data.files import Fit
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.answers import closed_set_accuracy, evaluate_answers
 from geofed_apps.finetune.user_task import UserPair, UserSplit

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from client_agent.batch import MaskedBatch
-from client_agent.model import build_model, lm_loss
+from client_agent.data.batch import MaskedBatch
+from client_agent.training.model import build_model, lm_loss
 from geofed.config import FederationConfig
 from geofed_apps.evaluate import EVAL_BATCHES, GlobalEvaluator
 from geofed_apps.finetune.task import QAPair, write_pairs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from client_agent.model import build_model
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.answers import evaluate_answers
 from geofed_apps.finetune.preset import FinetuneTask, summary_lines

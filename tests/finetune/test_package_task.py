@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from client_agent.model import build_model
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.base_model import BaseRecipe, store
 from geofed_apps.finetune.package_task import EVAL_PAIRS, LABELS, package_pairs, rule_scores, write_package_task

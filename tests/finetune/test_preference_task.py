@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from client_agent.model import build_model
 from client_agent.paradigms.dpo import read_preferences
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed_apps.finetune.answers import evaluate_answers
 from geofed_apps.finetune.base_model import ensure_base_model

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from client_agent.data import load_data
+from client_agent.data.files import load_data
+from client_agent.data.records import Preference
+from client_agent.data.tokenizer import ByteTokenizer
 from client_agent.paradigms.dpo import read_preferences
-from client_agent.records import Preference
-from client_agent.tokenizer import ByteTokenizer
 from geofed_apps.finetune.preset import FinetuneTask
 from geofed_apps.finetune.site_preference import SitePreferenceTask, site_order, site_preferences
 from geofed_apps.finetune.task import QAPair

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from client_agent.corpus import holdout_modules, stdlib_files, stdlib_root
+from client_agent.data.corpus import holdout_modules, stdlib_files, stdlib_root
 from geofed_apps.finetune.base_model import pretraining_files
 from geofed_apps.finetune.metrics import exact_match, score, token_f1
 from geofed_apps.finetune.rules import copy_from_prompt, most_frequent, rule_scores

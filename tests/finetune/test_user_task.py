@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from client_agent.data import DataError
-from client_agent.tokenizer import ByteTokenizer, load_tokenizer
+from client_agent.data.files import DataError
+from client_agent.data.tokenizer import ByteTokenizer, load_tokenizer
 from geofed_apps.finetune.answers import evaluate_answers
 from geofed_apps.finetune.user_task import UserPair, UserSplit
 from geofed_testing.user_model import make_bpe_tokenizer

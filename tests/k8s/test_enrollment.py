@@ -102,7 +102,7 @@ def test_enroll_reports_an_unreachable_ps(tmp_path: Path, capsys: pytest.Capture
 
 def test_enrolling_a_running_site_again_needs_rotate(real_ps: tuple[str, str], tmp_path: Path, capsys) -> None:
     """A second enroll would strand the site's running clients: refused unless --rotate; no namespace."""
-    from client_agent.ps_client import PSClient
+    from client_agent.connection.ps_client import PSClient
 
     address, admin_credential = real_ps
     (tmp_path / "admin.token").write_text(admin_credential)

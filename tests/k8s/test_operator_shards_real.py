@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from kopf.testing import KopfRunner
 
-from client_agent.ps_client import PSClient
+from client_agent.connection.ps_client import PSClient
 from geofed.codec import make_codec
 from geofed.protocol.admin_client import AdminClient
 from geofed_apps.launch import GEOFED, free_port, spawn, stop, wait_until, write_token

@@ -7,9 +7,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from client_agent.data import TokenStream
+from client_agent.data.streams import TokenStream
 from client_agent.paradigms import ParadigmError, client_paradigm
-from client_agent.trainer import LocalTrainer
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import FederationConfig
 from geofed.manifest import TensorEntry
 from geofed.paradigms.lora import LoRASettings

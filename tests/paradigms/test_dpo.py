@@ -13,12 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from client_agent.data import ExampleStream, load_data
+from client_agent.data.files import load_data
+from client_agent.data.records import DataError
+from client_agent.data.streams import ExampleStream
+from client_agent.data.tokenizer import ByteTokenizer
 from client_agent.paradigms import client_paradigm
 from client_agent.paradigms.dpo import DPO, Encoded, Preference, dpo_loss, read_preferences, reference, rows
-from client_agent.records import DataError
-from client_agent.tokenizer import ByteTokenizer
-from client_agent.trainer import LocalTrainer
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import FederationConfig
 from geofed_apps.finetune.preference import preferences_of, score_preferences, write_preferences
 from geofed_apps.finetune.task import QAPair
@@ -169,7 +170,7 @@ def test_local_updates_raise_the_margin_and_accuracy_of_the_client_s_own_pairs(t
 
 
 def test_text_data_is_refused_by_name(tmp_path):
-    from client_agent.data import TokenStream
+    from client_agent.data.streams import TokenStream
 
     fed = _fed()
     paradigm = client_paradigm(fed.paradigm)

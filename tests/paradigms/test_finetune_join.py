@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_agent.ps_client import JoinError, JoinSpec, PSClient, PushError
+from client_agent.connection.ps_client import JoinError, JoinSpec, PSClient, PushError
 from geofed.manifest import TensorEntry
 from geofed_testing.procs import PSNode, Reaper
 from geofed_testing.wire import join, mint, push

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from client_agent.checkpoint import CheckpointManager
+from client_agent.training.checkpoint import CheckpointManager
 from geofed_apps.groups import free_port
 from geofed_apps.launch import spawn, start_client, stop, wait_until, write_token
 from geofed_testing.procs import PSNode, Reaper

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent.data import ExampleStream, TokenStream, load_data, load_tokens
+from client_agent.data.files import load_data, load_tokens
+from client_agent.data.streams import ExampleStream, TokenStream
+from client_agent.data.tokenizer import ByteTokenizer
 from client_agent.paradigms import client_paradigm
 from client_agent.split.trainer import SplitTrainerServicer
-from client_agent.tokenizer import ByteTokenizer
-from client_agent.trainer import LocalTrainer
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc

@@ -6,10 +6,10 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from client_agent.model import build_model
 from client_agent.paradigms import client_paradigm
 from client_agent.split.parts import AuxBlock, ServerPart, client_model, decode_tensor, encode_tensor, full_model
 from client_agent.split.trainer import align_aux
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig, ModelConfig
 from ps_server.aggregation.strategies import build_strategy
 from ps_server.global_model import TensorEntry

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from client_agent.ps_client import JoinError, JoinSpec, PSClient
+from client_agent.connection.ps_client import JoinError, JoinSpec, PSClient
 from geofed.config import FederationConfig
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc

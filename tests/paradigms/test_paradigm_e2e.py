@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from client_agent.model import build_model
-from client_agent.ps_client import JoinError, JoinSpec, PSClient
+from client_agent.connection.ps_client import JoinError, JoinSpec, PSClient
+from client_agent.training.model import build_model
 from geofed.config import FederationConfig
 from geofed.manifest import TensorEntry
 from geofed_testing.procs import PSNode, Reaper

@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from client_agent.data import TokenStream
+from client_agent.data.streams import TokenStream
 from client_agent.paradigms import client_paradigm
 from client_agent.paradigms.ravan import RavanLinear
-from client_agent.trainer import LocalTrainer
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import FederationConfig
 
 FED = {

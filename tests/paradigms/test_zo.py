@@ -11,11 +11,12 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from client_agent.data import Examples, ExampleStream, TokenStream
-from client_agent.flat import flatten
-from client_agent.model import lm_loss
+from client_agent.data.files import Examples
+from client_agent.data.streams import ExampleStream, TokenStream
 from client_agent.paradigms import client_paradigm
-from client_agent.trainer import LocalTrainer
+from client_agent.training.flat import flatten
+from client_agent.training.model import lm_loss
+from client_agent.training.trainer import LocalTrainer
 from geofed import zo
 from geofed.config import FederationConfig
 from geofed.manifest import TensorEntry

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from client_agent.data import TokenStream
-from client_agent.flat import flatten
+from client_agent.data.streams import TokenStream
 from client_agent.paradigms import client_paradigm
-from client_agent.trainer import LocalTrainer
+from client_agent.training.flat import flatten
+from client_agent.training.trainer import LocalTrainer
 from geofed.config import FederationConfig
 from geofed_testing.payloads import FakePayload
 from ps_server.aggregation.rounds import Admission

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
+from client_agent.connection.ps_client import JoinSpec, PSClient
 from client_agent.paradigms import client_paradigm
-from client_agent.ps_client import JoinSpec, PSClient
 from geofed.config import FederationConfig
 from geofed_testing.procs import PSNode, Reaper
 from geofed_testing.recorder import RecordingProxy

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_agent.privacy import local_noise, refuse_slice_wise
+from client_agent.training.privacy import local_noise, refuse_slice_wise
 from geofed.codec import ErrorFeedback, decoder_for, make_codec
 from geofed.privacy.settings import PrivacyConfig
 
@@ -58,7 +58,7 @@ def test_error_feedback_carries_the_noised_residual_so_the_noise_is_not_undone()
     assert np.std(sent_total) == pytest.approx(0.5 * 2.0 * np.sqrt(rounds), rel=0.05)
 
 
-def test_the_shard_wise_path_refuses_local_dp():
+def test_the_slice_wise_path_refuses_local_dp():
     refuse_slice_wise(PrivacyConfig(enabled=True, noise_multiplier=1.0))  # central: fine
-    with pytest.raises(ValueError, match="shard-wise sync path"):
+    with pytest.raises(ValueError, match="slice-wise sync path"):
         refuse_slice_wise(LOCAL)

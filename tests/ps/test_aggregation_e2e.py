@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from client_agent.ps_client import PushError, StaleDeltaError
+from client_agent.connection.ps_client import PushError, StaleDeltaError
 from geofed_testing.procs import PSNode
 from geofed_testing.wire import (
     MANIFEST,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_agent.ps_client import StaleDeltaError
+from client_agent.connection.ps_client import StaleDeltaError
 from geofed_testing.procs import PSNode
 from geofed_testing.wire import NUMEL, init_model, join, push
 

@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
-from client_agent.ps_client import JoinSpec, PSClient
+from client_agent.connection.ps_client import JoinSpec, PSClient
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed_apps.groups import PSGroupProcesses

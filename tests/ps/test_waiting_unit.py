@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from client_agent.ps_client import PSClient
+from client_agent.connection.ps_client import PSClient
 from ps_server.waiting import Activity, heartbeat_interval_s, not_waiting, silence_bound_s
 
 ROUND_START = 100.0

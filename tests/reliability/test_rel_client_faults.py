@@ -38,6 +38,6 @@ def test_client_killed_mid_checkpoint_resumes_from_the_previous_one(mid_checkpoi
 def test_relaunched_client_leaves_no_partial_checkpoint_behind(mid_checkpoint):
     """A SIGKILL during `atomic_write` leaves `.latest.pt.*.tmp`; repeated preemptions must not pile them up."""
     assert mid_checkpoint.details["temp_files_after_relaunch"] == [], (
-        "client_agent/checkpoint.py: CheckpointManager does not remove the temp file a SIGKILLed "
+        "client_agent/training/checkpoint.py: CheckpointManager does not remove the temp file a SIGKILLed "
         f"atomic_write left: {mid_checkpoint.details['temp_files_after_relaunch']}"
     )

@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from client_agent.ps_client import PSClient, StaleDeltaError
+from client_agent.connection.ps_client import PSClient, StaleDeltaError
 from geofed.codec import make_codec
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.channel import open_channel

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from rel_tls import CertAuthority
 
-from client_agent.ps_client import JoinError
+from client_agent.connection.ps_client import JoinError
 from geofed.protocol import geofed_pb2 as pb
 from geofed.protocol import geofed_pb2_grpc as pb_grpc
 from geofed.protocol.auth import bearer

@@ -1,4 +1,4 @@
-"""A site's push, shard-wise: every rank encodes its own slice, rank 0 relays the frames.
+"""A site's push, slice-wise: every rank encodes its own slice, rank 0 relays the frames.
 
 Each rank error-corrects and encodes its `FlatPartition` range with a `SliceCodec` (the ranks agree on
 the header's global min/max and entropy table through `DistAgreement`), then hands its frames to rank

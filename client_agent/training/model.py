@@ -4,7 +4,7 @@ Pretraining starts from a seeded random init, so every client that builds the sa
 θ0 (the master client's is the one pushed to the PS, Fig. 1 step 1). With `cfg.path` a local Hugging
 Face checkpoint is loaded instead; nothing is ever downloaded.
 
-GPT-2 built from config is `client_agent.gpt2`'s model, which imports no transformers (seconds of start-up)
+GPT-2 built from config is `client_agent.training.gpt2`'s model, which imports no transformers (seconds of start-up)
 and has transformers' parameter names, shapes and seeded θ0; `transformers_model=True` builds transformers'
 own (for a paradigm whose settings declare `transformers_model`, e.g. peft's adapters). Llama and a
 `cfg.path` checkpoint are always transformers models.
@@ -20,7 +20,7 @@ from torch import nn
 
 from geofed.config import ModelConfig
 
-from .batch import Batch, batch_tokens, next_token_loss
+from ..data.batch import Batch, batch_tokens, next_token_loss
 from .gpt2 import GPT2Config, GPT2LMHeadModel
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def check_model_config(cfg: ModelConfig) -> None:
 
 
 def gpt2_config(cfg: ModelConfig) -> GPT2Config:
-    """`client_agent.gpt2`'s config for `cfg`: `cfg.dropout` (0 for pretraining), EOS = the last id."""
+    """`client_agent.training.gpt2`'s config for `cfg`: `cfg.dropout` (0 for pretraining), EOS = the last id."""
     check_model_config(cfg)
     if cfg.family != "gpt2":
         raise ModelConfigError(f"model family {cfg.family!r} has no native implementation; only 'gpt2' has")
@@ -67,7 +67,8 @@ def gpt2_config(cfg: ModelConfig) -> GPT2Config:
 
 
 def is_native(cfg: ModelConfig, transformers_model: bool = False) -> bool:
-    """Whether `build_model(cfg, transformers_model=...)` builds `client_agent.gpt2`'s model, not transformers'."""
+    """Whether `build_model(cfg, transformers_model=...)` builds `client_agent.training.gpt2`'s model, not
+    transformers'."""
     return cfg.family == "gpt2" and not cfg.path and not transformers_model
 
 
@@ -140,7 +141,7 @@ def _load_pretrained(cfg: ModelConfig) -> nn.Module:
 def build_model(cfg: ModelConfig, *, transformers_model: bool = False) -> nn.Module:
     """Build the model from `cfg`: seeded random init, or `cfg.path` loaded from local files.
 
-    GPT-2 from config is `client_agent.gpt2`'s unless `transformers_model`; both draw the same θ0 for a seed.
+    GPT-2 from config is `client_agent.training.gpt2`'s unless `transformers_model`; both draw the same θ0 for a seed.
     """
     if cfg.path:
         return _load_pretrained(cfg)

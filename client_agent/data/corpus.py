@@ -139,9 +139,9 @@ def stdlib_split(
 
 
 def split_directory(directory: str | Path, n: int, seed: int = 0) -> list[list[Path]]:
-    """Split a user's data files (`client_agent.data.is_data_file`: a `.bin`'s sidecar is read beside it, not
+    """Split a user's data files (`client_agent.data.files.is_data_file`: a `.bin`'s sidecar is read beside it, not
     listed) across `n` clients by top-level entry (subdirectory or file stem)."""
-    from .data import is_data_file
+    from .files import is_data_file
 
     directory = Path(directory)
     if not directory.is_dir():

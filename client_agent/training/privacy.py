@@ -40,10 +40,10 @@ def local_noise(privacy: PrivacyConfig, delta: np.ndarray, rng: np.random.Genera
 
 
 def refuse_slice_wise(privacy: PrivacyConfig) -> None:
-    """Local DP clips the whole update's norm: the shard-wise path, where each rank encodes its own slice, does
+    """Local DP clips the whole update's norm: the slice-wise path, where each rank encodes its own slice, does
     not take it (ValueError)."""
     if privacy.enabled and privacy.mode == "local":
         raise ValueError(
-            "privacy mode 'local' clips the site's whole update, which the shard-wise sync path (each "
+            "privacy mode 'local' clips the site's whole update, which the slice-wise sync path (each "
             "rank encoding its own slice) does not hold: run the site on one rank, or use mode 'central'"
         )

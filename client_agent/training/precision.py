@@ -118,7 +118,7 @@ def _optimizer_headroom(model: nn.Module, device: torch.device) -> Iterator[None
 
 def _probe(model: nn.Module, micro: int, block_size: int, device: torch.device, precision: Precision) -> None:
     """One forward/backward on random tokens at `micro` sequences; raises on out-of-memory."""
-    from client_agent.model import lm_loss
+    from client_agent.training.model import lm_loss
 
     vocab = model.get_input_embeddings().num_embeddings
     batch = torch.randint(0, vocab, (micro, block_size + 1), device=device)

@@ -1,6 +1,6 @@
-"""Shard-wise push, downlink and checkpoints across gloo ranks (issue 18, client side).
+"""Slice-wise push, downlink and checkpoints across gloo ranks (issue 18, client side).
 
-`client_shards_worker.py` runs as torchrun ranks: each pushes its own slice of δ through error
+`client_slices_worker.py` runs as torchrun ranks: each pushes its own slice of δ through error
 feedback and the codec, rank 0 relays all frames, and the stream is decoded with the PS's decoder.
 The reference is the test's own: δ = θ_local − θ_base flattened by the worker with `torch.cat`, encoded
 in one piece by the one-rank path. Checkpoints written on 2 ranks are restored on 1 (in this process)
@@ -9,7 +9,7 @@ and on 3 ranks (slow), model, AdamW state and residual compared in full.
 
 from __future__ import annotations
 
-import client_shards_worker as worker
+import client_slices_worker as worker
 import numpy as np
 import pytest
 import torch
@@ -46,7 +46,7 @@ def decoded(header: bytes, frames: bytes, numel: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("key", ["int8/0", "int8/4096", "fp32/0"])
-def test_shard_wise_push_is_the_one_rank_stream(two_ranks, key):
+def test_slice_wise_push_is_the_one_rank_stream(two_ranks, key):
     got, _ = two_ranks
     run = got["codecs"][key]
     name, block = key.split("/")
@@ -68,7 +68,7 @@ def test_shard_wise_push_is_the_one_rank_stream(two_ranks, key):
     np.testing.assert_allclose(ps_view + run["residual"].numpy(), corrected, atol=1e-6)
 
 
-def test_leader_never_holds_a_full_size_buffer_on_the_shard_wise_path(two_ranks):
+def test_leader_never_holds_a_full_size_buffer_on_the_slice_wise_path(two_ranks):
     got, _ = two_ranks
     numel = got["numel"]
     for key, run in got["codecs"].items():

@@ -1,4 +1,4 @@
-"""One rank of a shard-wise push (issue 18), run by `test_client_shards.py` under torchrun (1-4 gloo ranks).
+"""One rank of a slice-wise push, run by `test_client_slices.py` under torchrun (1-4 gloo ranks).
 
 Every rank builds the same small model with awkward shapes (rows that do not divide by the rank count,
 a 2-row bias over 3 ranks), moves it to θ_local = θ_base + seeded noise, shards it with FSDP2, and then
@@ -21,10 +21,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from client_agent.fsdp import full_flat_on_rank0, full_optimizer_state, init_distributed, shard_model
-from client_agent.slices.checkpoint import load_sharded, save_sharded
-from client_agent.slices.partition import FlatPartition, gather_slice, load_global_slices
-from client_agent.slices.push import encode_slice, frames_to_leader
+from client_agent.training.fsdp import full_flat_on_rank0, full_optimizer_state, init_distributed, shard_model
+from client_agent.training.slices.checkpoint import load_sharded, save_sharded
+from client_agent.training.slices.partition import FlatPartition, gather_slice, load_global_slices
+from client_agent.training.slices.push import encode_slice, frames_to_leader
 from geofed.codec import ErrorFeedback, decoder_for, make_codec
 
 FRAME = 16384
@@ -170,9 +170,9 @@ def main(out: Path, ckpt: Path) -> None:
 
 def meta_build(rank: int, world: int) -> dict:
     """A GPT-2 built on the meta device, sharded, and filled from rank 0's vector slice by slice."""
-    from client_agent.flat import flat_numel, manifest
-    from client_agent.fsdp import build_on_meta, materialise
-    from client_agent.model import build_model
+    from client_agent.training.flat import flat_numel, manifest
+    from client_agent.training.fsdp import build_on_meta, materialise
+    from client_agent.training.model import build_model
     from geofed.config import ModelConfig
 
     cfg = ModelConfig(family="gpt2", n_layer=2, n_head=2, n_embd=32, block_size=16)

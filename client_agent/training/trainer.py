@@ -22,12 +22,12 @@ from typing import Literal
 import torch
 from torch import nn
 
-from client_agent.batch import Batch, batch_weight, global_weight, stand_in
-from client_agent.data import Stream, rank_rows
-from client_agent.fsdp import full_optimizer_state, load_full_optimizer_state, reshard
-from client_agent.lazy_dynamo import adamw
-from client_agent.model import lm_loss
-from client_agent.precision import Precision, autocast, grad_scaler, pick_micro_batch, pick_precision
+from client_agent.data.batch import Batch, batch_weight, global_weight, stand_in
+from client_agent.data.streams import Stream, rank_rows
+from client_agent.training.fsdp import full_optimizer_state, load_full_optimizer_state, reshard
+from client_agent.training.lazy_dynamo import adamw
+from client_agent.training.model import lm_loss
+from client_agent.training.precision import Precision, autocast, grad_scaler, pick_micro_batch, pick_precision
 from geofed.config import TrainingConfig
 
 
@@ -368,7 +368,7 @@ class LocalTrainer:
 
     def load_progress(self, state: dict) -> None:
         """Step, data position and scaler of `state_dict` (the optimizer restored elsewhere: a sharded
-        checkpoint's moments are loaded by every rank for its own shards, `client_agent.slices.state`)."""
+        checkpoint's moments are loaded by every rank for its own shards, `client_agent.training.slices.state`)."""
         self.step = int(state["step"])
         self.stream.load_state_dict(state["data_position"])
         if state.get("scaler"):

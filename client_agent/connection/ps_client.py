@@ -28,12 +28,12 @@ from geofed.protocol.channel import open_channel
 from geofed.protocol.messages import manifest_from_proto, manifest_to_proto, report_to_proto
 from geofed.protocol.transport_probe import transport_mismatch
 
+from ..errors import DeferredDeltaError, JoinError, PushError, StaleDeltaError
+from ..progress import RoundProgress
 from .backoff import Backoff
-from .errors import DeferredDeltaError, JoinError, PushError, StaleDeltaError
 from .join_spec import JoinSpec, Timeouts
 from .link_tuner import LinkMeter
 from .model_stream import ModelStream
-from .progress import RoundProgress
 from .rejoin_hold import GlobalVersion
 from .rejoin_token import RejoinToken
 from .upload import PushReceipt, Upload

@@ -1,4 +1,4 @@
-"""A multi-rank site syncs shard-wise (issue 18): each rank diffs, encodes and checkpoints its own slice.
+"""A multi-rank site syncs slice-wise (issue 18): each rank diffs, encodes and checkpoints its own slice.
 
 Real processes: a PS and a `torchrun` client of gloo CPU ranks. The model's flat vector (~3.2M elements)
 spans four codec frames, so every rank owns frames of its own (two each on two ranks; 2, 1, 1 on three)
@@ -19,8 +19,8 @@ import pytest
 import torch
 import yaml
 
-from client_agent.corpus import stdlib_split, write_file_list
-from client_agent.slices.partition import FlatPartition
+from client_agent.data.corpus import stdlib_split, write_file_list
+from client_agent.training.slices.partition import FlatPartition
 from geofed.codec.base import DEFAULT_FRAME_ELEMS
 from geofed_apps.launch import child_env, write_token
 from geofed_apps.shards import ShardedPS
@@ -53,7 +53,7 @@ def _records(tmp_path: Path) -> list[dict]:
 
 
 @pytest.mark.long
-def test_a_site_syncs_shard_wise_and_restores_on_other_rank_counts(tmp_path):
+def test_a_site_syncs_slice_wise_and_restores_on_other_rank_counts(tmp_path):
     ps = PSNode(tmp_path / "ps", FED).start()
     try:
         with ps.admin() as admin:
@@ -62,8 +62,8 @@ def test_a_site_syncs_shard_wise_and_restores_on_other_rank_counts(tmp_path):
 
         # Two ranks: Θ0 and two deltas, all slice by slice.
         out = _site(ps, tmp_path, 2, rounds=2)
-        assert "event=sync_path client=site.shards shard_wise=True ranks=2" in out.stderr
-        assert out.stderr.count("event=bootstrapped") == 1 and "shard_wise=True" in out.stderr
+        assert "event=sync_path client=site.shards slice_wise=True ranks=2" in out.stderr
+        assert out.stderr.count("event=bootstrapped") == 1 and "slice_wise=True" in out.stderr
         first = _records(tmp_path)
         assert [r["status"] for r in first] == ["APPLIED", "APPLIED"]
         assert all(0 < r["ratio"] < 0.3 for r in first)  # int8 + Huffman: under a quarter of fp32's bytes
@@ -87,10 +87,10 @@ def test_a_site_syncs_shard_wise_and_restores_on_other_rank_counts(tmp_path):
         assert third["status"] == "APPLIED" and third["step"] == first[-1]["step"] + FED["training"]["local_steps"]
         assert json.loads((tmp_path / "work" / "checkpoints-sharded" / "latest.json").read_text())["world"] == 3
 
-        # One rank: the sharded checkpoint keeps it on the shard-wise path, the whole vector in one slice (and off
+        # One rank: the sharded checkpoint keeps it on the slice-wise path, the whole vector in one slice (and off
         # the overlapped path, which the defaults ask for).
         out = _site(ps, tmp_path, 1, rounds=1)
-        assert ("shard_wise=True ranks=1 reason='overlap_sync not taken: the overlapped path holds the whole vector; "
+        assert ("slice_wise=True ranks=1 reason='overlap_sync not taken: the overlapped path holds the whole vector; "
                 "one rank resuming a sharded checkpoint") in out.stderr
         assert f"event=sharded_checkpoint_restored rank=0 world=1 step={third['step']}" in out.stderr
         last = _records(tmp_path)[-1]
@@ -102,7 +102,7 @@ def test_a_site_syncs_shard_wise_and_restores_on_other_rank_counts(tmp_path):
 
 
 @pytest.mark.long
-def test_a_shard_wise_site_pushes_to_a_sharded_ps(tmp_path):
+def test_a_slice_wise_site_pushes_to_a_sharded_ps(tmp_path):
     """Two ranks against a PS of two shards: every rank's frames must also end at the PS's shard bound (the
     front refuses a frame that crosses one), learnt by rank 0 at Join and passed to every rank."""
     fed_file = tmp_path / "federation.yaml"
@@ -114,7 +114,7 @@ def test_a_shard_wise_site_pushes_to_a_sharded_ps(tmp_path):
             token, _ = admin.create_token("site.shards", master=True)
         write_token(tmp_path / "token", token)
         out = _site(ps.front, tmp_path, 2, rounds=2)
-        assert "event=sync_path client=site.shards shard_wise=True ranks=2" in out.stderr
+        assert "event=sync_path client=site.shards slice_wise=True ranks=2" in out.stderr
         assert [r["status"] for r in _records(tmp_path)] == ["APPLIED", "APPLIED"]
         with ps.front.admin() as admin:
             assert admin.status()["version"] == 3
@@ -149,7 +149,7 @@ def test_an_empty_ps_is_reseeded_from_the_sites_sharded_checkpoint(tmp_path):
         with ps2.admin() as admin:
             write_token(tmp_path / "token", admin.create_token("site.shards", master=True)[0])
         out = _site(ps2, tmp_path, 2, rounds=1)
-        assert "reseed=True shard_wise=True" in out.stderr
+        assert "reseed=True slice_wise=True" in out.stderr
         files = CheckpointStore(ps2.ckpt_dir, keep=1000).files()  # newest first: the last is the re-seed
         first = CheckpointStore.load(files[-1])
         assert first.version == pointer["meta"]["base_version"] == 2  # round 2 trained from v2 (its push made v3)

@@ -203,7 +203,7 @@ class GPT2Model(nn.Module):
 class GPT2LMHeadModel(nn.Module):
     """GPT-2 with its language-model head, the head's weight being the token embedding's."""
 
-    # The blocks FSDP shards one by one (`client_agent.fsdp`), as transformers' attribute of this name says.
+    # The blocks FSDP shards one by one (`client_agent.training.fsdp`), as transformers' attribute of this name says.
     _no_split_modules = ("Block",)
 
     def __init__(self, config: GPT2Config) -> None:

@@ -19,8 +19,8 @@ import grpc
 from geofed.manifest import Manifest
 from geofed.protocol import geofed_pb2 as pb
 
+from ..errors import JoinError
 from .backoff import Backoff
-from .errors import JoinError
 from .link_tuner import LinkMeter
 from .model_transfer import ChunkDamaged, ModelAssembler, TransferRestart
 from .rejoin_hold import GlobalVersion, RejoinHold

@@ -1,4 +1,4 @@
-"""One rank's slice state for the shard-wise sync: every rank keeps, diffs, error-corrects, encodes and
+"""One rank's slice state for the slice-wise sync: every rank keeps, diffs, error-corrects, encodes and
 checkpoints only its own slice of the flat vector; rank 0 relays the frames to the PS.
 
 The whole-vector path gathers the model on rank 0 for each delta and checkpoint, about seven full-size fp32
@@ -32,10 +32,10 @@ from torch import nn
 from geofed.codec import Codec, ErrorFeedback
 from geofed.codec.base import DEFAULT_FRAME_ELEMS
 
+from ...connection.upload import Upload, settle_residual
 from ..checkpoint import CheckpointError, atomic_write
 from ..flat import Select
 from ..fsdp import is_distributed, reshard
-from ..upload import Upload, settle_residual
 from .checkpoint import load_sharded, read_pointer, save_sharded
 from .partition import FlatPartition, gather_slice, load_global_slices
 from .push import encode_slice, frames_to_leader
@@ -53,7 +53,7 @@ def sharded_meta(work: Path) -> dict[str, Any] | None:
 
 
 class SliceSync:
-    """One rank's part of a shard-wise sync (see the module docstring)."""
+    """One rank's part of a slice-wise sync (see the module docstring)."""
 
     def __init__(self, work: Path, rank: int, world: int, numel: int, select: Select, *, block: int = 0,
                  error_feedback: bool = True, decay: float = 1.0, frame_elems: int = DEFAULT_FRAME_ELEMS) -> None:

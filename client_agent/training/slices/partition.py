@@ -1,6 +1,6 @@
 """Each rank's own contiguous slice of the flat vector, moved to and from its FSDP shards.
 
-The flat vector (`client_agent.flat`, manifest order) is cut into one contiguous, frame-aligned range
+The flat vector (`client_agent.training.flat`, manifest order) is cut into one contiguous, frame-aligned range
 per rank (`FlatPartition`): rank r encodes, error-corrects and checkpoints only its range, and the
 codec's frames, which carry their flat offsets (`geofed.codec.header`), come out already in stream
 order when the ranks' frames are sent in rank order. FSDP2 shards each parameter by rows instead
@@ -85,7 +85,7 @@ def param_ranges(model: nn.Module, select: Select | None, world: int) -> list[tu
         if world == 1:
             held = [(offset, offset + n)]
         elif not hasattr(param, "to_local"):
-            raise RuntimeError(f"{name} is not sharded (shard the model with client_agent.fsdp.shard_model first)")
+            raise RuntimeError(f"{name} is not sharded by FSDP (client_agent.training.fsdp.shard_model first)")
         else:
             rows = param.shape[0] if param.dim() else 1
             row = n // rows if rows else 0

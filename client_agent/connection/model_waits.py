@@ -8,7 +8,7 @@ import time
 from geofed.config import FederationConfig
 from geofed.tuning import initial_mode
 
-from .errors import JoinError
+from ..errors import JoinError
 from .ps_client import GlobalVersion, PSClient
 
 log = logging.getLogger("geofed.client")

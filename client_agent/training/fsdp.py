@@ -1,6 +1,6 @@
 """Several GPUs of one site as one client: `torchrun` + FSDP2 (paper §III, "Client: an FSDP worker").
 
-Only rank 0 talks to the PS. It gathers the full model as the flat fp32 vector of `client_agent.flat`
+Only rank 0 talks to the PS. It gathers the full model as the flat fp32 vector of `client_agent.training.flat`
 to compute the delta, and broadcasts each new global model to every rank's shards. Collectives are
 issued parameter by parameter, so no rank ever holds more than one full parameter beyond its shards.
 Optimizer state is saved in the FQN-keyed full form of `torch.distributed.checkpoint.state_dict`, so
@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from client_agent.flat import Select, flat_numel, selected
-from client_agent.model import gpt2_config, hf_config, is_native
-from client_agent.precision import Precision
+from client_agent.training.flat import Select, flat_numel, selected
+from client_agent.training.model import gpt2_config, hf_config, is_native
+from client_agent.training.precision import Precision
 from geofed.config import ModelConfig
 
 
@@ -107,9 +107,9 @@ def build_on_meta(cfg: ModelConfig, *, transformers_model: bool = False) -> nn.M
     """The model's structure on the meta device: parameters without storage, buffers built for
     real (the PS does not send them). `shard_model` then allocates only this rank's shards, so no rank
     ever holds the whole model; they are filled from the global model (`slices.partition.load_global_slices`).
-    `transformers_model` as for `client_agent.model.build_model`."""
+    `transformers_model` as for `client_agent.training.model.build_model`."""
     if is_native(cfg, transformers_model):
-        from client_agent.gpt2 import GPT2LMHeadModel
+        from client_agent.training.gpt2 import GPT2LMHeadModel
 
         with torch.device("meta"):
             return GPT2LMHeadModel(gpt2_config(cfg))  # it has no buffers

@@ -120,7 +120,7 @@ class LinkRateCodec(FixedCodec):
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
-        self.candidates = ("int8", "int16")  # without the delta's values, as the shard-wise path asks
+        self.candidates = ("int8", "int16")  # without the delta's values, as the slice-wise path asks
 
     def choose(self, meter: LinkMeter, numel: int, budget_s: float, values: np.ndarray | None) -> tuple[str, str]:
         spread = None
