@@ -24,7 +24,7 @@ from geofed.config import FederationConfig
 from geofed.tokenizer_identity import BYTE
 from geofed_apps.wan import LinkProfile
 
-from .chaos import NO_CHAOS, ChaosSpec, ChaosSpecError, check_spec, parse_spec
+from .chaos import NO_CHAOS, NOT_JOINED, ChaosSpec, ChaosSpecError, check_spec, joining, parse_spec
 from .deferred_eval import DeferredEvaluation
 from .links import ClientLinks
 from .local_settings import LOCAL_DEFAULTS, fill_run_duration, merge_settings
@@ -144,8 +144,9 @@ def _add_scenario_flags(local: argparse.ArgumentParser) -> None:
         "--chaos",
         metavar="SPEC",
         help="inject a seeded (--seed) schedule of faults, e.g. 'preempt=60,kill=0,flap=90,"
-        "ps-restart=1': mean seconds between preemptions, kills and --link flaps per client, "
-        "and PS restarts in the run (docs/reliability.md, Chaos mode)",
+        "ps-restart=1,join=1,leave=1': mean seconds between preemptions, kills and --link flaps per client; "
+        "PS restarts, sites joining mid-run and sites leaving for good in the run (docs/reliability.md, "
+        "Chaos mode)",
     )
 
 
@@ -205,7 +206,8 @@ def run_local(args: argparse.Namespace) -> int:
     except ChaosSpecError as exc:
         return _fail(f"--chaos: {exc}")
     if chaos is not None and (
-        why := check_spec(chaos, link=link is not None, single_ps=args.ps_groups == 1 and args.ps_shards == 1)
+        why := check_spec(chaos, link=link is not None, single_ps=args.ps_groups == 1 and args.ps_shards == 1,
+                          clients=args.clients)
     ):
         return _fail(why)
     overrides = [
@@ -440,7 +442,8 @@ class _LocalRun:
         admin = self.ps.admin()
         if (code := self._start_split_trainer()) is not None:
             return code
-        tails = self._launch_clients()
+        tails = self._launch_clients(joining(self.opts.chaos, len(self.lists), self.opts.seed) if self.opts.chaos
+                                     else ())
         chaos = (
             NO_CHAOS
             if self.opts.chaos is None
@@ -456,7 +459,7 @@ class _LocalRun:
         goodput = _goodput(admin) if not interrupted else None
         admin.close()
         rings = self.ps_set.ring_summary()
-        failed = self._failed_clients(interrupted, privacy)
+        failed = [i for i in self._failed_clients(interrupted, privacy) if i not in chaos.left]
         for one in self.ps_set.all:
             one.terminate()
         ckpt = self.ps_set.newest()
@@ -487,9 +490,8 @@ class _LocalRun:
         """Stop every process this run started (the PSs, the clients, the split trainer) and the links."""
         from .launch import stop_all
 
-        stop_all(
-            [p for p in (*self.ps_set.procs, *self.clients, self.split.proc if self.split else None) if p is not None]
-        )
+        stop_all([p for p in (*self.ps_set.procs, *self.started(), self.split.proc if self.split else None)
+                  if p is not None])
         if self.links is not None:
             self.links.stop()
 
@@ -544,9 +546,13 @@ class _LocalRun:
             **({"tokenizer": fed.model.tokenizer} if fed.model.tokenizer != BYTE else {}),
         )  # fmt: skip
 
-    def _launch_clients(self) -> list[_Tail]:
-        """Start every client, each dialling its PS (through its own link with --link); a tail of each one's
-        metrics."""
+    def started(self) -> list[subprocess.Popen]:
+        """The client processes started so far (not the slots of sites that join later)."""
+        return [p for p in self.clients if p is not NOT_JOINED]
+
+    def _launch_clients(self, late: tuple[int, ...] = ()) -> list[_Tail]:
+        """Start every client but the `late` ones (sites that join mid-run: `NOT_JOINED` until the chaos runner
+        starts them), each dialling its PS (through its own link with --link); a tail of each one's metrics."""
         tails = []
         for i in range(len(self.lists)):
             client_ps = self.ps_set.for_client(i)[0]
@@ -555,7 +561,7 @@ class _LocalRun:
                 if self.links is not None
                 else client_ps.address
             )
-            self.clients.append(self._launch(i, self.opts.duration_s))
+            self.clients.append(NOT_JOINED if i in late else self._launch(i, self.opts.duration_s))
             tails.append(_Tail(self.run_dir / "clients" / f"client-{i}" / "metrics.jsonl"))
         return tails
 
@@ -568,7 +574,7 @@ class _LocalRun:
         return DeferredEvaluation(
             lambda: GlobalEvaluator(fed, held, self.run_dir / "eval-tokens.npy"),
             (lambda ev: ev.loss()) if split is None else (lambda ev: split.full_loss(ev, fed)),
-            [(p, self.logs / f"client-{i}.log") for i, p in enumerate(self.clients)],
+            [(p, self.logs / f"client-{i}.log") for i, p in enumerate(self.clients) if p is not NOT_JOINED],
             lambda loss: _say(f"initial global eval loss {loss:.3f} (held-out modules: {len(held)} files)"),
         )
 
@@ -599,7 +605,7 @@ class _LocalRun:
                 "interrupted: stopping the clients; the parameter server saves the global model "
                 "(Ctrl-C again to quit without it)"
             )
-            stop_all(self.clients)
+            stop_all(self.started())
             for tail in tails:
                 records.extend({**rec, "elapsed_s": time.monotonic() - self.t0} for rec in tail.new())
             return records, True

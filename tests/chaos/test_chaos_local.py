@@ -101,3 +101,44 @@ def test_local_run_under_kills_link_flaps_and_a_ps_restart_follows_its_schedule(
     m = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.MULTILINE)
     assert m and float(m.group(2)) < float(m.group(1)) - 0.5, out.stdout[-2000:]
     assert re.search(r"^goodput: [0-9.]+% of trained tokens reached the global model$", out.stdout, re.MULTILINE)
+
+
+@pytest.mark.long
+def test_local_run_where_one_site_joins_mid_run_and_another_leaves_for_good(tmp_path):
+    # Prepare: the schedule the run must follow (3 clients, 40 s, seed 0): one join, one leave.
+    spec = ChaosSpec(joins=1, leaves=1)
+    expected = build_schedule(spec, 3, 40, 0)
+    (join,) = [f for f in expected if f.kind == "join"]
+    (leave,) = [f for f in expected if f.kind == "leave"]
+
+    # Execute
+    out = subprocess.run(
+        [GEOFED, "local", "--chaos", "join=1,leave=1", "--duration", "40", "--clients", "3",
+         "--run-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+
+    # Assert: both faults were done at their times, and the run ended cleanly (a site that left is no failure).
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run = Path(re.search(r"^run directory: (.+)$", out.stdout, re.MULTILINE).group(1))
+    chaos_log = (run / "logs" / "chaos.log").read_text()
+    done = re.findall(r"^event=chaos fault=(\S+) client=local\.client-(\d) t=[0-9.]+ scheduled_t=([0-9.]+)$",
+                      chaos_log, re.MULTILINE)
+    assert done == [(f.kind, str(f.client), f"{f.at_s:.1f}") for f in expected], chaos_log
+    assert re.search(rf"^event=chaos_joined client=local\.client-{join.client} token=fresh", chaos_log, re.M)
+    left = re.search(rf"^event=chaos_left client=local\.client-{leave.client} exit_code=(-?\d+) relaunch=none$",
+                     chaos_log, re.MULTILINE)
+    assert left and left.group(1) in ("143", "-15"), chaos_log  # stopped as preempted, never SIGKILLed
+    assert "chaos: 0 preemptions, 0 kills, 0 flaps, 0 PS restarts, 1 joins, 1 leaves" in out.stdout
+    # The joining site's client started once, mid-run: the PS had applied other sites' deltas before it joined,
+    # and its own deltas reached the model after.
+    ps_log = (run / "logs" / "ps.log").read_text()
+    first_join = re.search(rf"event=join client=\S*local\.client-{join.client}\b", ps_log)
+    assert first_join and re.search(r"event=push .* status=APPLIED", ps_log[: first_join.start()]), ps_log[-3000:]
+    assert re.search(rf"event=push client=\S*local\.client-{join.client}\b.* status=APPLIED", ps_log)
+    # The leaving site's client ran once and was not relaunched: one join in its log.
+    leaver_log = (run / "logs" / f"client-{leave.client}.log").read_text()
+    assert len(re.findall(r"event=joined client=local\.client-\d via=one-time", leaver_log)) == 1
+    m = re.search(r"^eval loss: ([0-9.]+) -> ([0-9.]+)$", out.stdout, re.MULTILINE)
+    assert m and float(m.group(2)) < float(m.group(1)) - 0.5, out.stdout[-2000:]
+    assert re.search(r"^goodput: [0-9.]+% of trained tokens reached the global model$", out.stdout, re.MULTILINE)
