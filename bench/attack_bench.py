@@ -103,6 +103,72 @@ def site_clients(ps: PSNode, site: str, ids: int, reaper: Reaper) -> list[PSClie
     return clients
 
 
+def crafted(attack: str, delta: np.ndarray, rng: np.random.Generator, direction: np.ndarray,
+            last_norm: float) -> tuple[np.ndarray, float]:
+    """What the attacker pushes instead of its honest float64 `delta`, and the norm a ratchet grows from next."""
+    norm = float(np.linalg.norm(delta))
+    if attack == "honest":  # the reference: what one more honest site does to the federation
+        return delta, last_norm
+    if attack in ("scaled", "sybil"):
+        return SCALE * delta, last_norm
+    if attack == "sign_flip":
+        return -delta, last_norm
+    if attack == "noise":
+        return rng.standard_normal(delta.size) * SCALE * float(np.sqrt(np.mean(delta**2))), last_norm
+    if attack == "drift":
+        return 3 * 0.95 * norm * direction, last_norm
+    last_norm = 3 * last_norm if last_norm else norm  # ratchet
+    return last_norm * delta / norm, last_norm
+
+
+class Published:
+    """The PS's published models as an observer reads them back: the version, the model, each version's step."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer = observer
+        self.version, self.model = observer.model()
+        self.steps: list[tuple[str, float]] = []  # (who, ‖θ_v − θ_{v−1}‖) per version
+
+    def record(self, who: str) -> None:
+        """Read the version `who`'s push made; it must be exactly the next one."""
+        new_version, new = self.observer.model()
+        if new_version != self.version + 1:
+            raise RuntimeError(f"expected version {self.version + 1} after {who}'s push, the PS has {new_version}")
+        self.steps.append((who, float(np.linalg.norm(new.astype(np.float64) - self.model))))
+        self.version, self.model = new_version, new
+
+
+def evil_pushes(evil: Site, sent: np.ndarray, published: Published, full: int, local_steps: int) -> int:
+    """Push `sent` through each of the attacker's client ids on the newest version; how many were refused."""
+    refused = 0
+    for client in evil.clients:
+        try:
+            receipt = push(client, published.version, sent.astype(np.float32), tokens=full, local_steps=local_steps)
+        except Exception as exc:  # a refusal (site quota): the model must not have moved
+            refused += 1
+            print(f"  refused {client.client_id}: {str(exc).splitlines()[0][:160]}", flush=True)
+            continue
+        if receipt.status != "APPLIED":
+            raise RuntimeError(f"attacker push: {receipt.status}")
+        published.record("evil")
+    return refused
+
+
+def against_control(row: dict, control: dict | None, round_models: list[np.ndarray]) -> dict:
+    """The run's row with what the control needs of it (control None) or its distances from the control."""
+    steps = row["steps"]
+    if control is None:
+        honest_steps = [s for who, s in steps if who != "evil"]
+        return {**row, "mean_honest_step": statistics.fmean(honest_steps), "max_honest_step": max(honest_steps),
+                "_round_models": round_models}
+    unit = control["mean_honest_step"]
+    distances = [float(np.linalg.norm(m.astype(np.float64) - c)) / unit
+                 for m, c in zip(round_models, control["_round_models"], strict=True)]
+    return {**row, "distance_per_round": distances, "final_distance": distances[-1],
+            "max_step_over_control": max(s for _, s in steps) / control["max_honest_step"],
+            "loss_minus_control": row["final_loss"] - control["final_loss"]}
+
+
 def run_once(
     work: Path,
     seed: int,
@@ -124,72 +190,36 @@ def run_once(
     t0 = time.monotonic()
     shutil.rmtree(work, ignore_errors=True)  # a PS state left by an earlier run would be resumed, not started
     with Reaper() as reaper:
-        outer_settings = {"aggregation": {"outer_optimizer": outer}}
-        settings = merge_settings(outer_settings, overrides or {})
+        settings = merge_settings({"aggregation": {"outer_optimizer": outer}}, overrides or {})
         ps = PSNode(work / "ps", settings, metrics=True)
         reaper.add(ps.kill)
         ps.start()
         master = join(ps, "boot.master", master=True, start=False, reaper=reaper)
         theta0 = flatten(trainers[0].model).detach().numpy().copy()
-        entries = [(e.name, e.shape, e.dtype) for e in manifest(trainers[0].model)]
-        push(master, 0, theta0, init=True, manifest=entries)
+        push(master, 0, theta0, init=True, manifest=[(e.name, e.shape, e.dtype) for e in manifest(trainers[0].model)])
         sites = [Site(trainers[i], site_clients(ps, f"site{i}", 1, reaper)) for i in range(HONEST)]
         evil = None
         if attack != "none":
             evil = Site(trainers[HONEST], site_clients(ps, "evil", SYBIL_IDS if attack == "sybil" else 1, reaper))
-        observer = Observer(ps, "observer.0")
-        version, model = observer.model()
-        steps: list[tuple[str, float]] = []  # (who, ‖θ_v − θ_{v−1}‖) per version
+        published = Published(Observer(ps, "observer.0"))
         honest_norms: list[float] = []
         round_models: list[np.ndarray] = []
         direction = rng.standard_normal(theta0.size)
         direction /= np.linalg.norm(direction)
-        last_evil_norm = 0.0
-        refused = 0
-
-        def record(who: str) -> None:
-            nonlocal version, model
-            new_version, new = observer.model()
-            if new_version != version + 1:
-                raise RuntimeError(f"expected version {version + 1} after {who}'s push, the PS has {new_version}")
-            steps.append((who, float(np.linalg.norm(new.astype(np.float64) - model))))
-            version, model = new_version, new
-
+        last_evil_norm, refused = 0.0, 0
         for r in range(rounds):
             for i, site in enumerate(sites):
-                delta = site.train_from(model, t.local_steps)
+                delta = site.train_from(published.model, t.local_steps)
                 honest_norms.append(float(np.linalg.norm(delta.astype(np.float64))))
-                receipt = push(site.clients[0], version, delta, tokens=full, local_steps=t.local_steps)
+                receipt = push(site.clients[0], published.version, delta, tokens=full, local_steps=t.local_steps)
                 if receipt.status != "APPLIED":
                     raise RuntimeError(f"honest push of site{i} round {r}: {receipt.status}")
-                record(f"site{i}")
+                published.record(f"site{i}")
             if evil is not None:
-                delta = evil.train_from(model, t.local_steps).astype(np.float64)
-                norm = float(np.linalg.norm(delta))
-                if attack == "honest":  # the reference: what one more honest site does to the federation
-                    sent = delta
-                elif attack in ("scaled", "sybil"):
-                    sent = SCALE * delta
-                elif attack == "sign_flip":
-                    sent = -delta
-                elif attack == "noise":
-                    sent = rng.standard_normal(delta.size) * SCALE * float(np.sqrt(np.mean(delta**2)))
-                elif attack == "drift":
-                    sent = 3 * 0.95 * norm * direction
-                else:  # ratchet
-                    last_evil_norm = 3 * last_evil_norm if last_evil_norm else norm
-                    sent = last_evil_norm * delta / norm
-                for client in evil.clients:
-                    try:
-                        receipt = push(client, version, sent.astype(np.float32), tokens=full, local_steps=t.local_steps)
-                    except Exception as exc:  # a refusal (site quota): the model must not have moved
-                        refused += 1
-                        print(f"  refused {client.client_id}: {str(exc).splitlines()[0][:160]}", flush=True)
-                        continue
-                    if receipt.status != "APPLIED":
-                        raise RuntimeError(f"attacker push: {receipt.status}")
-                    record("evil")
-            round_models.append(model.astype(np.float32).copy())
+                delta = evil.train_from(published.model, t.local_steps).astype(np.float64)
+                sent, last_evil_norm = crafted(attack, delta, rng, direction, last_evil_norm)
+                refused += evil_pushes(evil, sent, published, full, t.local_steps)
+            round_models.append(published.model.astype(np.float32).copy())
         rejected = {
             m.group(1): float(m.group(2))
             for m in re.finditer(r'^geofed_rejected_pushes_total\{reason="([^"]+)"\} (\S+)$', metrics_text(ps), re.M)
@@ -199,39 +229,14 @@ def run_once(
         who: len(re.findall(rf"event=delta_bounded client='{who}\.c\d+'", log))
         for who in [f"site{i}" for i in range(HONEST)] + ["evil"]
     }
-    rules = sorted(set(re.findall(r"event=delta_bounded .*?rule=(\w+)", log)))
-    final_loss = evaluator.loss(model)
     row = {
-        "seed": seed,
-        "outer": outer,
-        "attack": attack,
-        "rounds": rounds,
-        "seconds": round(time.monotonic() - t0, 1),
-        "versions": version,
-        "final_loss": final_loss,
-        "initial_loss": evaluator.loss(theta0),
-        "steps": steps,
-        "honest_delta_norms": honest_norms,
-        "evil_refused": refused,
-        "rejected_by_reason": rejected,
-        "bounded_pushes": bounded,
-        "bound_rules": rules,
+        "seed": seed, "outer": outer, "attack": attack, "rounds": rounds, "seconds": round(time.monotonic() - t0, 1),
+        "versions": published.version, "final_loss": evaluator.loss(published.model),
+        "initial_loss": evaluator.loss(theta0), "steps": published.steps, "honest_delta_norms": honest_norms,
+        "evil_refused": refused, "rejected_by_reason": rejected, "bounded_pushes": bounded,
+        "bound_rules": sorted(set(re.findall(r"event=delta_bounded .*?rule=(\w+)", log))),
     }
-    honest_steps = [s for who, s in steps if who != "evil"]
-    if control is None:
-        row["mean_honest_step"] = statistics.fmean(honest_steps)
-        row["max_honest_step"] = max(honest_steps)
-        row["_round_models"] = round_models
-        return row
-    unit = control["mean_honest_step"]
-    row["distance_per_round"] = [
-        float(np.linalg.norm(m.astype(np.float64) - c)) / unit
-        for m, c in zip(round_models, control["_round_models"], strict=True)
-    ]
-    row["final_distance"] = row["distance_per_round"][-1]
-    row["max_step_over_control"] = max(s for _, s in steps) / control["max_honest_step"]
-    row["loss_minus_control"] = final_loss - control["final_loss"]
-    return row
+    return against_control(row, control, round_models)
 
 
 def metrics_text(ps: PSNode) -> str:
