@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from geofed.config import CodecConfig, FederationConfig
 from geofed_apps.local import LOCAL_DEFAULTS, merge_settings
 
+from .barrier import BARRIER_S, sync_aggregation
 from .scenario import Scenario, ScenarioError
 
 
@@ -38,7 +39,6 @@ def _defaults_text() -> str:
     )
 
 
-BARRIER_S = 3600.0  # sync interval and straggler timeout far beyond any budget: H steps and the barrier bind
 FEDNOVA_MAX_STEPS = 100_000  # FedNova's local work is bounded by the wall-clock T only
 FP32 = {"name": "fp32", "entropy": "none", "error_feedback": False}
 
@@ -61,18 +61,6 @@ class Method:
     kind: Literal["federated", "single"]
     summary: str
     overrides: dict[str, Any]
-
-
-def _sync(outer: str, lr: float, **extra: Any) -> dict[str, Any]:
-    return {
-        "mode": "sync",
-        "quorum": 1.0,
-        "outer_optimizer": outer,
-        "global_lr": lr,
-        "straggler_timeout_s": BARRIER_S,
-        "fednova": False,
-        **extra,
-    }
 
 
 DAMPED = {"aggregation": {"global_lr": 0.5}}
@@ -105,7 +93,7 @@ METHODS: dict[str, Method] = {
             "sync FedAvg",
             "federated",
             "sync, barrier, H local steps, FedAvg (η = 1), fp32 deltas",
-            {"aggregation": _sync("fedavg", 1.0), "training": {"sync_interval_s": BARRIER_S}, "codec": FP32},
+            {"aggregation": sync_aggregation("fedavg", 1.0), "training": {"sync_interval_s": BARRIER_S}, "codec": FP32},
         ),
         Method(
             "diloco",
@@ -113,7 +101,7 @@ METHODS: dict[str, Method] = {
             "federated",
             "sync, barrier, H local steps, outer Nesterov lr 0.7 μ 0.9, fp32 deltas",
             {
-                "aggregation": _sync("nesterov", 0.7, momentum=0.9),
+                "aggregation": sync_aggregation("nesterov", 0.7, momentum=0.9),
                 "training": {"sync_interval_s": BARRIER_S},
                 "codec": FP32,
             },
@@ -124,7 +112,7 @@ METHODS: dict[str, Method] = {
             "federated",
             "sync, barrier, local work = T seconds (unequal steps), FedNova normalisation, fp32 deltas",
             {
-                "aggregation": _sync("fedavg", 1.0, fednova=True),
+                "aggregation": sync_aggregation("fedavg", 1.0, fednova=True),
                 "training": {"local_steps": FEDNOVA_MAX_STEPS},
                 "codec": FP32,
             },

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .methods import BARRIER_S
-from .methods import _sync as sync_aggregation
+from .barrier import BARRIER_S, sync_aggregation
 
 
 def _sync(h: int, *, outer: str = "fedavg", eta: float = 1.0, momentum: float = 0.9, lr: float | None = None,
