@@ -153,9 +153,9 @@ class ClientAgent:
                     raise
                 continue  # back to the global model (the loop's first line); nothing is pushed for this round
             bad_rounds = 0
-            eval_loss = self._evaluate(site, stats)
+            eval_loss, eval_metrics = self._evaluate(site, stats)
             rounds += 1
-            result = RoundResult(global_model, stats, eval_loss, rounds, trainer.step)
+            result = RoundResult(global_model, stats, eval_loss, rounds, trainer.step, eval_metrics)
             end = sync.sync_round(trainer, result, partial(self._should_stop, rounds, trainer.step, site))
             for synced in end.synced:
                 self._record(synced, site.numel)
@@ -181,12 +181,13 @@ class ClientAgent:
         return stats
 
     @staticmethod
-    def _evaluate(site: Site, stats: TrainStats) -> float | None:
-        """The eval loss when this round crossed a multiple of training.eval_every steps, else None."""
+    def _evaluate(site: Site, stats: TrainStats) -> tuple[float | None, dict[str, float]]:
+        """The eval loss and the paradigm's own held-out metrics when this round crossed a multiple of
+        training.eval_every steps, else (None, {})."""
         every, step = site.fed.training.eval_every, site.trainer.step
         if step // every != (step - stats.steps) // every:
-            return site.trainer.evaluate(site.fed.training.eval_batches)
-        return None
+            return site.trainer.evaluate(site.fed.training.eval_batches), site.paradigm.eval_metrics(site.trainer)
+        return None, {}
 
     def _should_stop(self, rounds: int, step: int, site: Site) -> bool:
         cfg, max_steps = self.cfg, site.fed.training.max_steps

@@ -427,6 +427,9 @@ class ParameterServerCore:
     def record_report(self, client: ClientState, report: dict) -> None:
         if not report:
             return
+        # The paradigm's own metrics come with evaluations only: a report without them keeps the last ones.
+        metrics = report.get("paradigm_metrics") or client.report.get("paradigm_metrics", {})
+        report = {**report, "paradigm_metrics": metrics}
         client.report = report
         mark = tuple(int(report.get(k) or 0) for k in PROGRESS_FIELDS)
         if mark[0] > 0 and mark != client.progress:  # a round in hand that moved since the last report

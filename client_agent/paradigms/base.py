@@ -117,6 +117,11 @@ class ClientParadigm:
         """Algorithm 1's local loop on the adopted global `version`: `steps` backprop steps or until `deadline`."""
         return trainer.train(steps, deadline=deadline)
 
+    def eval_metrics(self, trainer: LocalTrainer) -> dict[str, float]:
+        """The paradigm's own held-out metrics, by name, taken with the eval loss and reported to the PS (its
+        status page shows them); none by default."""
+        return {}
+
     def payload_numel(self, exchanged_numel: int) -> int:
         """Elements pushed after local work: δ is as long as the exchanged vector (zo: one per seed)."""
         return exchanged_numel

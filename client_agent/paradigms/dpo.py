@@ -148,6 +148,38 @@ class Encoded:
         return torch.cat(out_c), torch.cat(out_r)
 
 
+def preference_scores(model: nn.Module, pairs: Encoded, ref: TensorPair, beta: float, device: torch.device,
+                      batch: int = 32) -> tuple[float, float]:
+    """(accuracy %, mean reward margin) of `model` on `pairs` whose reference log-probabilities are `ref`: the
+    share of pairs whose chosen completion the policy finds likelier than the rejected one, and the mean of
+    β·((π_c − ref_c) − (π_r − ref_r)). Dropout off; the caller's training mode is restored."""
+    was_training = model.training
+    model.eval()
+    pol_c, pol_r = [], []
+    with torch.no_grad():
+        for lo in range(0, len(pairs), batch):
+            c, r = pairs.logprobs(model, torch.arange(lo, min(lo + batch, len(pairs))), device)
+            pol_c.append(c.cpu())
+            pol_r.append(r.cpu())
+    model.train(was_training)
+    policy_c, policy_r = torch.cat(pol_c), torch.cat(pol_r)
+    margin = beta * ((policy_c - ref[0]) - (policy_r - ref[1]))
+    return 100.0 * float((policy_c > policy_r).float().mean()), float(margin.mean())
+
+
+def _records_of(examples) -> list[Preference]:
+    """The preference record behind each of `examples` (its file and line), in order."""
+    by_file = {f: {p.where: p for p in read_preferences(f)} for f in examples.files}
+    pairs = []
+    for file_index, line in examples.origins:
+        path = examples.files[int(file_index)]
+        pairs.append(by_file[path].get(f"{path}:{int(line)}"))
+    missing = [examples.where(i) for i, p in enumerate(pairs) if p is None]
+    if missing:
+        raise DataError(f"{missing[0]}: no preference record")
+    return pairs
+
+
 class DPO(LoRA):
     """LoRA's adapters and exchange; the local loop minimises the DPO loss against the frozen base."""
 
@@ -159,6 +191,7 @@ class DPO(LoRA):
         self._fed: FederationConfig | None = None
         self._pairs: Encoded | None = None
         self._ref: TensorPair | None = None
+        self._held: tuple[Encoded, TensorPair] | None = None  # the held-out pairs and their reference, once
 
     def build(self, fed: FederationConfig, *, initialise: bool) -> nn.Module:
         self._fed = fed  # the tokenizer and block size the pairs are encoded with
@@ -170,25 +203,30 @@ class DPO(LoRA):
         if examples is None or not examples.preferences:
             raise ParadigmError("paradigm 'dpo' trains on preference records (prompt, chosen, rejected); "
                                 "this client's data holds none")
-        by_file = {f: {p.where: p for p in read_preferences(f)} for f in examples.files}
-        pairs = []
-        for file_index, line in examples.origins:
-            path = examples.files[int(file_index)]
-            pairs.append(by_file[path].get(f"{path}:{int(line)}"))
-        missing = [examples.where(i) for i, p in enumerate(pairs) if p is None]
-        if missing:
-            raise DataError(f"{missing[0]}: no preference record")
-        return pairs
+        return _records_of(examples)
+
+    def _encode(self, pairs: Sequence[Preference]) -> Encoded:
+        from ..data.tokenizer import load_tokenizer
+
+        if self._fed is None:
+            raise ParadigmError("paradigm 'dpo' needs its model built by its own build()")
+        return Encoded.of(pairs, load_tokenizer(self._fed.model.tokenizer), self._fed.model.block_size)
+
+    def eval_metrics(self, trainer: LocalTrainer) -> dict[str, float]:
+        """Preference accuracy (%) and mean reward margin on the stream's held-out preference records."""
+        held = getattr(trainer.stream, "eval_examples", None)
+        if held is None or not held.preferences or not len(held):
+            return {}
+        if self._held is None:
+            pairs = self._encode(_records_of(held))
+            self._held = pairs, pairs.reference_logprobs(trainer.model, trainer.device)
+        accuracy, margin = preference_scores(trainer.model, *self._held, self.settings.beta, trainer.device)
+        return {"preference_accuracy": accuracy, "reward_margin": margin}
 
     def local_update(self, trainer: LocalTrainer, steps: int, deadline: float | None, version: int) -> TrainStats:
         s, cfg, model, device = self.settings, trainer.cfg, trainer.model, trainer.device
         if self._pairs is None:
-            from ..data.tokenizer import load_tokenizer
-
-            if self._fed is None:
-                raise ParadigmError("paradigm 'dpo' needs its model built by its own build()")
-            tokenizer = load_tokenizer(self._fed.model.tokenizer)
-            self._pairs = Encoded.of(self._training_pairs(trainer), tokenizer, self._fed.model.block_size)
+            self._pairs = self._encode(self._training_pairs(trainer))
             self._ref = self._pairs.reference_logprobs(model, device)
         pairs, (ref_c, ref_r) = self._pairs, self._ref
         rng = np.random.default_rng([trainer.stream.seed, version])

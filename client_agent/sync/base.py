@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import ClassVar
@@ -50,13 +50,15 @@ class PushOutcome:
 @dataclass(frozen=True)
 class RoundResult:
     """One round's local work, ready to push: the global model it started from (rank 0's; None elsewhere),
-    its stats and eval loss, and which round of the run it is and the optimizer step it ended at."""
+    its stats and eval loss (and the paradigm's own held-out metrics, taken with it), and which round of the run
+    it is and the optimizer step it ended at."""
 
     base: GlobalVersion | None
     stats: TrainStats
     eval_loss: float | None
     round: int = 0
     step: int = 0
+    eval_metrics: Mapping[str, float] = field(default_factory=dict)  # the paradigm's own, with the eval loss
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,7 @@ class SyncPath(ABC):
             "tokens_per_s": stats.tokens_per_s,
             "bytes_sent": ps.bytes_sent,
             "step": step,
+            "paradigm_metrics": dict(result.eval_metrics),
         }
         return ps.prepare(
             base_version=result.base.version,

@@ -315,7 +315,14 @@ class PushResult(_message.Message):
     def __init__(self, status: _Optional[_Union[PushStatus, str]] = ..., version: _Optional[int] = ..., staleness: _Optional[int] = ..., weight: _Optional[float] = ..., message: _Optional[str] = ..., aggregation_mode: _Optional[str] = ...) -> None: ...
 
 class ClientReport(_message.Message):
-    __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s", "round_base_version", "round_steps", "round_tokens")
+    __slots__ = ("train_loss", "eval_loss", "tokens_per_s", "bytes_sent", "step", "idle_s", "round_base_version", "round_steps", "round_tokens", "paradigm_metrics")
+    class ParadigmMetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
     EVAL_LOSS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -325,6 +332,7 @@ class ClientReport(_message.Message):
     ROUND_BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     ROUND_STEPS_FIELD_NUMBER: _ClassVar[int]
     ROUND_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARADIGM_METRICS_FIELD_NUMBER: _ClassVar[int]
     train_loss: float
     eval_loss: float
     tokens_per_s: float
@@ -334,7 +342,8 @@ class ClientReport(_message.Message):
     round_base_version: int
     round_steps: int
     round_tokens: int
-    def __init__(self, train_loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., step: _Optional[int] = ..., idle_s: _Optional[float] = ..., round_base_version: _Optional[int] = ..., round_steps: _Optional[int] = ..., round_tokens: _Optional[int] = ...) -> None: ...
+    paradigm_metrics: _containers.ScalarMap[str, float]
+    def __init__(self, train_loss: _Optional[float] = ..., eval_loss: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., bytes_sent: _Optional[int] = ..., step: _Optional[int] = ..., idle_s: _Optional[float] = ..., round_base_version: _Optional[int] = ..., round_steps: _Optional[int] = ..., round_tokens: _Optional[int] = ..., paradigm_metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("report",)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from client_agent.paradigms.dpo import Encoded, Preference, read_preferences
+from client_agent.paradigms.dpo import Encoded, Preference, preference_scores, read_preferences
 from geofed.config import FederationConfig
 
 from .task import QAPair, stdlib_qa_split
@@ -117,15 +117,8 @@ def score_preferences(model: nn.Module, prefs: Sequence[Preference], tokenizer: 
     model.eval()
     pairs = Encoded.of(prefs, tokenizer, block_size)
     device = next(model.parameters()).device
-    ref_c, ref_r = pairs.reference_logprobs(model, device, batch)
-    pol_c, pol_r = [], []
-    for lo in range(0, len(pairs), batch):
-        c, r = pairs.logprobs(model, torch.arange(lo, min(lo + batch, len(pairs))), device)
-        pol_c.append(c.cpu())
-        pol_r.append(r.cpu())
-    policy_c, policy_r = torch.cat(pol_c), torch.cat(pol_r)
-    margin = beta * ((policy_c - ref_c) - (policy_r - ref_r))
-    return PreferenceScores(100.0 * float((policy_c > policy_r).float().mean()), float(margin.mean()))
+    ref = pairs.reference_logprobs(model, device, batch)
+    return PreferenceScores(*preference_scores(model, pairs, ref, beta, device, batch))
 
 
 @dataclass

@@ -108,6 +108,7 @@ def client_rows(core: ParameterServerCore, site: str | None) -> list[dict]:
             "idle_share": max(0.0, 1.0 - busy / elapsed) if elapsed >= 1.0 and c.last_sync else None,
             "rejoins": max(0, c.joins - 1),
             "train_loss": _finite(c.report.get("train_loss")), "eval_loss": _finite(c.report.get("eval_loss")),
+            "paradigm_metrics": dict(c.report.get("paradigm_metrics") or {}),
             "tokens": contrib.get("tokens", 0), "mass": contrib.get("mass", 0.0),
             "share_window": contrib.get("share_window", 0.0), "share_run": contrib.get("share_run", 0.0),
             "compute_s": contrib.get("compute_s", 0.0),

@@ -12,7 +12,7 @@ import pytest
 from client_agent.agent import ClientAgent
 from client_agent.connection.link_tuner import LinkMeter, LinkTuner
 from client_agent.connection.ps_client import GlobalVersion
-from client_agent.paradigms import client_paradigm
+from client_agent.paradigms import ClientParadigm, client_paradigm
 from client_agent.progress import RoundProgress
 from client_agent.site import Site
 from client_agent.sync import OverlappedRounds, PushOutcome, RoundResult, Settled, SyncContext, SyncPath
@@ -263,3 +263,19 @@ def test_overlapped_rounds_train_on_while_the_push_is_in_flight_and_record_it_wh
         (3, 12, 3, 4, "APPLIED"),
     ]
     assert all(r["idle_s"] == 0.25 for r in records)  # the wait for the push in flight is the idle time
+
+
+def test_the_paradigm_s_held_out_metrics_go_with_the_round_that_evaluated(tmp_path, monkeypatch):
+    # Prepare: a paradigm whose own metrics say at which step they were taken; record what each push carried
+    pushed: list[dict] = []
+    push_round = FakeSync.push_round
+    monkeypatch.setattr(FakeSync, "push_round",
+                        lambda self, trainer, result: pushed.append(dict(result.eval_metrics))
+                        or push_round(self, trainer, result))
+    monkeypatch.setattr(ClientParadigm, "eval_metrics", lambda self, trainer: {"held_out": float(trainer.step)})
+
+    # Execute: rounds of 4 steps, an evaluation every 8
+    _run(tmp_path, rounds=3)
+
+    # Assert: only the round that evaluated carries them
+    assert pushed == [{}, {"held_out": 8.0}, {}]

@@ -123,3 +123,20 @@ def test_a_refused_or_deferred_push_is_sent_once_and_leaves_the_residual(tmp_pat
     assert outcome.status == {"stale": "STALE", "defer": "DEFERRED"}[answer]
     assert events == ["save u-7", "send"]  # the caller retrains on a newer model: no wait, no resend here
     assert np.array_equal(ef.residual, before)
+
+
+def test_the_push_reports_the_paradigm_s_held_out_metrics_of_its_round(tmp_path):
+    fed = FederationConfig.model_validate({})
+    ps = FakePS([], ["take"])
+    ctx = SyncContext(ps, SimpleNamespace(leader=True, rank=0, world=1), fed, client_paradigm(fed.paradigm),
+                      LinkTuner(fed, LinkMeter(), N, "t.push"), "t.push", tmp_path, (), N)
+    sync = WholeVectorSync(ctx)
+    sync._checkpoint = lambda *args: None
+    stats = TrainStats(3, 96, 12, 2.0, 10.0, 1.0, "steps", 1e-3, 0.5)
+    result = RoundResult(GlobalVersion(2, np.zeros(N, np.float32), ()), stats, 2.25,
+                         eval_metrics={"preference_accuracy": 62.5, "reward_margin": 0.5})
+
+    sync.push(result, {}, 3)
+
+    assert ps.report["eval_loss"] == 2.25
+    assert ps.report["paradigm_metrics"] == {"preference_accuracy": 62.5, "reward_margin": 0.5}

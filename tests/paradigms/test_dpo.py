@@ -200,3 +200,46 @@ def test_the_reference_log_probabilities_are_computed_once_per_pair_and_kept(tmp
     paradigm.local_update(trainer, steps=2, deadline=None, version=2)
     # Assert: one pass over the 3 training pairs (one of 4 held out), the same tensors in round 2
     assert calls == [3] and paradigm._ref is first
+
+
+def test_eval_metrics_are_the_held_out_pairs_accuracy_and_mean_reward_margin(tmp_path):
+    # Prepare: adapters that change the function (policy ≠ reference), and a stream holding a quarter of the
+    # pairs out
+    words = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta"]
+    prefs = [Preference(f"# f: takes {w}\n# parameters: ", f"{w}\n", f"{words[(i + 3) % 8]}\n", "")
+             for i, w in enumerate(words)]
+    fed = _fed()
+    paradigm, model = _model(fed)
+    model.train()
+    stream = _stream(tmp_path, prefs)
+    held = prefs[len(stream.examples):]
+    assert len(held) == len(stream.eval_examples) == 2
+    trainer = LocalTrainer(model, fed.training, stream, "cpu", micro_batch_size=4)
+
+    # Execute
+    metrics = paradigm.eval_metrics(trainer)
+
+    # Assert: against token-by-token sums of the held-out pairs, policy and reference
+    with torch.no_grad():
+        model.eval()
+        pc = np.array([_by_hand(model, p.prompt, p.chosen) for p in held])
+        pr = np.array([_by_hand(model, p.prompt, p.rejected) for p in held])
+        with reference(model):
+            rc = np.array([_by_hand(model, p.prompt, p.chosen) for p in held])
+            rr = np.array([_by_hand(model, p.prompt, p.rejected) for p in held])
+    beta = fed.paradigm.beta
+    assert set(metrics) == {"preference_accuracy", "reward_margin"}
+    assert metrics["preference_accuracy"] == pytest.approx(100.0 * np.mean(pc > pr))
+    assert metrics["reward_margin"] == pytest.approx(float(np.mean(beta * ((pc - rc) - (pr - rr)))), abs=1e-4)
+    assert metrics["reward_margin"] != 0.0
+
+
+def test_a_client_without_held_out_preferences_reports_no_metrics():
+    from client_agent.data.streams import TokenStream
+
+    fed = _fed()
+    paradigm, model = _model(fed)
+    trainer = LocalTrainer(model, fed.training, TokenStream(np.arange(400) % 250, TINY["block_size"]), "cpu",
+                           micro_batch_size=4)
+
+    assert paradigm.eval_metrics(trainer) == {}

@@ -30,6 +30,11 @@ function fmtSecs(s) {
 }
 const pct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)}%`);
 const num = (x, d = 3) => (x === null || x === undefined ? "–" : Number(x).toFixed(d));
+// A paradigm's own metrics, "name value" by name ("–" when it reports none).
+const metrics = (m) => {
+  const entries = Object.entries(m || {});
+  return entries.length ? entries.map(([k, v]) => `${k.replaceAll("_", " ")} ${num(v, 2)}`).join(", ") : "–";
+};
 const mass = (x) => (!x ? "0" : x >= 1e4 || x < 1e-2 ? x.toExponential(2).replace("e+", "e") : x.toPrecision(4));
 const int = (x) => (x === null || x === undefined ? "–" : Math.round(x).toLocaleString("en"));
 
@@ -125,7 +130,7 @@ function render(s) {
     fmtBytes(c.bytes_up), fmtBytes(c.bytes_down), pct(c.compression_ratio),
     c.sync_rtt_s === null ? "–" : `${c.sync_rtt_s.toFixed(2)} s`, pct(c.idle_share), c.rejoins,
     int(c.tokens), mass(c.mass), pct(c.share_window), pct(c.share_run), fmtSecs(c.compute_s),
-    num(c.train_loss), num(c.eval_loss),
+    num(c.train_loss), num(c.eval_loss), metrics(c.paradigm_metrics),
   ], { "data-client": c.client_id, "data-state": c.state })));
   fill(document.querySelector("#sites tbody"), s.sites.map((r) => row([
     r.site || "(none)", r.clients, int(r.tokens), mass(r.mass), pct(r.share_window), pct(r.share_run),
