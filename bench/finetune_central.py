@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from geofed_apps.finetune.base_model import add_recipe_flags, ensure_base_model, recipe_from
+from geofed_apps.finetune.base_model import add_recipe_flags, describe, ensure_base_model, recipe_from
 from geofed_apps.finetune.package_task import NAME as PACKAGE_TASK
 
 
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = apply_overrides(merge_settings(LOCAL_DEFAULTS, preset_settings(args.paradigm, base)), args.set)
     settings = with_base_targets(settings, str(base))  # the adapter layers `geofed local` wraps on this base
     fed = FederationConfig.model_validate(settings)
+    print(describe(fed.model), flush=True)  # `base model: sha256 ...`, as every federated run's first line
     with tempfile.TemporaryDirectory() as tmp:
         task = _write_task(Path(tmp), args, fed)
         files = [Path(line) for f in task.client_files for line in f.read_text().split()]
