@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from client_agent.data.records import Preference
 from client_agent.paradigms.dpo import read_preferences
-from client_agent.records import Preference
 from geofed_apps.finetune.site_preference import SitePreferenceTask
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

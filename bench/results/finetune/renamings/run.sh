@@ -31,6 +31,10 @@ case "$1" in
   # central LoRA on the federation's batch (2 clients x 8) and sequential steps: equal tokens, equal steps
   central-lora-b16) args=(--rows central-lora-steps --steps 3000 --set training.lr=5e-3
                           --set training.batch_size=16) ;;
+  # RAVAN at LoRA's budget with its paper's orthonormal projections (8 heads of rank 32, alpha = r), the rate that
+  # learnt stdlib-package best (1e-2): federated 2 x 3000 steps, and in one process for 6000 (equal tokens)
+  ravan-matched) args=(--rows ravan-matched --steps 3000 --set training.lr=1e-2) ;;
+  central-ravan-matched) args=(--rows central-ravan-matched --steps 3000 --set training.lr=1e-2) ;;
   *) echo "usage: $0 CASE (see the case list in this file)" >&2; exit 2 ;;
 esac
 dir=$1 log=run.txt

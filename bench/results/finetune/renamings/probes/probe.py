@@ -20,10 +20,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
-from client_agent.data import load_data, open_stream  # noqa: E402
+from client_agent.data.files import load_data  # noqa: E402
+from client_agent.data.streams import open_stream  # noqa: E402
+from client_agent.data.tokenizer import load_tokenizer  # noqa: E402
 from client_agent.paradigms import client_paradigm  # noqa: E402
-from client_agent.tokenizer import load_tokenizer  # noqa: E402
-from client_agent.trainer import LocalTrainer  # noqa: E402
+from client_agent.training.trainer import LocalTrainer  # noqa: E402
 from geofed.config import FederationConfig  # noqa: E402
 from geofed_apps.finetune import task as T  # noqa: E402
 from geofed_apps.finetune.answers import evaluate_answers  # noqa: E402
